@@ -1,0 +1,89 @@
+"""Allocation layer: what a paged cache really reserves for a request.
+
+A paged allocator hands out whole pages of `page_size` token slots, so a request of n tokens
+holds ceil(n/P)*P slots; the tail of the last page is waste, always less than one page.
+Sliding layers free whole pages once every token in them has left the window, so their
+resident window may straddle one more page than W/P.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxlab.arch.spec import ArchSpec, LayerSpec
+from ctxlab.errors import CtxlabError
+from ctxlab.plan.units import whole_bytes
+
+
+def _check(tokens: int, page_size: int) -> None:
+    if page_size <= 0:
+        raise CtxlabError(f"page size must be a positive number of tokens, got {page_size}")
+    if tokens < 0:
+        raise CtxlabError(f"token count must be non-negative, got {tokens}")
+
+
+def allocated_slots(tokens: int, page_size: int) -> int:
+    """Slots a request of `tokens` holds: ceil(tokens / P) * P."""
+    _check(tokens, page_size)
+    return -(-tokens // page_size) * page_size
+
+
+def wasted_slots(tokens: int, page_size: int) -> int:
+    return allocated_slots(tokens, page_size) - tokens
+
+
+def layer_allocated_slots(layer: LayerSpec, context: int, page_size: int) -> int:
+    """Slots one layer holds for a request of `context` tokens.
+
+    A sliding layer keeps positions [context - W, context); the pages that cover them run
+    from floor((context - W) / P) to floor((context - 1) / P).
+    """
+    _check(context, page_size)
+    if layer.kind in ("full", "mla"):
+        return allocated_slots(context, page_size)
+    if layer.kind == "sliding":
+        assert layer.window is not None
+        if context <= layer.window:
+            return allocated_slots(context, page_size)
+        first = (context - layer.window) // page_size
+        last = (context - 1) // page_size
+        return (last - first + 1) * page_size
+    return 0
+
+
+@dataclass(frozen=True)
+class PagedRequest:
+    """One request's page-rounded allocation at one context length."""
+
+    context: int
+    page_size: int
+    allocated_tokens: int
+    wasted_tokens: int
+    logical_bytes: int
+    allocated_bytes: int
+
+    @property
+    def wasted_bytes(self) -> int:
+        return self.allocated_bytes - self.logical_bytes
+
+
+def paged_request(arch: ArchSpec, context: int, page_size: int) -> PagedRequest:
+    """Allocated and wasted slots (tokens of a full layer) and bytes over all layers.
+
+    Fixed recurrent state is not paged here: it is counted once, at its logical size.
+    """
+    _check(context, page_size)
+    dtype = arch.cache_dtype_bytes
+    allocated_bytes = 0
+    for layer in arch.layers:
+        slots = layer_allocated_slots(layer, context, page_size)
+        allocated_bytes += whole_bytes(layer.elements_per_token() * slots * dtype)
+        allocated_bytes += layer.fixed_bytes(dtype)
+    return PagedRequest(
+        context=context,
+        page_size=page_size,
+        allocated_tokens=allocated_slots(context, page_size),
+        wasted_tokens=wasted_slots(context, page_size),
+        logical_bytes=arch.request_bytes(context),
+        allocated_bytes=allocated_bytes,
+    )

@@ -1,0 +1,355 @@
+"""The planner's one implementation of its numbers: `build_plan(...) -> dict`.
+
+The CLI (`ctxlab plan`, tables and `--json`), the tour and the web lab (`/api/plan`) all
+call `build_plan`, so a figure can never differ between them. The dict is JSON-ready
+(ints, floats, strings, lists, dicts only). Schema ("ctxlab.plan/1"):
+
+- `schema`: "ctxlab.plan/1".
+- `arch`: {name, source, n_layers, layer_kinds {label: count}, n_query_heads, params,
+  active_params, cache_dtype_bytes, weight_dtype_bytes, notes [str]}.
+- `device`: {name, peak_flops (FLOP/s), mem_bandwidth (bytes/s), memory_bytes, source}.
+- `inputs`: {contexts [tokens], concurrency, page_size, shared_prefix_tokens,
+  output_tokens, cache_dtype (name or null), weights_bytes, reserve_bytes,
+  reserve_source, prices (dict or null), self_hosted (dict or null)}.
+- `kv_bytes_per_token`: int, logical bytes one more token costs over all growing layers.
+- `contexts`: the context lengths, in the order given.
+- `sections`: {name: {`layer`, `title`, `summary` {...}, `rows` [one dict per context]}},
+  in this order; `layer` says which layer of the stack the section belongs to:
+  - `memory` (representation): summary {kv_bytes_per_token, kv_bytes_per_token_by_kind,
+    fixed_state_bytes_per_request, growth_stops_at_tokens}; rows {context_tokens,
+    kv_bytes_per_request, kv_bytes_per_request_by_kind, kv_bytes_for_concurrency}.
+  - `paging` (allocation): summary {page_size}; rows {context_tokens,
+    allocated_tokens_per_request, wasted_tokens_per_request, allocated_bytes_per_request,
+    wasted_bytes_per_request, allocated_bytes_for_concurrency}.
+  - `sharing` (sharing): summary {requests, shared_prefix_tokens}; rows {context_tokens,
+    prefix_tokens_shared, bytes_without_sharing, bytes_avoided_by_sharing,
+    bytes_with_sharing, bytes_avoided_full_pages}.
+  - `capacity` (capacity): summary {device_memory_bytes, weights_bytes, reserve_bytes,
+    kv_budget_bytes}; rows {context_tokens, max_concurrent_requests (int, or null when a
+    request holds no cache), concurrency_fits (bool), capacity_sentence}.
+  - `compute` (compute): summary {device, peak_flops, mem_bandwidth}; rows {context_tokens,
+    prefill_flops, prefill_weight_flops, prefill_attention_flops, prefill_seconds,
+    attention_flops_share, decode_weight_bytes_per_step, decode_cache_bytes_per_step,
+    decode_bytes_per_step, decode_seconds_per_token, decode_batch_seconds_per_step}.
+  - `cost` (cost), present only when prices or rates are given: summary {prices,
+    self_hosted}; rows {context_tokens, hosted_cold_cost, hosted_warm_cost (cold: the
+    shared prefix is written to the provider cache; warm: it is read back; both bill
+    context - prefix uncached input and `output_tokens` output), self_hosted_gpu_seconds,
+    self_hosted_gpu_seconds_source, self_hosted_cost_per_success}; cost keys are null
+    when their prices are not given.
+- `per_context`: one dict per context length merging every section's row (keys are
+  unique across sections), e.g. `plan["per_context"][1]["kv_bytes_per_request"]`.
+- `notes`: caveats in plain sentences (roofline bounds, defaults used).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from ctxlab.arch.spec import ArchSpec
+from ctxlab.errors import CtxlabError
+from ctxlab.plan import capacity, compute, cost, memory, paging, sharing
+from ctxlab.plan.devices import Device, get_device
+
+SCHEMA = "ctxlab.plan/1"
+
+# vLLM's default gpu_memory_utilization is 0.9: it leaves a tenth of the device for the rest.
+DEFAULT_RESERVE_FRACTION = 0.10
+DEFAULT_OUTPUT_TOKENS = 256
+
+SECTION_LAYERS: dict[str, tuple[str, str]] = {
+    "memory": ("representation", "Logical KV cache"),
+    "paging": ("allocation", "Page rounding"),
+    "sharing": ("sharing", "Ideal prefix sharing"),
+    "capacity": ("capacity", "Capacity of the KV pool"),
+    "compute": ("compute", "Prefill and decode at roofline"),
+    "cost": ("cost", "Cost per request"),
+}
+
+
+def _section(name: str, summary: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    layer, title = SECTION_LAYERS[name]
+    return {"layer": layer, "title": title, "summary": summary, "rows": rows}
+
+
+def _resolve(arch: ArchSpec | str, device: Device | str) -> tuple[ArchSpec, Device]:
+    if isinstance(arch, str):
+        from ctxlab.arch import resolve_arch
+
+        arch = resolve_arch(name=arch)
+    if isinstance(device, str):
+        device = get_device(device)
+    return arch, device
+
+
+def build_plan(
+    arch: ArchSpec | str,
+    contexts: Sequence[int],
+    *,
+    device: Device | str = "h100",
+    concurrency: int = 1,
+    page_size: int = 16,
+    shared_prefix: int = 0,
+    cache_dtype: str | None = None,
+    weights_bytes: int | None = None,
+    reserve_bytes: int | None = None,
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
+    prices: cost.HostedPrices | None = None,
+    self_hosted: cost.SelfHostedRates | None = None,
+) -> dict[str, Any]:
+    """Every planner figure for `arch` at each context length; see the module docstring."""
+    arch, device = _resolve(arch, device)
+    arch = memory.with_cache_dtype(arch, cache_dtype)
+    contexts = [int(c) for c in contexts]
+    if not contexts:
+        raise CtxlabError("give at least one context length")
+    for value, what in ((page_size, "page size"), (concurrency, "concurrency")):
+        if value <= 0:
+            raise CtxlabError(f"{what} must be a positive number, got {value}")
+    for context in contexts:
+        if context <= 0:
+            raise CtxlabError(f"context length must be a positive number of tokens, got {context}")
+    if shared_prefix < 0:
+        raise CtxlabError(f"shared prefix length must be zero or positive, got {shared_prefix}")
+    if output_tokens < 0:
+        raise CtxlabError(f"output tokens must be zero or positive, got {output_tokens}")
+
+    notes: list[str] = []
+    weights = arch.weight_bytes if weights_bytes is None else weights_bytes
+    if reserve_bytes is None:
+        reserve = int(device.memory_bytes * DEFAULT_RESERVE_FRACTION)
+        reserve_source = "default: 10% of device memory (vLLM gpu_memory_utilization 0.9)"
+    else:
+        reserve, reserve_source = reserve_bytes, "given"
+    budget = capacity.kv_budget(device.memory_bytes, weights, reserve)
+
+    mem_rows, page_rows, share_rows, cap_rows, comp_rows, cost_rows = [], [], [], [], [], []
+    for context in contexts:
+        req = memory.request_memory(arch, context, concurrency)
+        mem_rows.append(
+            {
+                "context_tokens": context,
+                "kv_bytes_per_request": req.bytes_per_request,
+                "kv_bytes_per_request_by_kind": req.bytes_by_kind,
+                "kv_bytes_for_concurrency": req.bytes_for_concurrency,
+            }
+        )
+        paged = paging.paged_request(arch, context, page_size)
+        page_rows.append(
+            {
+                "context_tokens": context,
+                "allocated_tokens_per_request": paged.allocated_tokens,
+                "wasted_tokens_per_request": paged.wasted_tokens,
+                "allocated_bytes_per_request": paged.allocated_bytes,
+                "wasted_bytes_per_request": paged.wasted_bytes,
+                "allocated_bytes_for_concurrency": paged.allocated_bytes * concurrency,
+            }
+        )
+        shared = sharing.prefix_sharing(arch, context, concurrency, shared_prefix, page_size)
+        share_rows.append(
+            {
+                "context_tokens": context,
+                "prefix_tokens_shared": shared.prefix_tokens,
+                "bytes_without_sharing": shared.bytes_without_sharing,
+                "bytes_avoided_by_sharing": shared.bytes_avoided,
+                "bytes_with_sharing": shared.bytes_with_sharing,
+                "bytes_avoided_full_pages": shared.bytes_avoided_full_pages,
+            }
+        )
+        fits = capacity.max_concurrent(budget.kv_bytes, paged.allocated_bytes)
+        cap_rows.append(
+            {
+                "context_tokens": context,
+                "max_concurrent_requests": fits,
+                "concurrency_fits": fits is None or fits >= concurrency,
+                "capacity_sentence": capacity.capacity_sentence(
+                    fits, context, paged.allocated_bytes, budget.kv_bytes
+                ),
+            }
+        )
+        pre = compute.prefill(arch, context, device)
+        dec = compute.decode(arch, context, device, weights, batch=concurrency)
+        comp_rows.append(
+            {
+                "context_tokens": context,
+                "prefill_flops": pre.flops,
+                "prefill_weight_flops": pre.weight_flops,
+                "prefill_attention_flops": pre.attention_flops,
+                "prefill_seconds": pre.seconds,
+                "attention_flops_share": pre.attention_share,
+                "decode_weight_bytes_per_step": dec.weight_bytes,
+                "decode_cache_bytes_per_step": dec.cache_bytes,
+                "decode_bytes_per_step": dec.bytes_per_step,
+                "decode_seconds_per_token": dec.seconds_per_token,
+                "decode_batch_seconds_per_step": dec.batch_seconds_per_step,
+            }
+        )
+        if prices is not None or self_hosted is not None:
+            cost_rows.append(
+                _cost_row(
+                    context,
+                    shared_prefix,
+                    output_tokens,
+                    concurrency,
+                    pre,
+                    dec,
+                    prices,
+                    self_hosted,
+                )
+            )
+
+    sections = {
+        "memory": _section(
+            "memory",
+            {
+                "kv_bytes_per_token": memory.kv_bytes_per_token(arch),
+                "kv_bytes_per_token_by_kind": memory.kv_bytes_per_token_by_kind(arch),
+                "fixed_state_bytes_per_request": arch.fixed_state_bytes(),
+                "growth_stops_at_tokens": memory.growth_stops_at(arch),
+            },
+            mem_rows,
+        ),
+        "paging": _section("paging", {"page_size": page_size}, page_rows),
+        "sharing": _section(
+            "sharing", {"requests": concurrency, "shared_prefix_tokens": shared_prefix}, share_rows
+        ),
+        "capacity": _section(
+            "capacity",
+            {
+                "device_memory_bytes": device.memory_bytes,
+                "weights_bytes": weights,
+                "reserve_bytes": reserve,
+                "kv_budget_bytes": budget.kv_bytes,
+            },
+            cap_rows,
+        ),
+        "compute": _section(
+            "compute",
+            {
+                "device": device.name,
+                "peak_flops": device.peak_flops,
+                "mem_bandwidth": device.mem_bandwidth,
+            },
+            comp_rows,
+        ),
+    }
+    if cost_rows:
+        sections["cost"] = _section(
+            "cost",
+            {
+                "prices": asdict(prices) if prices else None,
+                "self_hosted": asdict(self_hosted) if self_hosted else None,
+            },
+            cost_rows,
+        )
+
+    notes.append(
+        "Times are rooflines at the device's peak FLOP/s and memory bandwidth: lower bounds."
+    )
+    if any(layer.kind == "recurrent" for layer in arch.layers):
+        notes.append(
+            "Recurrent layers hold a fixed state per request; prefix sharing saves their "
+            "prefill compute, not their memory, and their state updates count as weight FLOPs."
+        )
+    if arch.active_params is not None and arch.active_params < arch.params:
+        notes.append(
+            "Mixture of experts: prefill FLOPs use active parameters; one request's decode "
+            "step reads the active share of the weights."
+        )
+
+    per_context = []
+    for i in range(len(contexts)):
+        merged: dict[str, Any] = {}
+        for section in sections.values():
+            merged.update(section["rows"][i])
+        per_context.append(merged)
+
+    return {
+        "schema": SCHEMA,
+        "arch": {
+            "name": arch.name,
+            "source": arch.source,
+            "n_layers": arch.n_layers,
+            "layer_kinds": arch.kind_counts(),
+            "n_query_heads": arch.n_query_heads,
+            "params": arch.params,
+            "active_params": arch.active_params,
+            "cache_dtype_bytes": arch.cache_dtype_bytes,
+            "weight_dtype_bytes": arch.weight_dtype_bytes,
+            "notes": list(arch.notes),
+        },
+        "device": {
+            "name": device.name,
+            "peak_flops": device.peak_flops,
+            "mem_bandwidth": device.mem_bandwidth,
+            "memory_bytes": device.memory_bytes,
+            "source": device.source,
+        },
+        "inputs": {
+            "contexts": contexts,
+            "concurrency": concurrency,
+            "page_size": page_size,
+            "shared_prefix_tokens": shared_prefix,
+            "output_tokens": output_tokens,
+            "cache_dtype": cache_dtype,
+            "weights_bytes": weights,
+            "reserve_bytes": reserve,
+            "reserve_source": reserve_source,
+            "prices": asdict(prices) if prices else None,
+            "self_hosted": asdict(self_hosted) if self_hosted else None,
+        },
+        "kv_bytes_per_token": memory.kv_bytes_per_token(arch),
+        "contexts": contexts,
+        "sections": sections,
+        "per_context": per_context,
+        "notes": notes,
+    }
+
+
+def _cost_row(
+    context: int,
+    shared_prefix: int,
+    output_tokens: int,
+    concurrency: int,
+    pre: compute.Prefill,
+    dec: compute.Decode,
+    prices: cost.HostedPrices | None,
+    rates: cost.SelfHostedRates | None,
+) -> dict[str, Any]:
+    """Hosted cold/warm cost and self-hosted cost per success at one context length."""
+    prefix = min(shared_prefix, context)
+    row: dict[str, Any] = {
+        "context_tokens": context,
+        "hosted_cold_cost": None,
+        "hosted_warm_cost": None,
+        "self_hosted_gpu_seconds": None,
+        "self_hosted_gpu_seconds_source": None,
+        "self_hosted_cost_per_success": None,
+    }
+    if prices is not None:
+        uncached = context - prefix
+        row["hosted_cold_cost"] = cost.hosted_cost(
+            prices, uncached, output_tokens, cache_write_tokens=prefix
+        ).total
+        row["hosted_warm_cost"] = cost.hosted_cost(
+            prices, uncached, output_tokens, cache_read_tokens=prefix
+        ).total
+    if rates is not None:
+        if rates.gpu_seconds is not None:
+            gpu_seconds, source = rates.gpu_seconds, "given"
+        else:
+            # One request's share of a batch of `concurrency`: its own prefill, then decode
+            # steps whose weight reads are shared by the batch.
+            gpu_seconds = pre.seconds + output_tokens * dec.batch_seconds_per_step / concurrency
+            source = (
+                f"roofline (prefill + {output_tokens} decode steps in a batch of {concurrency})"
+            )
+        priced = cost.self_hosted_cost(
+            gpu_seconds, rates.gpu_hourly, rates.successes, rates.cpu_seconds, rates.cpu_hourly
+        )
+        row["self_hosted_gpu_seconds"] = gpu_seconds
+        row["self_hosted_gpu_seconds_source"] = source
+        row["self_hosted_cost_per_success"] = priced.per_success
+    return row
