@@ -1,0 +1,1 @@
+"""Model use: RULER-style long-context tasks, scoring and effective context length."""
