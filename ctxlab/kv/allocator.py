@@ -1,0 +1,129 @@
+"""Physical blocks: reference counts, the LRU free queue and the prefix hash map.
+
+Invariants (checked by `check_invariants`, exercised by the property tests):
+- every block is either in use (ref > 0) or in the free queue (ref == 0), never both, so
+  free + used == total;
+- a block's reference count equals the number of owners holding it;
+- the hash map points a block hash at a group (one physical block per lane) whose blocks
+  all carry that hash; a block carries a hash only while its group is in the map;
+- a cached block whose count drops to zero stays in the map (findable) until the free queue
+  hands it out again; at that moment its whole group leaves the map (an eviction).
+Blocks freed last are reused last (LRU), and a sequence frees its tail first, so the
+start of a prefix (shared most often) survives longest.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from ctxlab.errors import CtxlabError
+from ctxlab.kv.hashing import BlockHash
+
+
+class BlockAllocator:
+    def __init__(self, num_blocks: int):
+        if num_blocks <= 0:
+            raise CtxlabError("the KV pool has no blocks; give it at least one block per lane.")
+        self.num_blocks = num_blocks
+        self.ref = [0] * num_blocks
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.block_hash: list[BlockHash | None] = [None] * num_blocks
+        self.cached: dict[BlockHash, tuple[int, ...]] = {}
+        self.evicted_groups = 0
+
+    # -- counts ---------------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        """Blocks that can be handed out now (including cached blocks nobody holds)."""
+        return len(self.free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self.free)
+
+    @property
+    def num_cached_groups(self) -> int:
+        return len(self.cached)
+
+    # -- allocation -----------------------------------------------------------------------
+    def allocate(self, n: int) -> list[int]:
+        """Take `n` blocks from the head of the free queue (ref 1 each), evicting as needed."""
+        if n > len(self.free):
+            raise CtxlabError(f"the KV pool has {len(self.free)} free blocks, {n} were asked.")
+        out = []
+        for _ in range(n):
+            b, _ = self.free.popitem(last=False)
+            if self.block_hash[b] is not None:
+                self._evict(self.block_hash[b])
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def _evict(self, h: BlockHash) -> None:
+        group = self.cached.pop(h)
+        for b in group:
+            self.block_hash[b] = None
+        self.evicted_groups += 1
+
+    def incref(self, blocks: Iterable[int]) -> None:
+        """Add an owner to each block; a zero-ref cached block leaves the free queue."""
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.free[b]
+            self.ref[b] += 1
+
+    def decref(self, blocks: Iterable[int]) -> None:
+        """Drop an owner from each block; blocks reaching zero go to the free queue's tail."""
+        for b in blocks:
+            r = self.ref[b]
+            if r <= 0:
+                raise RuntimeError(f"block {b} freed more often than it was held")
+            self.ref[b] = r - 1
+            if r == 1:
+                self.free[b] = None
+
+    # -- prefix cache ---------------------------------------------------------------------
+    def lookup(self, h: BlockHash) -> tuple[int, ...] | None:
+        return self.cached.get(h)
+
+    def register(self, h: BlockHash, group: tuple[int, ...]) -> bool:
+        """Make a full, written group findable under `h`; False if `h` is already cached.
+
+        Only blocks held by the caller and not yet hashed may be registered (a block belongs
+        to at most one cached group).
+        """
+        if h in self.cached:
+            return False
+        for b in group:
+            if self.ref[b] <= 0 or self.block_hash[b] is not None:
+                raise RuntimeError(f"block {b} cannot be registered under a prefix hash")
+        self.cached[h] = group
+        for b in group:
+            self.block_hash[b] = h
+        return True
+
+    def is_cached(self, b: int) -> bool:
+        return self.block_hash[b] is not None
+
+    # -- checks ---------------------------------------------------------------------------
+    def check_invariants(self, owners: dict[int, int] | None = None) -> None:
+        """Raise AssertionError when a structural invariant is broken.
+
+        `owners`, when given, maps block -> number of holders the caller knows about; each
+        reference count must equal it.
+        """
+        assert len(self.free) + sum(1 for r in self.ref if r > 0) == self.num_blocks
+        for b in range(self.num_blocks):
+            assert self.ref[b] >= 0
+            assert (self.ref[b] == 0) == (b in self.free), f"block {b} in two places"
+            if owners is not None:
+                assert self.ref[b] == owners.get(b, 0), f"block {b} ref {self.ref[b]}"
+        seen: set[int] = set()
+        for h, group in self.cached.items():
+            for b in group:
+                assert b not in seen, f"block {b} in two cached groups"
+                seen.add(b)
+                assert self.block_hash[b] == h
+        for b, h in enumerate(self.block_hash):
+            assert (h is None) == (b not in seen)

@@ -1,0 +1,286 @@
+"""What the engine calls: prefix lookup, slot allocation, commit of full blocks, free.
+
+A logical block is `block_size` token positions across every lane; in lockstep mode it is
+backed by a group of `n_lanes` physical blocks. The prefix cache maps a block's chained hash
+to that group. Only full blocks are shared, the last prompt token is never taken from the
+cache (its logits are needed), and a shared group is never written: new tokens always land
+in blocks the sequence allocated itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ctxlab.errors import CtxlabError
+from ctxlab.kv.allocator import BlockAllocator
+from ctxlab.kv.hashing import BlockHash, hash_blocks
+from ctxlab.kv.layout import KVLayout
+from ctxlab.kv.pool import KVPool
+from ctxlab.kv.seq_kv import SeqKV
+
+
+@dataclass(frozen=True)
+class PrefixHit:
+    hashes: list[BlockHash]  # hashes of every full block that may be shared
+    groups: list[tuple[int, ...]]  # cached groups found, in order, for the leading blocks
+    num_tokens: int  # tokens covered by `groups`
+
+
+@dataclass(frozen=True)
+class KVStats:
+    """Pool counters; token counts follow vLLM's prefix_cache_queries / _hits."""
+
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    blocks_total: int
+    blocks_used: int
+    blocks_free: int
+    blocks_cached: int  # logical groups findable in the hash map
+    cached_blocks_evicted: int  # logical groups dropped from the map when reused
+    resident_bytes: int  # bytes of blocks in use, measured from the pool
+    pool_bytes: int
+
+    @property
+    def hit_rate(self) -> float:
+        return (
+            self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+        )
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        layout: KVLayout,
+        pool_tokens: int,
+        enable_prefix_caching: bool = True,
+        device: str | torch.device = "cpu",
+        extra: tuple[str, ...] = (),
+    ):
+        if pool_tokens < layout.block_size:
+            raise CtxlabError(
+                f"the KV pool of {pool_tokens} tokens is smaller than one block of "
+                f"{layout.block_size} tokens."
+            )
+        self.layout = layout
+        self.block_size = layout.block_size
+        self.n_lanes = layout.n_lanes
+        self.pool = KVPool(layout, layout.blocks_for_tokens(pool_tokens), device)
+        self.alloc = BlockAllocator(self.pool.num_blocks)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.extra = extra  # model identity folded into every first block
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    @property
+    def pool_tokens(self) -> int:
+        """Tokens per lane the pool holds."""
+        return self.pool.num_blocks // self.n_lanes * self.block_size
+
+    def new_seq(self) -> SeqKV:
+        return SeqKV(self.n_lanes, self.block_size)
+
+    def _extra(self, salt: str | None) -> tuple[str, ...]:
+        return (*self.extra, f"salt={salt}" if salt is not None else "nosalt")
+
+    # -- prefix cache ---------------------------------------------------------------------
+    def lookup_prefix(
+        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None
+    ) -> PrefixHit:
+        """Cached groups for the leading full blocks of `token_ids` (no side effects).
+
+        The block holding the last token is never matched, so at least one token is computed
+        and produces the logits for the next one.
+        """
+        if not self.enable_prefix_caching:
+            return PrefixHit([], [], 0)
+        n_share = (len(token_ids) - 1) // self.block_size
+        self._extend_hashes(seq, token_ids, salt, n_share)
+        groups: list[tuple[int, ...]] = []
+        for h in seq.block_hashes[:n_share]:
+            g = self.alloc.lookup(h)
+            if g is None:
+                break
+            groups.append(g)
+        return PrefixHit(seq.block_hashes[:n_share], groups, len(groups) * self.block_size)
+
+    def _extend_hashes(
+        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None, n_blocks: int
+    ) -> None:
+        have = len(seq.block_hashes)
+        if n_blocks > have:
+            parent = seq.block_hashes[-1] if have else None
+            end = n_blocks * self.block_size
+            seq.block_hashes.extend(
+                hash_blocks(token_ids[:end], self.block_size, self._extra(salt), have, parent)
+            )
+
+    # -- allocation -----------------------------------------------------------------------
+    def can_allocate(self, seq: SeqKV, num_tokens: int, hit: PrefixHit | None = None) -> bool:
+        """Whether `seq` (fresh when `hit` is given) can hold `num_tokens` tokens per lane."""
+        need, extra_free = self._need(seq, num_tokens, hit)
+        return need + extra_free <= self.alloc.num_free
+
+    def _need(self, seq: SeqKV, num_tokens: int, hit: PrefixHit | None) -> tuple[int, int]:
+        bs = self.block_size
+        want = -(-num_tokens // bs)
+        if hit is not None:
+            held = [b for g in hit.groups for b in g]
+            zero_ref = sum(1 for b in held if self.alloc.ref[b] == 0)
+            return (want - len(hit.groups)) * self.n_lanes, zero_ref
+        if seq.lockstep:
+            return max(0, want - int(seq.n_blocks[0])) * self.n_lanes, 0
+        per_lane = (seq.lane_len + num_tokens - seq.num_tokens + bs - 1) // bs - seq.n_blocks
+        return int(per_lane.clamp(min=0).sum()), 0
+
+    def allocate(
+        self,
+        seq: SeqKV,
+        num_tokens: int,
+        hit: PrefixHit | None = None,
+        num_query_tokens: int = 0,
+    ) -> bool:
+        """Give `seq` room for `num_tokens` tokens per lane; all or nothing.
+
+        With `hit`, `seq` must be empty: it first takes the cached groups (and is counted as a
+        prefix-cache query of `num_query_tokens` tokens), then fresh blocks for the rest.
+        """
+        if not self.can_allocate(seq, num_tokens, hit):
+            return False
+        if hit is not None:
+            if seq.max_blocks:
+                raise RuntimeError("a prefix hit can only be applied to an empty sequence")
+            self.prefix_cache_queries += num_query_tokens
+            self.prefix_cache_hits += hit.num_tokens
+            n = len(hit.groups)
+            if n:
+                seq.ensure_capacity(n)
+                for i, g in enumerate(hit.groups):
+                    self.alloc.incref(g)
+                    seq.table[:, i] = torch.tensor(g, dtype=torch.int64)
+                seq.n_blocks[:] = n
+                seq.lane_len[:] = hit.num_tokens
+            seq.num_hit_blocks = n
+            seq.num_committed_blocks = n
+        self._grow(seq, num_tokens)
+        return True
+
+    def _grow(self, seq: SeqKV, num_tokens: int) -> None:
+        bs = self.block_size
+        if seq.lockstep:
+            have = int(seq.n_blocks[0])
+            want = -(-num_tokens // bs)
+            if want > have:
+                ids = self.alloc.allocate((want - have) * self.n_lanes)
+                seq.ensure_capacity(want)
+                seq.table[:, have:want] = (
+                    torch.tensor(ids, dtype=torch.int64).view(want - have, self.n_lanes).T
+                )
+                seq.n_blocks[:] = want
+            return
+        grow_by = num_tokens - seq.num_tokens
+        want = (seq.lane_len + grow_by + bs - 1) // bs
+        for lane in range(self.n_lanes):
+            have, w = int(seq.n_blocks[lane]), int(want[lane])
+            if w > have:
+                seq.ensure_capacity(w)
+                seq.table[lane, have:w] = torch.tensor(self.alloc.allocate(w - have))
+                seq.n_blocks[lane] = w
+
+    def slot_rows(self, seq: SeqKV, n_new: int) -> torch.Tensor:
+        """Flat pool rows `[n_lanes, n_new]` where the next `n_new` tokens of `seq` go."""
+        bs = self.block_size
+        idx = seq.lane_len.unsqueeze(1) + torch.arange(n_new).unsqueeze(0)
+        blocks = torch.gather(seq.table, 1, idx // bs)
+        return blocks * bs + idx % bs
+
+    def advance(self, seq: SeqKV, n_new: int, first_pos: int | None = None) -> None:
+        """Record that `n_new` tokens were written to every lane of `seq`.
+
+        `first_pos` is the original position of the first new token; it is only needed once a
+        lane was compacted (the slot map is no longer the identity).
+        """
+        if seq.slot_pos is not None:
+            need = int(seq.n_blocks.max()) * self.block_size
+            if seq.slot_pos.shape[1] < need:
+                grown = torch.full((self.n_lanes, need), -1, dtype=torch.int64)
+                grown[:, : seq.slot_pos.shape[1]] = seq.slot_pos
+                seq.slot_pos = grown
+            start = seq.num_tokens if first_pos is None else first_pos
+            idx = seq.lane_len.unsqueeze(1) + torch.arange(n_new).unsqueeze(0)
+            pos = torch.arange(start, start + n_new).expand(self.n_lanes, n_new)
+            seq.slot_pos.scatter_(1, idx, pos)
+        seq.lane_len += n_new
+
+    def compact_lane(self, seq: SeqKV, lane: int, keep: torch.Tensor) -> None:
+        """Keep only slots `keep` (sorted) of one lane, in fresh blocks; free the old ones.
+
+        This is the hook retention policies use: the lane leaves lockstep, its kept tokens
+        are copied into blocks it owns alone (shared blocks are never changed), and blocks
+        it no longer needs return to the pool for real.
+        """
+        bs = self.block_size
+        if seq.slot_pos is None:
+            cap = int(seq.n_blocks.max()) * bs
+            seq.slot_pos = torch.arange(cap).repeat(self.n_lanes, 1)
+        nb = int(seq.n_blocks[lane])
+        old = seq.table[lane, :nb].clone()
+        rows = old[keep // bs] * bs + keep % bs
+        k = self.pool._k_rows[rows].clone()
+        v = self.pool._v_rows[rows].clone()
+        pos = seq.slot_pos[lane, keep].clone()
+        self.alloc.decref(old.flip(0).tolist())
+        n = len(keep)
+        new_nb = -(-n // bs)
+        ids = torch.tensor(self.alloc.allocate(new_nb), dtype=torch.int64)
+        seq.table[lane, :new_nb] = ids
+        new_rows = ids.repeat_interleave(bs)[:n] * bs + torch.arange(n) % bs
+        self.pool._k_rows[new_rows] = k
+        self.pool._v_rows[new_rows] = v
+        seq.slot_pos[lane, :n] = pos
+        seq.slot_pos[lane, n:] = -1
+        seq.n_blocks[lane] = new_nb
+        seq.lane_len[lane] = n
+        seq.lockstep = False
+
+    def commit(self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None) -> None:
+        """Offer every newly full (written) block of `seq` to the prefix cache."""
+        if not (self.enable_prefix_caching and seq.lockstep):
+            return
+        n_full = seq.num_tokens // self.block_size
+        if n_full <= seq.num_committed_blocks:
+            return
+        self._extend_hashes(seq, token_ids, salt, n_full)
+        for b in range(seq.num_committed_blocks, n_full):
+            group = tuple(seq.table[:, b].tolist())
+            self.alloc.register(seq.block_hashes[b], group)
+        seq.num_committed_blocks = n_full
+
+    def free(self, seq: SeqKV) -> None:
+        """Return every block of `seq`; cached ones stay findable until reused."""
+        self.alloc.decref(seq.held_blocks())
+        hashes = seq.block_hashes
+        seq.reset()
+        seq.block_hashes = hashes  # still valid for the same tokens (preemption resumes)
+
+    # -- measurements ---------------------------------------------------------------------
+    def resident_bytes(self, seq: SeqKV | None = None) -> int:
+        """Bytes of blocks held (by `seq`, or by anyone), measured from the allocator."""
+        if seq is None:
+            return self.alloc.num_used * self.layout.bytes_per_block
+        return int(seq.n_blocks.sum()) * self.layout.bytes_per_block
+
+    def stats(self) -> KVStats:
+        return KVStats(
+            prefix_cache_queries=self.prefix_cache_queries,
+            prefix_cache_hits=self.prefix_cache_hits,
+            blocks_total=self.alloc.num_blocks,
+            blocks_used=self.alloc.num_used,
+            blocks_free=self.alloc.num_free,
+            blocks_cached=self.alloc.num_cached_groups,
+            cached_blocks_evicted=self.alloc.evicted_groups,
+            resident_bytes=self.resident_bytes(),
+            pool_bytes=self.pool.nbytes,
+        )

@@ -1,0 +1,55 @@
+"""The one storage tensor of the KV cache.
+
+`data[2, num_blocks, block_size, head_dim]`: index 0 holds keys, 1 values, for every
+physical block of every lane. Which block belongs to which lane and sequence is the
+allocator's and the block table's business; the pool only stores, writes and gathers.
+A quantized pool (a later storage format) replaces this class behind the same methods.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ctxlab.kv.layout import KVLayout
+
+
+class KVPool:
+    def __init__(self, layout: KVLayout, num_blocks: int, device: str | torch.device = "cpu"):
+        self.layout = layout
+        self.num_blocks = num_blocks
+        width = max(layout.head_dim, layout.head_dim_v)
+        self.data = torch.zeros(
+            2, num_blocks, layout.block_size, width, dtype=layout.dtype, device=device
+        )
+        # Flat views over slots: slot s of block b is row b * block_size + s.
+        self._k_rows = self.data[0].view(-1, width)
+        self._v_rows = self.data[1].view(-1, width)
+
+    @property
+    def k(self) -> torch.Tensor:
+        return self.data[0]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.data[1]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pool tensor occupies (its capacity, not what is in use)."""
+        return self.num_blocks * self.layout.bytes_per_block
+
+    def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
+        lay = self.layout
+        self._k_rows[rows, : lay.head_dim] = k.to(lay.dtype)
+        self._v_rows[rows, : lay.head_dim_v] = v.to(lay.dtype)
+
+    def gather(self, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of blocks `block_ids[..., nb]` laid out as `[..., nb * block_size, d]`."""
+        lay = self.layout
+        k = self.data[0][block_ids]
+        v = self.data[1][block_ids]
+        shape = (*block_ids.shape[:-1], block_ids.shape[-1] * lay.block_size, -1)
+        k = k.reshape(shape)[..., : lay.head_dim]
+        v = v.reshape(shape)[..., : lay.head_dim_v]
+        return k, v
