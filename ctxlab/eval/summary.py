@@ -1,0 +1,168 @@
+"""Turn per-sample result rows into the tables and plots a reader compares policies with.
+
+Rows are the JSON lines `ctxlab eval` writes (one per sample). Quality is never shown alone:
+every aggregate carries the mean resident KV bytes measured for the same rows, so a policy
+that scores well by keeping everything is seen to cost what it keeps.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+
+from ctxlab.errors import CtxlabError
+from ctxlab.eval.scoring import RULER_THRESHOLD, EffectiveLength, effective_length
+
+Row = dict[str, object]
+
+
+def read_rows(path: Path) -> list[Row]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise CtxlabError(f"{path}: line {number} is not JSON ({exc.msg})") from None
+    return rows
+
+
+def policy_label(row: Row) -> str:
+    budget = row.get("budget")
+    return str(row["policy"]) if budget in (None, "") else f"{row['policy']}@{budget}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Mean score and cost of the rows sharing (task, length, policy)."""
+
+    task: str
+    length: int
+    policy: str
+    score: float
+    kv_bytes: float | None
+    samples: int
+
+
+def _mean_bytes(rows: Sequence[Row]) -> float | None:
+    values = [r["resident_kv_bytes"] for r in rows if r.get("resident_kv_bytes") is not None]
+    return fmean(float(v) for v in values) if values else None  # type: ignore[arg-type]
+
+
+def cells(rows: Iterable[Row]) -> list[Cell]:
+    groups: dict[tuple[str, int, str], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(str(row["task"]), int(row["length"]), policy_label(row))].append(row)  # type: ignore[arg-type]
+    return [
+        Cell(
+            task,
+            length,
+            policy,
+            fmean(float(r["score"]) for r in group),  # type: ignore[arg-type]
+            _mean_bytes(group),
+            len(group),
+        )
+        for (task, length, policy), group in sorted(groups.items())
+    ]
+
+
+def effective_lengths(
+    rows: Sequence[Row], threshold: float = RULER_THRESHOLD, relative: bool = False
+) -> dict[str, EffectiveLength]:
+    """Per policy, over the mean of all tasks at each length.
+
+    relative=True takes the threshold as a fraction of the full-cache policy's mean score at
+    the shortest length (the report says which basis it used).
+    """
+    by_policy: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        by_policy[policy_label(row)][int(row["length"])].append(float(row["score"]))  # type: ignore[arg-type]
+    means = {p: {n: fmean(v) for n, v in by_len.items()} for p, by_len in by_policy.items()}
+    reference = None
+    if relative:
+        full = next((m for p, m in means.items() if p.split("@")[0] == "full"), None)
+        if full is None:
+            raise CtxlabError("a relative threshold needs results of the full policy")
+        reference = full[min(full)]
+    return {p: effective_length(m, threshold, reference) for p, m in means.items()}
+
+
+def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    """One depth x length heatmap PNG per policy (mean score over depth tasks)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    by_policy: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row.get("depth") is not None:
+            by_policy[policy_label(row)].append(row)
+    for policy, group in sorted(by_policy.items()):
+        lengths = sorted({int(r["length"]) for r in group})  # type: ignore[arg-type]
+        depths = sorted({float(r["depth"]) for r in group})  # type: ignore[arg-type]
+        grid = [[float("nan")] * len(lengths) for _ in depths]
+        for i, d in enumerate(depths):
+            for j, n in enumerate(lengths):
+                scores = [
+                    float(r["score"])
+                    for r in group  # type: ignore[arg-type]
+                    if float(r["depth"]) == d and int(r["length"]) == n
+                ]  # type: ignore[arg-type]
+                if scores:
+                    grid[i][j] = fmean(scores)
+        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.35 * len(depths)))
+        image = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel("needle depth")
+        ax.set_title(f"score by depth and length: {policy}")
+        fig.colorbar(image, ax=ax, label="score (0-100)")
+        fig.tight_layout()
+        path = out_dir / f"heatmap_{_slug(policy)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def plot_score_vs_bytes(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    """Per task: mean score against mean resident KV bytes, one point per policy and length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    table = [c for c in cells(rows) if c.kv_bytes is not None]
+    for task in sorted({c.task for c in table}):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for policy in sorted({c.policy for c in table if c.task == task}):
+            points = sorted(
+                (c.kv_bytes, c.score)
+                for c in table  # type: ignore[misc]
+                if c.task == task and c.policy == policy
+            )
+            ax.plot([p[0] / 2**20 for p in points], [p[1] for p in points], "o-", label=policy)
+        ax.set_xlabel("resident KV (MiB, measured from the pool)")
+        ax.set_ylabel("score (0-100)")
+        ax.set_title(f"{task}: quality against what it cost")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"score_vs_kv_{_slug(task)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in text)

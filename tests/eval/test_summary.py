@@ -1,0 +1,60 @@
+import json
+
+import pytest
+
+from ctxlab.errors import CtxlabError
+from ctxlab.eval import summary
+
+
+def _rows():
+    rows = []
+    for policy, budget, kv, drop in (("full", None, 4_000_000, 0), ("snapkv", 256, 1_000_000, 40)):
+        for length in (512, 1024):
+            for depth in (0.0, 0.5, 1.0):
+                score = 100.0 - (drop if length == 1024 else 0)
+                rows.append(
+                    {
+                        "task": "niah_single_noise",
+                        "policy": policy,
+                        "budget": budget,
+                        "length": length,
+                        "depth": depth,
+                        "score": score,
+                        "resident_kv_bytes": kv * length // 512,
+                    }
+                )
+    return rows
+
+
+def test_cells_average_score_and_measured_bytes():
+    table = {(c.policy, c.length): c for c in summary.cells(_rows())}
+    assert table[("snapkv@256", 1024)].score == 60.0
+    assert table[("full", 1024)].kv_bytes == 8_000_000
+    assert table[("full", 512)].samples == 3
+
+
+def test_effective_length_per_policy_absolute_and_relative():
+    absolute = summary.effective_lengths(_rows())
+    assert absolute["full"].length == 1024 and absolute["snapkv@256"].length == 512
+    relative = summary.effective_lengths(_rows(), threshold=0.5, relative=True)
+    assert relative["snapkv@256"].length == 1024 and relative["full"].basis == "relative"
+
+
+def test_relative_without_full_is_an_error():
+    rows = [r for r in _rows() if r["policy"] != "full"]
+    with pytest.raises(CtxlabError, match="full policy"):
+        summary.effective_lengths(rows, relative=True)
+
+
+def test_plots_are_written(tmp_path):
+    heatmaps = summary.plot_heatmaps(_rows(), tmp_path)
+    scatter = summary.plot_score_vs_bytes(_rows(), tmp_path)
+    assert len(heatmaps) == 2 and len(scatter) == 1
+    assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in heatmaps)
+
+
+def test_bad_jsonl_line_is_named(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"a": 1}) + "\n{oops\n")
+    with pytest.raises(CtxlabError, match="line 2"):
+        summary.read_rows(path)
