@@ -133,6 +133,26 @@ class LayerSpec:
         per_token = self.elements_per_token() * self.resident_tokens(context)
         return _whole_bytes(per_token * dtype_bytes) + self.fixed_bytes(dtype_bytes)
 
+    def for_rank(self, tp: int) -> LayerSpec:
+        """What one of `tp` tensor-parallel ranks holds of this layer.
+
+        KV heads are split, a rank holding ceil(kv_heads / tp) (heads are replicated when
+        tp > kv_heads). MLA's latent is shared by all heads, so every rank keeps all of it.
+        Recurrent state splits with its heads (Mamba: with d_inner).
+        """
+        _check_tp(tp)
+        if self.kind in ("full", "sliding"):
+            return replace(self, kv_heads=_ceil_div(self.kv_heads, tp))
+        if self.kind == "recurrent":
+            assert self.recurrent is not None
+            state = self.recurrent
+            if state.kind == "mamba":
+                state = replace(state, d_model=_ceil_div(state.d_model, tp))
+            else:
+                state = replace(state, heads=_ceil_div(state.heads, tp))
+            return replace(self, recurrent=state)
+        return self
+
     def label(self) -> str:
         if self.kind == "sliding":
             return f"sliding(window={self.window})"
@@ -142,6 +162,15 @@ class LayerSpec:
             assert self.recurrent is not None
             return f"recurrent({self.recurrent.kind})"
         return self.kind
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_tp(tp: int) -> None:
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0:
+        raise ArchError(f"tensor-parallel size must be a positive integer, got {tp!r}")
 
 
 def _whole_bytes(value: float) -> int:
@@ -231,6 +260,29 @@ class ArchSpec:
             key = layer.label()
             out[key] = out.get(key, 0) + layer.request_bytes(context, self.cache_dtype_bytes)
         return out
+
+    # -- tensor parallelism -----------------------------------------------------------
+    def per_rank(self, tp: int) -> ArchSpec:
+        """The cache one of `tp` tensor-parallel ranks holds (see `LayerSpec.for_rank`).
+
+        Only the cache view changes; `params` stays the model total.
+        """
+        _check_tp(tp)
+        if tp == 1:
+            return self
+        layers = tuple(layer.for_rank(tp) for layer in self.layers)
+        return replace(self, name=f"{self.name} (per rank, tp={tp})", layers=layers)
+
+    def kv_bytes_per_token_per_rank(self, tp: int) -> int:
+        return self.per_rank(tp).kv_bytes_per_token()
+
+    def request_bytes_per_rank(self, context: int, tp: int) -> int:
+        return self.per_rank(tp).request_bytes(context)
+
+    # -- what-ifs -----------------------------------------------------------------------
+    def layer_indices(self, kind: str) -> tuple[int, ...]:
+        """0-based indices of the layers of `kind` (full, sliding, mla, recurrent, none)."""
+        return tuple(i for i, layer in enumerate(self.layers) if layer.kind == kind)
 
     def all_global(self) -> ArchSpec:
         """The same model with every sliding layer made global: what the window saves."""

@@ -1,0 +1,200 @@
+"""Read an `ArchSpec` from a GGUF file's header, without touching the tensor data.
+
+`gguf.GGUFReader` memory-maps the file and parses only the key/value metadata and the tensor
+table (names, shapes, types); nothing is dequantized or read into memory, so this is cheap
+even for a 100 GB file. The parameter count comes from the tensor shapes in that table, and
+the weight width from their stored sizes (a Q4 file really is ~0.6 bytes per parameter).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ctxlab.arch.spec import ArchSpec, LayerSpec, RecurrentState
+from ctxlab.errors import CtxlabError
+
+# Architectures whose GGUF leaves the sliding pattern implicit (llama.cpp hard-codes it):
+# every Nth layer is global.
+_DEFAULT_SWA_PERIOD = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
+
+
+class _Meta:
+    """Metadata access that names the file and the key in every error."""
+
+    def __init__(self, reader: Any, origin: str) -> None:
+        self.reader = reader
+        self.origin = origin
+        arch = self.raw("general.architecture")
+        if not isinstance(arch, str) or not arch:
+            raise self.fail("general.architecture", "is missing")
+        self.arch = arch
+
+    def fail(self, key: str, why: str) -> CtxlabError:
+        return CtxlabError(f"{self.origin}: GGUF key {key!r} {why}")
+
+    def raw(self, key: str) -> Any:
+        field = self.reader.fields.get(key)
+        if field is None:
+            return None
+        if len(field.types) == 0:
+            return None
+        return field.contents()
+
+    def key(self, suffix: str) -> str:
+        return f"{self.arch}.{suffix}"
+
+    def int(self, suffix: str, default: int | None = None, minimum: int = 1) -> int:
+        key = self.key(suffix)
+        value = self.raw(key)
+        if value is None:
+            if default is None:
+                raise self.fail(key, "is missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def per_layer(self, suffix: str, n_layers: int, default: int | None = None) -> list[int]:
+        """An integer that some architectures store per layer (an array) and others once."""
+        key = self.key(suffix)
+        value = self.raw(key)
+        if isinstance(value, list):
+            if len(value) != n_layers or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+            ):
+                raise self.fail(key, f"must hold {n_layers} non-negative integers")
+            return value
+        return [self.int(suffix, default=default)] * n_layers
+
+
+def _swa_flags(meta: _Meta, n_layers: int) -> list[bool]:
+    """Per layer: does it slide? From the pattern key, or the architecture's known default."""
+    if meta.raw(meta.key("attention.sliding_window")) is None:
+        return [False] * n_layers
+    key = meta.key("attention.sliding_window_pattern")
+    pattern = meta.raw(key)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers or not all(isinstance(v, bool) for v in pattern):
+            raise meta.fail(key, f"must hold {n_layers} true/false values")
+        return list(pattern)
+    period = pattern if pattern is not None else _DEFAULT_SWA_PERIOD.get(meta.arch)
+    if period is None:
+        return [True] * n_layers  # e.g. Mistral: every layer slides
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise meta.fail(key, f"must be a positive integer or a list, got {period!r}")
+    return [(i + 1) % period != 0 for i in range(n_layers)]
+
+
+def _open(path: Path) -> Any:
+    import gguf  # the reader is only needed here; keep `import ctxlab.arch` light
+
+    if not path.is_file():
+        raise CtxlabError(f"{path}: GGUF file not found")
+    try:
+        return gguf.GGUFReader(path, "r")
+    except (ValueError, IndexError, KeyError, TypeError, OSError, OverflowError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CtxlabError(f"{path}: not a readable GGUF file ({reason})") from None
+
+
+def _param_counts(reader: Any, meta: _Meta) -> tuple[int, int, int]:
+    """(total params, active params, stored bytes) from the tensor table."""
+    total = stored = experts = 0
+    for tensor in reader.tensors:
+        n = int(tensor.n_elements)
+        total += n
+        stored += int(tensor.n_bytes)
+        if "_exps" in tensor.name:
+            experts += n
+    count = meta.int("expert_count", default=0, minimum=0)
+    used = meta.int("expert_used_count", default=0, minimum=0)
+    active = total
+    if experts and count and used:
+        active = total - experts + experts * min(used, count) // count
+    return total, active, stored
+
+
+def from_gguf(path: str | Path) -> ArchSpec:
+    """Build an `ArchSpec` from a GGUF file's metadata and tensor table."""
+    path = Path(path)
+    reader = _open(path)
+    meta = _Meta(reader, str(path))
+
+    n_layers = meta.int("block_count")
+    hidden = meta.int("embedding_length")
+    heads = meta.per_layer("attention.head_count", n_layers)
+    kv_heads = meta.per_layer("attention.head_count_kv", n_layers, default=max(heads))
+    q_heads = max(heads)
+    d_k = meta.int("attention.key_length", default=hidden // q_heads)
+    d_v = meta.int("attention.value_length", default=hidden // q_heads)
+    swa = _swa_flags(meta, n_layers)
+    window = meta.int("attention.sliding_window") if any(swa) else None
+    d_c = meta.int("attention.kv_lora_rank", default=0, minimum=0)
+    d_rope = meta.int("rope.dimension_count", default=0, minimum=0)
+    notes: list[str] = []
+
+    layers: list[LayerSpec] = []
+    for i in range(n_layers):
+        if kv_heads[i] == 0:
+            layers.append(_recurrent(meta, heads[i] or q_heads, notes, i))
+        elif d_c:
+            layers.append(
+                LayerSpec("mla", kv_heads=heads[i], d_k=d_k, d_v=d_v, d_c=d_c, d_rope=d_rope)
+            )
+        elif swa[i]:
+            layers.append(
+                LayerSpec("sliding", kv_heads=kv_heads[i], d_k=d_k, d_v=d_v, window=window)
+            )
+        else:
+            layers.append(LayerSpec("full", kv_heads=kv_heads[i], d_k=d_k, d_v=d_v))
+
+    total, active, stored = _param_counts(reader, meta)
+    if total <= 0:
+        raise CtxlabError(f"{path}: the GGUF file lists no tensors")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = meta.int("vocab_size", default=len(tokens.data) if tokens is not None else 0, minimum=0)
+    name = meta.raw("general.name")
+    notes.append(
+        f"parameters counted from the GGUF tensor table; weights stored at "
+        f"{stored / total:.3f} bytes per parameter"
+    )
+    return ArchSpec(
+        name=name if isinstance(name, str) and name else path.stem,
+        layers=tuple(layers),
+        n_query_heads=q_heads,
+        hidden_size=hidden,
+        params=total,
+        active_params=active if active != total else None,
+        vocab_size=vocab,
+        max_position=meta.int("context_length", default=0, minimum=0),
+        weight_dtype_bytes=stored / total,
+        source=f"GGUF metadata: {path}",
+        notes=tuple(notes),
+    )
+
+
+def _recurrent(meta: _Meta, heads: int, notes: list[str], index: int) -> LayerSpec:
+    """A layer without KV heads: Mamba (ssm.*) or KDA (kda.head_dim); otherwise no cache."""
+    state_size = meta.int("ssm.state_size", default=0, minimum=0)
+    if state_size:
+        inner = meta.int("ssm.inner_size")
+        state = RecurrentState(
+            "mamba",
+            d_model=inner,
+            expand=1,
+            d_state=state_size,
+            d_conv=meta.int("ssm.conv_kernel", default=4),
+        )
+        return LayerSpec("recurrent", recurrent=state)
+    kda_dim = meta.int("kda.head_dim", default=0, minimum=0)
+    if kda_dim:
+        return LayerSpec(
+            "recurrent", recurrent=RecurrentState("kda", heads=heads, head_dim=kda_dim)
+        )
+    if not any("no KV heads" in n for n in notes):
+        notes.append(
+            f"layer {index} (and any like it) has no KV heads and no known state keys; "
+            "it is counted as caching nothing"
+        )
+    return LayerSpec("none")
