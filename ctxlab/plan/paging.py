@@ -8,10 +8,13 @@ resident window may straddle one more page than W/P.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from ctxlab.arch.spec import ArchSpec, LayerSpec
 from ctxlab.errors import CtxlabError
+from ctxlab.plan.parallel import replication
 from ctxlab.plan.units import whole_bytes
 
 
@@ -61,24 +64,30 @@ class PagedRequest:
     wasted_tokens: int
     logical_bytes: int
     allocated_bytes: int
+    gpus: int = 1
+    allocated_bytes_all_gpus: int = 0  # with tensor-parallel copies (see `parallel`)
 
     @property
     def wasted_bytes(self) -> int:
         return self.allocated_bytes - self.logical_bytes
 
 
-def paged_request(arch: ArchSpec, context: int, page_size: int) -> PagedRequest:
+def paged_request(arch: ArchSpec, context: int, page_size: int, gpus: int = 1) -> PagedRequest:
     """Allocated and wasted slots (tokens of a full layer) and bytes over all layers.
 
     Fixed recurrent state is not paged here: it is counted once, at its logical size.
+    With `gpus` tensor-parallel ranks, `allocated_bytes_all_gpus` adds the copies.
     """
     _check(context, page_size)
     dtype = arch.cache_dtype_bytes
     allocated_bytes = 0
+    all_gpus = Fraction(0)
     for layer in arch.layers:
         slots = layer_allocated_slots(layer, context, page_size)
-        allocated_bytes += whole_bytes(layer.elements_per_token() * slots * dtype)
-        allocated_bytes += layer.fixed_bytes(dtype)
+        layer_bytes = whole_bytes(layer.elements_per_token() * slots * dtype)
+        layer_bytes += layer.fixed_bytes(dtype)
+        allocated_bytes += layer_bytes
+        all_gpus += layer_bytes * replication(layer, gpus)
     return PagedRequest(
         context=context,
         page_size=page_size,
@@ -86,4 +95,6 @@ def paged_request(arch: ArchSpec, context: int, page_size: int) -> PagedRequest:
         wasted_tokens=wasted_slots(context, page_size),
         logical_bytes=arch.request_bytes(context),
         allocated_bytes=allocated_bytes,
+        gpus=gpus,
+        allocated_bytes_all_gpus=math.ceil(all_gpus),
     )

@@ -7,9 +7,10 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
 - `schema`: "ctxlab.plan/1".
 - `arch`: {name, source, n_layers, layer_kinds {label: count}, n_query_heads, params,
   active_params, cache_dtype_bytes, weight_dtype_bytes, notes [str]}.
-- `device`: {name, peak_flops (FLOP/s), mem_bandwidth (bytes/s), memory_bytes, source}.
+- `device`: {name, peak_flops (FLOP/s), mem_bandwidth (bytes/s), memory_bytes, source};
+  with `gpus` > 1 the sums over all GPUs (name "N x device").
 - `inputs`: {contexts [tokens], concurrency, page_size, shared_prefix_tokens,
-  output_tokens, cache_dtype (name or null), weights_bytes, reserve_bytes,
+  output_tokens, gpus, cache_dtype (name or null), weights_bytes, reserve_bytes,
   reserve_source, prices (dict or null), self_hosted (dict or null)}.
 - `kv_bytes_per_token`: int, logical bytes one more token costs over all growing layers.
 - `contexts`: the context lengths, in the order given.
@@ -24,8 +25,9 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
   - `sharing` (sharing): summary {requests, shared_prefix_tokens}; rows {context_tokens,
     prefix_tokens_shared, bytes_without_sharing, bytes_avoided_by_sharing,
     bytes_with_sharing, bytes_avoided_full_pages}.
-  - `capacity` (capacity): summary {device_memory_bytes, weights_bytes, reserve_bytes,
-    kv_budget_bytes}; rows {context_tokens, max_concurrent_requests (int, or null when a
+  - `capacity` (capacity): summary {gpus, device_memory_bytes (all GPUs), weights_bytes,
+    reserve_bytes, kv_budget_bytes}; rows {context_tokens, kv_bytes_per_request_all_gpus
+    (page-rounded, with tensor-parallel copies), max_concurrent_requests (int, or null when a
     request holds no cache), concurrency_fits (bool), capacity_sentence}.
   - `compute` (compute): summary {device, peak_flops, mem_bandwidth}; rows {context_tokens,
     prefill_flops, prefill_weight_flops, prefill_attention_flops, prefill_seconds,
@@ -50,7 +52,7 @@ from typing import Any
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
-from ctxlab.plan import capacity, compute, cost, memory, paging, sharing
+from ctxlab.plan import capacity, compute, cost, memory, paging, parallel, sharing
 from ctxlab.plan.devices import Device, get_device
 
 SCHEMA = "ctxlab.plan/1"
@@ -98,9 +100,11 @@ def build_plan(
     output_tokens: int = DEFAULT_OUTPUT_TOKENS,
     prices: cost.HostedPrices | None = None,
     self_hosted: cost.SelfHostedRates | None = None,
+    gpus: int = 1,
 ) -> dict[str, Any]:
     """Every planner figure for `arch` at each context length; see the module docstring."""
     arch, device = _resolve(arch, device)
+    device = parallel.scaled_device(device, gpus)
     arch = memory.with_cache_dtype(arch, cache_dtype)
     contexts = [int(c) for c in contexts]
     if not contexts:
@@ -136,7 +140,7 @@ def build_plan(
                 "kv_bytes_for_concurrency": req.bytes_for_concurrency,
             }
         )
-        paged = paging.paged_request(arch, context, page_size)
+        paged = paging.paged_request(arch, context, page_size, gpus)
         page_rows.append(
             {
                 "context_tokens": context,
@@ -158,14 +162,15 @@ def build_plan(
                 "bytes_avoided_full_pages": shared.bytes_avoided_full_pages,
             }
         )
-        fits = capacity.max_concurrent(budget.kv_bytes, paged.allocated_bytes)
+        fits = capacity.max_concurrent(budget.kv_bytes, paged.allocated_bytes_all_gpus)
         cap_rows.append(
             {
                 "context_tokens": context,
+                "kv_bytes_per_request_all_gpus": paged.allocated_bytes_all_gpus,
                 "max_concurrent_requests": fits,
                 "concurrency_fits": fits is None or fits >= concurrency,
                 "capacity_sentence": capacity.capacity_sentence(
-                    fits, context, paged.allocated_bytes, budget.kv_bytes
+                    fits, context, paged.allocated_bytes_all_gpus, budget.kv_bytes
                 ),
             }
         )
@@ -218,6 +223,7 @@ def build_plan(
         "capacity": _section(
             "capacity",
             {
+                "gpus": gpus,
                 "device_memory_bytes": device.memory_bytes,
                 "weights_bytes": weights,
                 "reserve_bytes": reserve,
@@ -248,6 +254,12 @@ def build_plan(
     notes.append(
         "Times are rooflines at the device's peak FLOP/s and memory bandwidth: lower bounds."
     )
+    if gpus > 1:
+        notes.append(
+            f"{gpus} GPUs in tensor parallel: memory, FLOP/s and bandwidth are summed (no "
+            "communication cost); capacity counts KV heads copied to ranks that lack one and "
+            "MLA latents copied to every rank."
+        )
     if any(layer.kind == "recurrent" for layer in arch.layers):
         notes.append(
             "Recurrent layers hold a fixed state per request; prefix sharing saves their "
@@ -293,6 +305,7 @@ def build_plan(
             "page_size": page_size,
             "shared_prefix_tokens": shared_prefix,
             "output_tokens": output_tokens,
+            "gpus": gpus,
             "cache_dtype": cache_dtype,
             "weights_bytes": weights,
             "reserve_bytes": reserve,

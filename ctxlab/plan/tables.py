@@ -1,0 +1,201 @@
+"""Human output of a plan: one rich table per section, rendered from `build_plan`'s dict.
+
+Tables read the dict rather than recomputing anything, so what a person reads is exactly
+what `--json` and the web lab return. Binary byte units are labelled (GiB), decimal GB
+appears only where labelled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ctxlab.plan.units import fmt_bytes, fmt_flops, fmt_gb, fmt_seconds, fmt_tokens
+
+
+def _table(plan: dict[str, Any], name: str, columns: list[str]) -> Table:
+    section = plan["sections"][name]
+    table = Table(
+        title=f"{section['title']}  [dim](layer: {section['layer']})[/dim]",
+        title_justify="left",
+    )
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    return table
+
+
+def _kinds(by_kind: dict[str, int]) -> str:
+    return ", ".join(f"{kind}: {fmt_bytes(n)}" for kind, n in by_kind.items()) or "-"
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def header_lines(plan: dict[str, Any]) -> list[str]:
+    arch, device, inputs = plan["arch"], plan["device"], plan["inputs"]
+    kinds = ", ".join(f"{n} x {k}" for k, n in arch["layer_kinds"].items())
+    dtype = inputs["cache_dtype"] or f"{arch['cache_dtype_bytes']:g} bytes/element"
+    return [
+        f"[bold]{arch['name']}[/bold]: {arch['n_layers']} layers ({kinds}); "
+        f"{arch['params']:,} parameters; cache dtype {dtype}",
+        f"device {device['name']}: {device['peak_flops'] / 1e12:,.0f} TFLOP/s, "
+        f"{device['mem_bandwidth'] / 1e12:,.2f} TB/s, {fmt_bytes(device['memory_bytes'])}",
+        f"concurrency {inputs['concurrency']}, page size {inputs['page_size']}, "
+        f"shared prefix {inputs['shared_prefix_tokens']:,} tokens, "
+        f"{inputs['output_tokens']:,} output tokens",
+    ]
+
+
+def section_tables(plan: dict[str, Any]) -> list[Table]:
+    """One table per section, in the order of the stack."""
+    n = plan["inputs"]["concurrency"]
+    tables: list[Table] = []
+    mem = plan["sections"]["memory"]
+    t = _table(plan, "memory", ["context", "per request", "by layer kind", f"x {n} requests"])
+    t.caption = (
+        f"{fmt_bytes(mem['summary']['kv_bytes_per_token'])} "
+        f"({mem['summary']['kv_bytes_per_token']:,} B) per token"
+        + (
+            f"; plus {fmt_bytes(mem['summary']['fixed_state_bytes_per_request'])} fixed state "
+            "per request"
+            if mem["summary"]["fixed_state_bytes_per_request"]
+            else ""
+        )
+        + (
+            f"; stops growing at {mem['summary']['growth_stops_at_tokens']:,} tokens"
+            if mem["summary"]["growth_stops_at_tokens"] is not None
+            else ""
+        )
+    )
+    for r in mem["rows"]:
+        t.add_row(
+            fmt_tokens(r["context_tokens"]),
+            f"{fmt_bytes(r['kv_bytes_per_request'])} ({fmt_gb(r['kv_bytes_per_request'])})",
+            _kinds(r["kv_bytes_per_request_by_kind"]),
+            fmt_bytes(r["kv_bytes_for_concurrency"]),
+        )
+    tables.append(t)
+
+    page = plan["sections"]["paging"]
+    t = _table(
+        plan,
+        "paging",
+        ["context", "allocated slots", "wasted slots", "allocated bytes", "wasted bytes"],
+    )
+    t.caption = f"pages of {page['summary']['page_size']} tokens: ceil(tokens / P) x P slots"
+    for r in page["rows"]:
+        t.add_row(
+            fmt_tokens(r["context_tokens"]),
+            fmt_tokens(r["allocated_tokens_per_request"]),
+            fmt_tokens(r["wasted_tokens_per_request"]),
+            fmt_bytes(r["allocated_bytes_per_request"]),
+            fmt_bytes(r["wasted_bytes_per_request"]),
+        )
+    tables.append(t)
+
+    share = plan["sections"]["sharing"]
+    t = _table(
+        plan,
+        "sharing",
+        ["context", "prefix shared", "without sharing", "avoided", "with sharing", "full pages"],
+    )
+    t.caption = (
+        f"{share['summary']['requests']} requests sharing "
+        f"{share['summary']['shared_prefix_tokens']:,} prefix tokens; avoided = (N - 1) x "
+        "prefix bytes still resident; 'full pages' shares whole pages only"
+    )
+    for r in share["rows"]:
+        t.add_row(
+            fmt_tokens(r["context_tokens"]),
+            fmt_tokens(r["prefix_tokens_shared"]),
+            fmt_bytes(r["bytes_without_sharing"]),
+            fmt_bytes(r["bytes_avoided_by_sharing"]),
+            fmt_bytes(r["bytes_with_sharing"]),
+            fmt_bytes(r["bytes_avoided_full_pages"]),
+        )
+    tables.append(t)
+
+    cap = plan["sections"]["capacity"]
+    s = cap["summary"]
+    t = _table(plan, "capacity", ["context", "max requests", f"{n} fit?", "in words"])
+    t.caption = (
+        f"KV budget {fmt_bytes(s['kv_budget_bytes'])} = "
+        f"device {fmt_bytes(s['device_memory_bytes'])}"
+        f" - weights {fmt_bytes(s['weights_bytes'])} - reserve {fmt_bytes(s['reserve_bytes'])}"
+    )
+    for r in cap["rows"]:
+        fits = r["max_concurrent_requests"]
+        t.add_row(
+            fmt_tokens(r["context_tokens"]),
+            "unbounded" if fits is None else f"{fits:,}",
+            "yes" if r["concurrency_fits"] else "no",
+            r["capacity_sentence"],
+        )
+    tables.append(t)
+
+    comp = plan["sections"]["compute"]
+    device = comp["summary"]["device"]
+    t = _table(plan, "compute", ["context", "FLOPs", "weights", "attention", "attn share", "time"])
+    t.title = f"Prefill at roofline on {device}  [dim](layer: compute)[/dim]"
+    t.caption = "2 x active params x tokens + causal attention; time at peak FLOP/s (lower bound)"
+    for r in comp["rows"]:
+        t.add_row(
+            fmt_tokens(r["context_tokens"]),
+            fmt_flops(r["prefill_flops"]),
+            fmt_flops(r["prefill_weight_flops"]),
+            fmt_flops(r["prefill_attention_flops"]),
+            f"{r['attention_flops_share']:.1%}",
+            fmt_seconds(r["prefill_seconds"]),
+        )
+    tables.append(t)
+    t = _table(
+        plan, "compute", ["context", "weights read", "cache read", "bytes/step", "time/token"]
+    )
+    t.title = f"Decode at roofline on {device}  [dim](layer: compute)[/dim]"
+    t.caption = f"one request alone; a step of all {n} together takes " + ", ".join(
+        fmt_seconds(r["decode_batch_seconds_per_step"]) for r in comp["rows"]
+    )
+    for r in comp["rows"]:
+        t.add_row(
+            fmt_tokens(r["context_tokens"]),
+            fmt_bytes(r["decode_weight_bytes_per_step"]),
+            fmt_bytes(r["decode_cache_bytes_per_step"]),
+            fmt_bytes(r["decode_bytes_per_step"]),
+            fmt_seconds(r["decode_seconds_per_token"]),
+        )
+    tables.append(t)
+
+    if "cost" in plan["sections"]:
+        c = plan["sections"]["cost"]
+        t = _table(
+            plan,
+            "cost",
+            ["context", "hosted (cold)", "hosted (warm)", "self-hosted GPU s", "per success"],
+        )
+        t.caption = (
+            "cold: the shared prefix is written to the provider cache; warm: it is read back"
+        )
+        for r in c["rows"]:
+            gpu = r["self_hosted_gpu_seconds"]
+            t.add_row(
+                fmt_tokens(r["context_tokens"]),
+                _money(r["hosted_cold_cost"]),
+                _money(r["hosted_warm_cost"]),
+                "-" if gpu is None else fmt_seconds(gpu),
+                _money(r["self_hosted_cost_per_success"]),
+            )
+        tables.append(t)
+    return tables
+
+
+def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    for line in header_lines(plan):
+        console.print(line)
+    for table in section_tables(plan):
+        console.print(table)
+    for note in plan["notes"]:
+        console.print(f"[dim]note: {note}[/dim]")
