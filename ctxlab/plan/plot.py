@@ -40,6 +40,7 @@ def plot_kv_vs_context(
     for c in contexts:
         ax.axvline(c, color="grey", linewidth=0.6, linestyle=":")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("KV cache per request (GiB)")
     ax.set_title(title or "Logical KV cache per request")

@@ -101,7 +101,9 @@ def fmt_bytes(n: float) -> str:
 
 
 def fmt_gb(n: float) -> str:
-    """Decimal, labelled: '17.2 GB'."""
+    """Decimal, labelled: '17.2 GB' (or '536.9 MB' below a gigabyte)."""
+    if abs(n) < 1e9:
+        return f"{n / 1e6:,.1f} MB"
     return f"{n / 1e9:,.1f} GB"
 
 
