@@ -106,7 +106,9 @@ def estimate_params(cfg: Config, mixers: Sequence[str], hidden: int) -> ParamEst
     kv_heads = int(_get(cfg, "num_key_value_heads", default=heads))
     head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
     vocab = int(_get(cfg, "vocab_size", default=0))
-    tied = bool(_get(cfg, "tie_word_embeddings", default=False))
+    # Gemma configs omit the flag and tie by default; Llama-family configs default to untied.
+    family_ties = str(cfg.get("model_type", "")).startswith("gemma")
+    tied = bool(_get(cfg, "tie_word_embeddings", default=family_ties))
     inter = int(_get(cfg, "intermediate_size", default=4 * hidden))
     n_experts = int(
         _get(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=0) or 0
@@ -119,6 +121,13 @@ def estimate_params(cfg: Config, mixers: Sequence[str], hidden: int) -> ParamEst
     linear = cfg.get("linear_attn_config") or {}
 
     embed = vocab * hidden * (1 if tied else 2) + hidden  # plus the final norm
+    # RMSNorm weights: two per layer; Gemma 2/3 add post-norms, Qwen3/Gemma 3 norm q and k.
+    model_type = str(cfg.get("model_type", ""))
+    norms_per_layer = 2 * hidden
+    if model_type.startswith(("gemma2", "gemma3")):
+        norms_per_layer += 2 * hidden
+    if model_type.startswith(("qwen3", "gemma3")):
+        norms_per_layer += 2 * head_dim
     total = active = embed
     for i, mixer in enumerate(mixers):
         if mixer == "mla":
@@ -139,7 +148,7 @@ def estimate_params(cfg: Config, mixers: Sequence[str], hidden: int) -> ParamEst
             )
         else:
             mix = attention_params(cfg, hidden, heads, kv_heads, head_dim)
-        norms = 2 * hidden
+        norms = norms_per_layer
         if _is_moe_layer(cfg, i, n_experts):
             expert = 3 * hidden * moe_inter
             router = hidden * n_experts
