@@ -33,7 +33,7 @@ _BYTE_UNITS: dict[str, int] = {
 # Token counts: "128K" is 131,072 tokens as model cards use it (binary), "1M" is 1,048,576.
 _TOKEN_UNITS: dict[str, int] = {"": 1, "k": 1024, "m": 1024**2}
 
-_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+_NUMBER = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
 def whole_bytes(value: float) -> int:
