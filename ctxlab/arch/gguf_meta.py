@@ -132,6 +132,11 @@ def from_gguf(path: str | Path) -> ArchSpec:
     window = meta.int("attention.sliding_window") if any(swa) else None
     d_c = meta.int("attention.kv_lora_rank", default=0, minimum=0)
     d_rope = meta.int("rope.dimension_count", default=0, minimum=0)
+    if d_c:
+        # Newer DeepSeek GGUFs store the absorbed (latent) widths in key/value_length and the
+        # per-head attention widths in the *_mla keys.
+        d_k = meta.int("attention.key_length_mla", default=d_k)
+        d_v = meta.int("attention.value_length_mla", default=d_v)
     notes: list[str] = []
 
     layers: list[LayerSpec] = []
