@@ -101,7 +101,9 @@ function describeChange(before, after) {
       `What moved is ${movedLayers.join(" and ")}: the logical cost of a token ` +
       "(representation) is unchanged, so this is not a smaller token.";
   } else {
-    verdict = `The logical cost of a token moved: this is a ${movedLayers.join(", ")} change.`;
+    verdict =
+      "The logical cost of a token moved: a representation change, and the figures built " +
+      "on it moved with it.";
   }
   return { inputs, moved: list(moved), still: list(still), verdict, movedKeys: moved.map((f) => f.key) };
 }
@@ -147,20 +149,24 @@ function tickTokens(n) {
 function renderChart(chart) {
   const holder = document.getElementById("chart");
   holder.textContent = "";
-  const W = 760, H = 280, L = 70, R = 120, T = 14, B = 34;
+  const W = 760, H = 280, L = 84, R = 120, T = 14, B = 34;
   const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "bytes against context length" });
   const pts = chart.points;
   if (!pts.length) return;
   const xs = pts.map((p) => Math.log2(p.context));
   const x0 = Math.min(...xs), x1 = Math.max(...xs);
-  const maxState = Math.max(1, ...pts.map((p) => p.physical_bytes));
+  // Both axes are logarithmic: linear growth is a straight line, a window is a plateau,
+  // and a budget many times larger than the state still fits on the chart.
   const budget = chart.budget_bytes;
-  const budgetOnScale = budget > 0 && budget <= 4 * maxState;
-  const yMax = (budgetOnScale ? Math.max(maxState, budget) : maxState) * 1.08;
+  const values = pts.flatMap((p) => [p.logical_bytes, p.physical_bytes]).concat([budget]);
+  const positive = values.filter((v) => v > 0);
+  const lo2 = Math.floor(Math.log2(Math.min(...positive)));
+  const hi2 = Math.max(lo2 + 1, Math.ceil(Math.log2(Math.max(...positive))));
   const X = (c) => L + ((Math.log2(c) - x0) / Math.max(x1 - x0, 1e-9)) * (W - L - R);
-  const Y = (b) => T + (1 - b / yMax) * (H - T - B);
-  for (let i = 0; i <= 4; i++) {
-    const b = (yMax / 1.08) * (i / 4);
+  const Y = (b) => T + (1 - (Math.log2(Math.max(b, 2 ** lo2)) - lo2) / (hi2 - lo2)) * (H - T - B);
+  const step = Math.max(1, Math.ceil((hi2 - lo2) / 6));
+  for (let k = lo2; k <= hi2; k += step) {
+    const b = 2 ** k;
     svg.appendChild(svgEl("line", { class: "grid", x1: L, x2: W - R, y1: Y(b), y2: Y(b) }));
     svg.appendChild(svgEl("text", { x: L - 6, y: Y(b) + 4, "text-anchor": "end" }, tickBytes(b)));
   }
@@ -172,17 +178,26 @@ function renderChart(chart) {
   svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
   svg.appendChild(svgEl("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
   svg.appendChild(svgEl("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, "context length (tokens, log scale)"));
+  svg.appendChild(svgEl("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", transform: `rotate(-90 12 ${(T + H - B) / 2})` }, "bytes, all requests (log scale)"));
   const path = (key) => pts.map((p, i) => `${i ? "L" : "M"}${X(p.context).toFixed(1)},${Y(p[key]).toFixed(1)}`).join(" ");
   svg.appendChild(svgEl("path", { class: "logical", d: path("logical_bytes") }));
   svg.appendChild(svgEl("path", { class: "physical", d: path("physical_bytes") }));
+  // Right-hand labels, pushed apart so that lines ending close together stay readable.
   const last = pts[pts.length - 1];
-  svg.appendChild(svgEl("text", { x: W - R + 6, y: Y(last.logical_bytes) + 4 }, "logical"));
-  svg.appendChild(svgEl("text", { x: W - R + 6, y: Y(last.physical_bytes) + 16 }, "after paging"));
-  if (budgetOnScale) {
+  const labels = [
+    { y: Y(last.logical_bytes), text: "logical" },
+    { y: Y(last.physical_bytes), text: "after paging" },
+  ];
+  if (budget > 0) {
     svg.appendChild(svgEl("line", { class: "budget", x1: L, x2: W - R, y1: Y(budget), y2: Y(budget) }));
-    svg.appendChild(svgEl("text", { x: W - R + 6, y: Y(budget) + 4 }, `KV budget ${tickBytes(budget)}`));
-  } else if (budget > 0) {
-    svg.appendChild(svgEl("text", { x: W - R + 6, y: T + 10 }, `budget ${tickBytes(budget)} ↑`));
+    labels.push({ y: Y(budget), text: `KV budget ${tickBytes(budget)}` });
+  }
+  labels.sort((a, b) => a.y - b.y);
+  for (let i = 1; i < labels.length; i++) {
+    labels[i].y = Math.max(labels[i].y, labels[i - 1].y + 13);
+  }
+  for (const label of labels) {
+    svg.appendChild(svgEl("text", { x: W - R + 6, y: label.y + 4 }, label.text));
   }
   svg.appendChild(svgEl("line", { class: "here", x1: X(chart.context), x2: X(chart.context), y1: T, y2: H - B }));
   holder.appendChild(svg);
