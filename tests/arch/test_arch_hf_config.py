@@ -244,3 +244,30 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
         from_hf_config(bad)
     with pytest.raises(CtxlabError, match="JSON object"):
         from_hf_config(_write(tmp_path, [1, 2, 3]))
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "hidden", "heads", "kv", "inter", "vocab"),
+    [
+        ("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256),
+        ("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256),
+        ("llama-2-7b", 32, 4096, 32, 32, 11008, 32000),
+    ],
+)
+def test_estimate_reproduces_published_llama_counts(
+    name: str, layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int
+) -> None:
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "intermediate_size": inter,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+    }
+    spec = from_hf_config(cfg)
+    preset = get_preset(name)
+    assert spec.params == preset.params
+    assert spec.layers == preset.layers
