@@ -1,0 +1,149 @@
+"""One simulation run end to end: a trace and a setup in, a result record out.
+
+Colocated mode is one `Simulator`. Disaggregated mode runs a prefill instance first (each
+request leaves it after its first token) and then a decode instance on which each request
+arrives when its KV has crossed the transfer link (one link, requests in the order they
+finish prefill); the decode instance holds no prefix cache. The prefill side does not feel
+back-pressure from a full decode side: a stated simplification.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ctxlab.arch.spec import ArchSpec
+from ctxlab.errors import CtxlabError
+from ctxlab.plan.devices import Device
+from ctxlab.sim.config import Setup, SimConfig, resolve
+from ctxlab.sim.engine import Counters, Seq, Simulator, Timeline
+from ctxlab.sim.metrics import summarize
+from ctxlab.sim.steptime import ProfileStepTime, RooflineStepTime
+from ctxlab.sim.trace import Trace
+
+
+@dataclass
+class SimResult:
+    """Figures of one run plus what the plots need."""
+
+    metrics: dict[str, float]
+    counters: Counters
+    timeline: Timeline
+    setup: Setup
+    step_model: str
+    decode_timeline: Timeline | None = None
+    seqs: list[Seq] = field(default_factory=list)
+
+
+def make_step_time(setup: Setup, gpus: int):
+    cfg = setup.config
+    if cfg.profile:
+        return ProfileStepTime(cfg.profile)
+    return RooflineStepTime(
+        setup.cost,
+        setup.device,
+        gpus=gpus,
+        compute_efficiency=cfg.compute_efficiency,
+        memory_efficiency=cfg.memory_efficiency,
+        overhead_s=cfg.step_overhead,
+    )
+
+
+def simulate(
+    trace: Trace, arch: ArchSpec, device: Device, config: SimConfig, check: bool = False
+) -> SimResult:
+    """Replay `trace` on `arch` x `device` under `config`."""
+    if config.disaggregated:
+        return _disaggregated(trace, arch, device, config, check)
+    setup = resolve(arch, device, config)
+    step = make_step_time(setup, config.gpus)
+    sim = Simulator(setup, step, trace.block_tokens, check=check)
+    done = sim.run([(r, r.arrival) for r in trace.requests])
+    return _result(trace, setup, step.label, sim, done, done, sim.counters, None)
+
+
+def _disaggregated(
+    trace: Trace, arch: ArchSpec, device: Device, config: SimConfig, check: bool
+) -> SimResult:
+    pre_setup = resolve(arch, device, config, gpus=config.prefill_gpus)
+    dec_setup = resolve(arch, device, replace(config, offload_bytes=0), gpus=config.gpus)
+    pre_step = make_step_time(pre_setup, config.prefill_gpus)
+    dec_step = make_step_time(dec_setup, config.gpus)
+    pre = Simulator(pre_setup, pre_step, trace.block_tokens, prefill_only=True, check=check)
+    first = pre.run([(r, r.arrival) for r in trace.requests])
+    link, jobs = 0.0, []
+    by_index = {}
+    for s in sorted(first, key=lambda q: (q.finish, q.req.index)):
+        nbytes = dec_setup.cost.kv_bytes_per_token * s.req.input_len + dec_setup.cost.state_bytes
+        link = max(link, s.finish) + nbytes / config.kv_transfer_bandwidth
+        by_index[s.req.index] = s
+        if s.req.output_len > 1:
+            jobs.append((s.req, link))
+    dec = Simulator(dec_setup, dec_step, trace.block_tokens, prefix_reuse=False, check=check)
+    second = dec.run(jobs, prefilled=True)
+    # stitch: TTFT from the prefill side, the rest from the decode side
+    merged: list[Seq] = []
+    for s in second:
+        p = by_index[s.req.index]
+        s.arrival, s.first_token, s.admitted_at = p.arrival, p.first_token, p.admitted_at
+        merged.append(s)
+    decoded = {s.req.index for s in second}
+    merged.extend(p for i, p in by_index.items() if i not in decoded)
+    counters = pre.counters
+    counters.decode_tokens_run += dec.counters.decode_tokens_run
+    counters.tokens_emitted += dec.counters.tokens_emitted
+    counters.preemptions += dec.counters.preemptions
+    counters.prefill_tokens_run += dec.counters.prefill_tokens_run
+    counters.steps += dec.counters.steps
+    counters.peak_running = max(counters.peak_running, dec.counters.peak_running)
+    label = f"prefill {pre_step.label}; decode {dec_step.label}"
+    res = _result(trace, pre_setup, label, pre, merged, second, counters, dec)
+    return res
+
+
+def _result(trace, setup, label, sim, seqs, itl_seqs, counters, dec) -> SimResult:
+    if len(seqs) != len(trace.requests):
+        raise AssertionError("a request was lost or duplicated")
+    seqs = sorted(seqs, key=lambda q: q.req.index)
+    arr = np.array([s.arrival for s in seqs])
+    itl = sim.timeline.itl_samples() if dec is None else dec.timeline.itl_samples()
+    metrics = summarize(
+        arr,
+        np.array([s.first_token for s in seqs]),
+        np.array([s.finish for s in seqs]),
+        np.array([s.admitted_at for s in seqs]),
+        np.array([s.req.output_len for s in seqs], dtype=np.float64),
+        itl,
+        setup.config.slo_ttft,
+        setup.config.slo_tpot,
+    )
+    c = counters
+    c.recomputed_tokens = c.prefill_tokens_run - c.computed_tokens
+    pool = sim.pool
+    metrics.update(
+        requests_completed=len(seqs),
+        queried_tokens=c.queried_tokens,
+        reused_tokens=c.reused_tokens,
+        reused_token_fraction=c.reused_tokens / c.queried_tokens if c.queried_tokens else 0.0,
+        reused_from_tier_tokens=c.reused_tier_tokens,
+        computed_tokens=c.computed_tokens,
+        recomputed_tokens=c.recomputed_tokens,
+        hit_requests=c.hit_requests,
+        evictions=pool.evicted_blocks,
+        evicted_pages=pool.evicted_pages,
+        tier_dropped_blocks=pool.tier_dropped_blocks,
+        offload_transfer_bytes=c.transfer_bytes,
+        preemptions=c.preemptions,
+        peak_running_requests=c.peak_running,
+        steps=c.steps,
+        pool_bytes=setup.pool_bytes if setup.pool_bytes is not None else -1,
+        page_bytes=setup.page_bytes,
+    )
+    if dec is not None:
+        metrics["decode_pool_bytes"] = dec.setup.pool_bytes or -1
+    if c.queried_tokens == 0 and any(True for _ in trace.requests):
+        raise CtxlabError("the simulation queried no tokens")
+    return SimResult(
+        metrics, c, sim.timeline, setup, label, None if dec is None else dec.timeline, seqs
+    )
