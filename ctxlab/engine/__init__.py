@@ -1,0 +1,24 @@
+"""Execution layer: a small continuous-batching engine over the paged KV pool.
+
+`Sequence` (per request), `Scheduler` (waiting/running, chunked prefill, preemption by
+recompute), `Runner` (flat batch, paged attention, sampling), `LLMEngine` (the step loop a
+server drives) and `LLM` (the batch API).
+"""
+
+from ctxlab.engine.llm import LLM, LLMEngine, RequestOutput, TokenEvent
+from ctxlab.engine.metrics import RequestMetrics, percentile
+from ctxlab.engine.sampling import SamplingParams
+from ctxlab.engine.scheduler import Scheduler
+from ctxlab.engine.sequence import Sequence
+
+__all__ = [
+    "LLM",
+    "LLMEngine",
+    "RequestMetrics",
+    "RequestOutput",
+    "SamplingParams",
+    "Scheduler",
+    "Sequence",
+    "TokenEvent",
+    "percentile",
+]

@@ -1,0 +1,306 @@
+"""The public API: `LLM(...).generate(...)`, `LLM.stream(...)` and the step-wise `LLMEngine`.
+
+`LLMEngine` is the loop a server drives: `add_request` then `step()` until nothing is left;
+each step returns the tokens it produced. `LLM` wraps it for batch use and loads the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ctxlab.engine.metrics import RequestMetrics
+from ctxlab.engine.runner import Runner
+from ctxlab.engine.sampling import SamplingParams, make_generator
+from ctxlab.engine.scheduler import Scheduler
+from ctxlab.engine.sequence import Sequence
+from ctxlab.errors import CtxlabError
+from ctxlab.kv.layout import KVLayout
+from ctxlab.kv.manager import KVCacheManager, KVStats
+
+Prompt = str | list[int] | list[dict[str, str]]
+
+
+@dataclass
+class RequestOutput:
+    request_id: int
+    prompt_token_ids: list[int]
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    metrics: RequestMetrics
+
+
+@dataclass
+class TokenEvent:
+    """One produced token of one request (what the streaming form yields)."""
+
+    request_id: int
+    token_id: int
+    text_delta: str
+    finished: bool
+    output: RequestOutput | None = None  # set on the request's last event
+
+
+def _is_chat(p: Any) -> bool:
+    return isinstance(p, list) and bool(p) and all(isinstance(m, dict) for m in p)
+
+
+def _is_ids(p: Any) -> bool:
+    return isinstance(p, list) and all(isinstance(t, int) for t in p) and not _is_chat(p)
+
+
+def as_prompt_list(prompts: Any) -> list[Prompt]:
+    """One prompt (text, chat or token ids) or a list of them -> a list of prompts."""
+    if isinstance(prompts, str) or _is_chat(prompts):
+        return [prompts]
+    if isinstance(prompts, list) and prompts and _is_ids(prompts):
+        return [prompts]
+    if isinstance(prompts, list | tuple):
+        return list(prompts)
+    raise CtxlabError("prompts must be a string, a chat (list of messages), token ids, or a list.")
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        tokenizer: Any = None,
+        kv_pool_tokens: int = 32768,
+        block_size: int = 16,
+        enable_prefix_caching: bool = True,
+        max_num_batched_tokens: int = 4096,
+        max_num_seqs: int = 64,
+        model_id: str = "model",
+    ):
+        if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
+            raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        layout = KVLayout(
+            n_layers=config.num_layers,
+            n_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            head_dim_v=getattr(config, "head_dim_v", config.head_dim),
+            block_size=block_size,
+            dtype=dtype,
+        )
+        self.kv = KVCacheManager(
+            layout, kv_pool_tokens, enable_prefix_caching, device, extra=(model_id,)
+        )
+        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
+        windows = tuple(getattr(config, "sliding_windows", ()) or ())
+        self.runner = Runner(model, self.kv, config.num_heads, windows)
+        self.max_position = int(getattr(config, "max_position", 1 << 30))
+        self.eos_ids = set(getattr(config, "eos_token_ids", ()) or ())
+        if tokenizer is not None:
+            self.eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
+        self._ids = itertools.count()
+        self.seqs: dict[int, Sequence] = {}
+
+    # -- requests -------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise CtxlabError("the prompt is empty; give at least one token of text.")
+            return list(self._tok().encode(prompt))
+        if _is_chat(prompt):
+            return list(self._tok().apply_chat(prompt))
+        if _is_ids(prompt):
+            return list(prompt)
+        raise CtxlabError("a prompt must be a string, a chat (list of messages) or token ids.")
+
+    def _tok(self) -> Any:
+        if self.tokenizer is None:
+            raise CtxlabError("this engine has no tokenizer; pass token ids as prompts.")
+        return self.tokenizer
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None
+    ) -> int:
+        params = params or SamplingParams()
+        ids = self.encode(prompt)
+        if not ids:
+            raise CtxlabError("the prompt is empty; give at least one token of text.")
+        if len(ids) >= self.max_position:
+            raise CtxlabError(
+                f"the prompt has {len(ids)} tokens, more than the model's maximum of "
+                f"{self.max_position - 1} prompt tokens."
+            )
+        need = min(len(ids) + params.max_tokens, self.max_position)
+        bs = self.kv.block_size
+        if -(-need // bs) * bs > self.kv.pool_tokens:
+            raise CtxlabError(
+                f"the KV pool holds {self.kv.pool_tokens} tokens but one request needs {need} "
+                f"({len(ids)} prompt + {params.max_tokens} max_tokens); enlarge kv_pool_tokens."
+            )
+        rid = next(self._ids)
+        seq = Sequence(
+            seq_id=rid,
+            prompt_ids=ids,
+            params=params,
+            kv=self.kv.new_seq(),
+            metrics=RequestMetrics(arrival_time=time.perf_counter(), prompt_tokens=len(ids)),
+            cache_salt=cache_salt,
+            generator=make_generator(params),
+        )
+        self.seqs[rid] = seq
+        self.scheduler.add(seq)
+        return rid
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- the loop -------------------------------------------------------------------------
+    def step(self, detokenize: bool = False) -> list[TokenEvent]:
+        batch = self.scheduler.schedule()
+        if not batch:
+            if self.scheduler.has_unfinished():
+                raise RuntimeError("the scheduler made no progress")
+            return []
+        tokens = self.runner.run(batch)
+        now = time.perf_counter()
+        events: list[TokenEvent] = []
+        it = iter(tokens)
+        for sch in batch:
+            seq = sch.seq
+            seq.num_computed += sch.num_new
+            self.kv.commit(seq.kv, seq.token_ids, seq.cache_salt)
+            if not sch.samples:
+                continue
+            tok = next(it)
+            seq.token_ids.append(tok)
+            m = seq.metrics
+            if m.first_token_time is None:
+                m.first_token_time = now
+            m.token_times.append(now)
+            m.output_tokens += 1
+            events.append(self._after_token(seq, tok, now, detokenize))
+        return events
+
+    def _after_token(self, seq: Sequence, tok: int, now: float, detok: bool) -> TokenEvent:
+        p = seq.params
+        reason = None
+        delta = ""
+        if tok in self.eos_ids and not p.ignore_eos:
+            reason = "stop"
+        elif seq.metrics.output_tokens >= p.max_tokens or seq.num_tokens >= self.max_position:
+            reason = "length"
+        if self.tokenizer is not None and (detok or p.stop):
+            text = self.tokenizer.decode(seq.output_ids)
+            if p.stop:
+                cut = min((i for s in p.stop if (i := text.find(s)) >= 0), default=-1)
+                if cut >= 0:
+                    text, reason = text[:cut], "stop"
+            if text.endswith("\ufffd") and reason is None:
+                return TokenEvent(seq.seq_id, tok, "", False)  # wait for the rest of a char
+            delta = text[len(seq.text) :] if text.startswith(seq.text) else text
+            seq.text = text
+        if reason is None:
+            return TokenEvent(seq.seq_id, tok, delta, False)
+        self.scheduler.finish(seq, reason)
+        seq.metrics.finish_time = now
+        return TokenEvent(seq.seq_id, tok, delta, True, self.output(seq.seq_id))
+
+    def output(self, rid: int) -> RequestOutput:
+        seq = self.seqs[rid]
+        text = seq.text
+        if self.tokenizer is not None and not seq.params.stop:
+            text = self.tokenizer.decode(seq.output_ids)
+        return RequestOutput(
+            request_id=rid,
+            prompt_token_ids=seq.prompt_ids,
+            text=text,
+            token_ids=seq.output_ids,
+            finish_reason=seq.finish_reason or "",
+            metrics=seq.metrics,
+        )
+
+    def stats(self) -> KVStats:
+        return self.kv.stats()
+
+    def run_all(self, rids: list[int]) -> list[RequestOutput]:
+        while self.has_unfinished():
+            self.step()
+        outs = [self.output(r) for r in rids]
+        for r in rids:
+            del self.seqs[r]
+        return outs
+
+
+class LLM:
+    """Load a model and run requests through the paged engine.
+
+    `model` is a model name or path understood by `ctxlab.model.load_model`, or an already
+    loaded `LoadedModel` (tests share one across several engines).
+    """
+
+    def __init__(
+        self,
+        model: Any = "smollm2-135m",
+        kv_pool_tokens: int = 32768,
+        block_size: int = 16,
+        enable_prefix_caching: bool = True,
+        dtype: str | torch.dtype = "float32",
+        max_num_batched_tokens: int = 4096,
+        max_num_seqs: int = 64,
+        device: str = "cpu",
+    ):
+        if isinstance(model, str):
+            from ctxlab.model import load_model
+
+            loaded = load_model(model, dtype=dtype, device=device)
+            model_id = model
+        else:
+            loaded = model
+            model_id = str(getattr(loaded, "source_path", "model"))
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.engine = LLMEngine(
+            loaded.model,
+            loaded.config,
+            loaded.tokenizer,
+            kv_pool_tokens=kv_pool_tokens,
+            block_size=block_size,
+            enable_prefix_caching=enable_prefix_caching,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            model_id=model_id,
+        )
+
+    def generate(
+        self,
+        prompts: Any,
+        params: SamplingParams | None = None,
+        cache_salt: str | None = None,
+    ) -> list[RequestOutput]:
+        """Run every prompt to completion (continuous batching); outputs in prompt order."""
+        items = as_prompt_list(prompts)
+        rids = [self.engine.add_request(p, params, cache_salt) for p in items]
+        return self.engine.run_all(rids)
+
+    def stream(
+        self,
+        prompts: Any,
+        params: SamplingParams | None = None,
+        cache_salt: str | None = None,
+    ) -> Iterator[TokenEvent]:
+        """Yield each token as it is produced (all prompts batched together)."""
+        items = as_prompt_list(prompts)
+        rids = [self.engine.add_request(p, params, cache_salt) for p in items]
+        while self.engine.has_unfinished():
+            yield from self.engine.step(detokenize=True)
+        for r in rids:
+            self.engine.seqs.pop(r, None)
+
+    def stats(self) -> KVStats:
+        return self.engine.stats()

@@ -1,0 +1,105 @@
+"""Builds the flat batch of a step, runs the model over the paged pool, samples.
+
+The scheduled sequences' new tokens are laid end to end (`input_ids[T]`, `positions[T]`);
+their pool rows are planned per layer and lane before the forward so the backend only
+writes and attends. Logits are computed only for the last token of sequences that sample.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ctxlab.engine.attention import PagedAttention, PrefillItem, StepPlan
+from ctxlab.engine.sampling import sample
+from ctxlab.engine.scheduler import ScheduledSeq
+from ctxlab.kv.manager import KVCacheManager
+
+
+class Runner:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        kv: KVCacheManager,
+        n_heads: int,
+        sliding_windows: tuple[int | None, ...] = (),
+    ):
+        self.model = model
+        self.kv = kv
+        self.layout = kv.layout
+        self.backend = PagedAttention(kv.pool, n_heads, sliding_windows)
+        self.device = kv.pool.data.device
+
+    def plan(self, batch: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, StepPlan]:
+        """Token ids, positions and the attention plan; advances each sequence's lanes."""
+        lay, kv = self.layout, self.kv
+        ids: list[int] = []
+        pos: list[int] = []
+        rows: list[torch.Tensor] = []
+        dec_idx: list[int] = []
+        dec_seqs = []
+        prefills: list[PrefillItem] = []
+        t = 0
+        for sch in batch:
+            seq, n = sch.seq, sch.num_new
+            start = seq.num_computed
+            ids.extend(seq.token_ids[start : start + n])
+            pos.extend(range(start, start + n))
+            prev_len = seq.kv.lane_len.clone()
+            rows.append(kv.slot_rows(seq.kv, n))
+            kv.advance(seq.kv, n, first_pos=start)
+            if n == 1:
+                dec_idx.append(t)
+                dec_seqs.append(seq)
+            else:
+                fresh = bool(prev_len.max() == 0)
+                item = PrefillItem(t, t + n, fresh, first_pos=start)
+                if not fresh:
+                    item.table = seq.kv.table[:, : seq.kv.max_blocks]
+                    item.prev_len = prev_len
+                prefills.append(item)
+            t += n
+        T = t
+        flat_rows = torch.cat(rows, 1).view(lay.n_layers, lay.n_kv_heads, T).transpose(1, 2)
+        plan = StepPlan(rows=flat_rows, prefills=prefills)
+        if dec_seqs:
+            nb = max(s.kv.max_blocks for s in dec_seqs)
+            table = torch.zeros(len(dec_seqs), lay.n_lanes, nb, dtype=torch.int64)
+            lens = torch.empty(len(dec_seqs), lay.n_lanes, dtype=torch.int64)
+            for i, s in enumerate(dec_seqs):
+                m = s.kv.max_blocks
+                table[i, :, :m] = s.kv.table[:, :m]
+                lens[i] = s.kv.lane_len
+            L = nb * lay.block_size
+            plan.decode_idx = torch.tensor(dec_idx, dtype=torch.int64)
+            plan.decode_table = table
+            plan.decode_mask = (torch.arange(L).view(1, 1, L) < lens.unsqueeze(-1)).unsqueeze(2)
+        return (
+            torch.tensor(ids, dtype=torch.int64, device=self.device),
+            torch.tensor(pos, dtype=torch.int64, device=self.device),
+            plan,
+        )
+
+    @torch.inference_mode()
+    def run(self, batch: list[ScheduledSeq]) -> list[int]:
+        """Run one step; returns one sampled token per sequence that samples, in order."""
+        sampling = [sch for sch in batch if sch.samples]
+        ends = []
+        t = 0
+        for sch in batch:
+            t += sch.num_new
+            if sch.samples:
+                ends.append(t - 1)
+        input_ids, positions, plan = self.plan(batch)
+        self.backend.plan = plan
+        try:
+            hidden = self.model.forward(input_ids, positions, self.backend)
+        finally:
+            self.backend.plan = None
+        if not sampling:
+            return []
+        logits = self.model.compute_logits(hidden[torch.tensor(ends, dtype=torch.int64)])
+        return sample(
+            logits,
+            [sch.seq.params for sch in sampling],
+            [sch.seq.generator for sch in sampling],
+        )

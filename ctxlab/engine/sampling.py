@@ -1,0 +1,76 @@
+"""Sampling parameters and the sampler.
+
+Each request samples with its own `torch.Generator` seeded from `seed`, so its output does
+not depend on what else shares the batch. Temperature 0 is greedy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ctxlab.errors import CtxlabError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 (or -1): off
+    seed: int | None = None
+    stop: tuple[str, ...] | list[str] = field(default_factory=tuple)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise CtxlabError(f"max_tokens must be a positive integer, got {self.max_tokens!r}.")
+        if self.temperature < 0:
+            raise CtxlabError(f"temperature must be >= 0, got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise CtxlabError(f"top_p must be in (0, 1], got {self.top_p}.")
+        if self.top_k < -1:
+            raise CtxlabError(f"top_k must be -1, 0 (off) or a positive integer, got {self.top_k}.")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        else:
+            object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def make_generator(params: SamplingParams) -> torch.Generator | None:
+    if params.greedy:
+        return None
+    g = torch.Generator()
+    g.manual_seed(params.seed if params.seed is not None else torch.seed())
+    return g
+
+
+def sample(
+    logits: torch.Tensor,
+    params: list[SamplingParams],
+    generators: list[torch.Generator | None],
+) -> list[int]:
+    """One token per row of `logits` [S, vocab]."""
+    logits = logits.float()
+    out = logits.argmax(dim=-1).tolist()
+    for i, p in enumerate(params):
+        if p.greedy:
+            continue
+        row = logits[i] / p.temperature
+        if p.top_k > 0 and p.top_k < row.numel():
+            kth = torch.topk(row, p.top_k).values[-1]
+            row = row.masked_fill(row < kth, float("-inf"))
+        probs = torch.softmax(row, dim=-1)
+        if p.top_p < 1.0:
+            sorted_p, order = torch.sort(probs, descending=True)
+            cum = torch.cumsum(sorted_p, dim=-1)
+            drop = cum - sorted_p > p.top_p  # keep the smallest set reaching top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
+        out[i] = int(torch.multinomial(probs, 1, generator=generators[i]))
+    return out

@@ -1,0 +1,61 @@
+"""Per-request state: tokens, how many of them are in the cache, timings.
+
+`num_computed` counts tokens whose K/V is in the pool. A token is sampled when a step
+brings `num_computed` up to `num_tokens`. Preemption frees the blocks and sets
+`num_computed` back to 0: the request is recomputed from prompt + output so far, so it is
+neither dropped nor answered differently.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from ctxlab.engine.metrics import RequestMetrics
+from ctxlab.engine.sampling import SamplingParams
+from ctxlab.kv.seq_kv import SeqKV
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    seq_id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    kv: SeqKV
+    metrics: RequestMetrics
+    cache_salt: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    status: Status = Status.WAITING
+    finish_reason: str | None = None
+    generator: torch.Generator | None = None
+    text: str = ""  # detokenized output so far (after stop-string truncation)
+    admitted: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.token_ids:
+            self.token_ids = list(self.prompt_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_prompt(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt :]
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
