@@ -47,14 +47,14 @@ def max_concurrent(budget_bytes: int, bytes_per_request: int) -> int | None:
 
 
 def capacity_sentence(
-    fits: int | None, context: int, bytes_per_request: int, budget_bytes: int
+    fits: int | None, context: int, bytes_per_request: int, budget_bytes: int, gpus: int = 1
 ) -> str:
     """Say it plainly: 'one fits, two do not'."""
     if fits is None:
         return f"Requests of {context:,} tokens hold no cache, so memory does not limit them."
     head = (
         f"With {fmt_bytes(budget_bytes)} for KV and {fmt_bytes(bytes_per_request)} per "
-        f"request of {context:,} tokens"
+        f"request of {context:,} tokens" + (f" (all {gpus} GPUs)" if gpus > 1 else "")
     )
     if fits == 0:
         return f"{head}, not even one fits."

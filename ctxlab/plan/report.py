@@ -170,7 +170,7 @@ def build_plan(
                 "max_concurrent_requests": fits,
                 "concurrency_fits": fits is None or fits >= concurrency,
                 "capacity_sentence": capacity.capacity_sentence(
-                    fits, context, paged.allocated_bytes_all_gpus, budget.kv_bytes
+                    fits, context, paged.allocated_bytes_all_gpus, budget.kv_bytes, gpus
                 ),
             }
         )

@@ -22,7 +22,7 @@ def _table(plan: dict[str, Any], name: str, columns: list[str]) -> Table:
         title_justify="left",
     )
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 else "right")
+        table.add_column(col, justify="left" if i == 0 or col == "in words" else "right")
     return table
 
 
