@@ -30,7 +30,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1280,1060",
+    "--window-size=1280,1200",
 )
 
 
