@@ -173,13 +173,14 @@ class Simulator:
                 )
 
     # -- admission ----------------------------------------------------------------------
-    def _lookup(self, s: Seq) -> tuple[list[tuple[int, Entry | None, int]], int]:
+    def _lookup(self, s: Seq) -> tuple[list[tuple[int, Entry | None, int]], int, int, int]:
         """The prompt's cached prefix in order: (key, device entry or None for a tier hit,
-        pages in the tier) per block, and the prompt pages it covers."""
+        pages in the tier) per block; the prompt pages it covers; pages of unreferenced
+        device hits (pinned by admitting); pages to bring back from the tier."""
         found: list[tuple[int, Entry | None, int]] = []
-        pages = 0
+        pages = pinned = from_tier = 0
         if not self.prefix_reuse or s.prefilled:
-            return found, 0
+            return found, 0, 0, 0
         L, B, P = s.req.input_len, self.B, self.P
         per_block = B // P
         entries, tier_map = self.pool.entries, self.pool.tier
@@ -191,15 +192,18 @@ class Simulator:
             if entry is not None:
                 got = entry.pages
                 found.append((key, entry, 0))
+                if entry.refs == 0:
+                    pinned += got
             elif key in tier_map:
                 got = tier_map[key]
                 found.append((key, None, got))
+                from_tier += got
             else:
                 break
             pages += min(got, need)
             if got < need:
                 break
-        return found, pages
+        return found, pages, pinned, from_tier
 
     def _try_admit(self, s: Seq, now: float) -> bool:
         """Admit `s` if the pool can hold it; False leaves everything unchanged."""
@@ -207,10 +211,12 @@ class Simulator:
         L = s.req.input_len
         resumed = s.preemptions > 0
         target = L + s.generated if resumed else L
-        found, hit_pages = self._lookup(s)
+        found, hit_pages, pinned_free, tier_pages = self._lookup(s)
         total_pages = -(-target // P)
-        pinned_free = sum(e.pages for _, e, _ in found if e is not None and e.refs == 0)
-        tier_pages = sum(t for _, e, t in found if e is None)
+        # pages not covered by hits are new: private ones or blocks this request will own
+        need_bytes = (total_pages - hit_pages + tier_pages) * self.page_bytes + self.slot_bytes
+        if need_bytes > pool.available() - pinned_free * self.page_bytes:
+            return False
         new_blocks: list[tuple[int, int]] = []
         covered = hit_pages
         if self.prefix_reuse and not s.prefilled:
@@ -222,10 +228,6 @@ class Simulator:
                 new_blocks.append((key, need))
                 covered += need
         private = total_pages - covered
-        new_pages = private + sum(n for _, n in new_blocks) + tier_pages
-        need_bytes = new_pages * self.page_bytes + self.slot_bytes
-        if need_bytes > pool.available() - pinned_free * self.page_bytes:
-            return False
         for _, e, _ in found:
             if e is not None:
                 pool.ref(e)
@@ -374,23 +376,23 @@ class Simulator:
         """One mixed step (decode tokens plus prefill chunks); returns the new clock."""
         cfg, P, pool, c = self.setup.config, self.P, self.pool, self.counters
         load = self.setup.cost.new_load()
-        decoding: list[Seq] = []
-        for s in list(self.running):
+        preempted_before = c.preemptions
+        running = self.running
+        decoding = [s for s in running if s.state == DECODE]
+        hungry = [s for s in decoding if s.computed >= s.pages * P]
+        for s in hungry:
             if s.state != DECODE:
                 continue
-            if s.computed + 1 > s.pages * P:
-                while not pool.reserve(self.page_bytes):
-                    victim = self.running.pop()
-                    self._preempt(victim)
-                    if victim is s:
-                        break
-                if s.state != DECODE:
-                    continue
+            while not pool.reserve(self.page_bytes):
+                victim = self.running.pop()
+                self._preempt(victim)
+                if victim is s:
+                    break
+            if s.state == DECODE:
                 s.pages += 1
                 s.private += 1
-            decoding.append(s)
-        # a victim may have been appended to `decoding` before it was preempted
-        decoding = [s for s in decoding if s.state == DECODE]
+        if hungry and self.counters.preemptions != preempted_before:
+            decoding = [s for s in decoding if s.state == DECODE]
         if decoding:
             self.setup.cost.add_decode(load, [s.computed for s in decoding])
         budget = cfg.chunk_tokens - len(decoding)
