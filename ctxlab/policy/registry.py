@@ -1,0 +1,94 @@
+"""Name -> policy, with its paper, parameters and defaults, and the stack layer it acts on.
+
+`make_policy("snapkv", budget=256)` is how the engine, the CLI and the evaluation build a
+policy; `describe_policies()` is what `ctxlab policies` prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ctxlab.errors import CtxlabError
+from ctxlab.policy.base import Policy, parse_budget
+from ctxlab.policy.full import FullPolicy
+from ctxlab.policy.h2o import H2OPolicy
+from ctxlab.policy.patterns import BigBirdPolicy, LongformerPolicy
+from ctxlab.policy.pyramidkv import PyramidKVPolicy
+from ctxlab.policy.quant import QuantPolicy
+from ctxlab.policy.quest import QuestPolicy
+from ctxlab.policy.recall import RecallPolicy
+from ctxlab.policy.snapkv import SnapKVPolicy
+from ctxlab.policy.streaming import StreamingPolicy
+from ctxlab.policy.tova import TOVAPolicy
+from ctxlab.policy.window import WindowPolicy
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        FullPolicy,
+        WindowPolicy,
+        StreamingPolicy,
+        H2OPolicy,
+        SnapKVPolicy,
+        PyramidKVPolicy,
+        TOVAPolicy,
+        QuantPolicy,
+        QuestPolicy,
+        RecallPolicy,
+        LongformerPolicy,
+        BigBirdPolicy,
+    )
+}
+
+# What "--budget" means for policies whose budget field has another name.
+_BUDGET_FIELD = {"quest": "token_budget"}
+
+
+def policy_names() -> list[str]:
+    return list(POLICIES)
+
+
+def make_policy(name: str, budget: int | float | str | None = None, **params: Any) -> Policy:
+    """Build and check a policy by name; unknown names/params are one-sentence errors."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise CtxlabError(f"policy {name!r} is unknown; choose one of {', '.join(POLICIES)}.")
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in params:
+        if key not in fields:
+            raise CtxlabError(
+                f"policy {name!r} has no parameter {key!r}; it takes {', '.join(sorted(fields))}."
+            )
+    if budget is not None:
+        field = _BUDGET_FIELD.get(name, "budget")
+        if field in fields:
+            b = parse_budget(budget)
+            if field == "token_budget" and not isinstance(b, int):
+                raise CtxlabError("quest takes its budget in tokens read per step, not a ratio.")
+            params[field] = b
+        elif name in ("longformer", "bigbird"):
+            params.setdefault("local", int(parse_budget(budget)) - params.get("n_global", 4))
+    policy = cls(**params)
+    policy.check()
+    return policy
+
+
+def describe_policies() -> list[dict[str, Any]]:
+    """One row per policy: name, stack layer, paper, parameters with their defaults."""
+    rows = []
+    for name, cls in POLICIES.items():
+        params = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.default is not dataclasses.MISSING:
+                params[f.name] = f.default
+        rows.append(
+            {
+                "name": name,
+                "layer": cls.stack_layer,
+                "paper": cls.paper,
+                "params": params,
+                "summary": (cls.__doc__ or "").strip().splitlines()[0],
+            }
+        )
+    return rows
