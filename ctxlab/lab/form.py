@@ -242,6 +242,8 @@ def _parse_number(field: Field, raw: Any) -> float:
     """Read a number from a string or JSON number; a word, NaN or infinity is refused."""
     if isinstance(raw, bool):
         raise ValueError(f"{field.label} must be a number, got {raw!r}")
+    if isinstance(raw, int) and abs(raw) > 2**53:
+        raise ValueError(f"{field.label} of {raw:.3g} is absurdly large")
     if isinstance(raw, int | float):
         value = float(raw)
     else:
