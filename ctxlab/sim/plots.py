@@ -1,0 +1,81 @@
+"""PNG plots of a run (pool and tier usage over time) and of a sweep (reuse and latency).
+
+matplotlib is imported inside the functions with the Agg backend, so importing the
+simulator stays light and works without a display.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ctxlab.plan.units import GIB
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _thin(x: list, n: int = 4000) -> np.ndarray:
+    """Indices of at most n evenly spread samples (plots do not need 100k points)."""
+    return np.unique(np.linspace(0, len(x) - 1, min(len(x), n)).astype(int))
+
+
+def usage_plot(result, path: Path, title: str) -> Path:
+    plt = _plt()
+    tl = result.timeline
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    if tl.time:
+        idx = _thin(tl.time)
+        t = np.asarray(tl.time)[idx]
+        used = np.asarray(tl.used, dtype=float)[idx] / GIB
+        cached = np.asarray(tl.cached, dtype=float)[idx] / GIB
+        tier = np.asarray(tl.tier, dtype=float)[idx] / GIB
+        ax.plot(t, used, label="pool used (GiB)", lw=1)
+        ax.plot(t, cached, label="of which cached, unreferenced (GiB)", lw=1)
+        if tier.any():
+            ax.plot(t, tier, label="host tier used (GiB)", lw=1)
+        pool = result.setup.pool_bytes
+        if pool is not None:
+            ax.axhline(pool / GIB, color="grey", ls="--", lw=0.8, label="pool size")
+        ax2 = ax.twinx()
+        ax2.plot(t, np.asarray(tl.running)[idx], color="black", alpha=0.3, lw=0.8)
+        ax2.set_ylabel("running requests (grey)")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("GiB")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def sweep_plot(name: str, labels: list[str], rows: list[dict], path: Path, title: str) -> Path:
+    plt = _plt()
+    x = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(x, [r["reused_token_fraction"] for r in rows], "o-", label="reused token fraction")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("reused token fraction")
+    ax.set_xticks(x, labels)
+    ax.set_xlabel(name)
+    ax2 = ax.twinx()
+    ax2.plot(x, [r["ttft_p50"] for r in rows], "s--", color="tab:orange", label="TTFT p50")
+    ax2.plot(x, [r["ttft_p99"] for r in rows], "^--", color="tab:red", label="TTFT p99")
+    ax2.set_ylabel("TTFT (s)")
+    ax2.set_yscale("log")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
