@@ -36,6 +36,9 @@ function syncModeClasses() {
   for (const kind of ["mamba", "linear", "kda"]) {
     form.classList.toggle(`rec-${kind}-on`, raw && form.elements.recurrent_kind.value === kind);
   }
+  form.elements.weights_gib.placeholder = raw
+    ? "0 (raw: no params)"
+    : "from the preset (params x 2 B)";
   const preset = meta.presets.find((p) => p.name === form.elements.preset.value);
   document.getElementById("preset-info").textContent = preset
     ? `${preset.description}. Source: ${preset.source}.`
@@ -237,6 +240,13 @@ async function update() {
   document.getElementById("capacity").textContent =
     `${answer.capacity.sentence} ${answer.capacity.concurrency_sentence}`;
   renderChart(answer.chart);
+  const notes = document.getElementById("notes");
+  notes.textContent = "";
+  for (const text of answer.notes) {
+    const li = document.createElement("li");
+    li.textContent = text;
+    notes.appendChild(li);
+  }
   const current = { inputs: answer.inputs, figures: answer.figures };
   renderChange(previous ? describeChange(previous, current) : null);
   previous = current;
