@@ -38,7 +38,7 @@ function syncModeClasses() {
   }
   form.elements.weights_gib.placeholder = raw
     ? "0 (raw: no params)"
-    : "from the preset (params x 2 B)";
+    : "preset params x 2 B";
   const preset = meta.presets.find((p) => p.name === form.elements.preset.value);
   document.getElementById("preset-info").textContent = preset
     ? `${preset.description}. Source: ${preset.source}.`
