@@ -189,7 +189,7 @@ FIELDS: tuple[Field, ...] = (
     Field("context", "context length", WORKLOAD, minimum=1, default=100_000, unit="tokens"),
     Field("concurrency", "concurrency", WORKLOAD, maximum=1_000_000, default=8, unit="requests"),
     # -- allocation: how the state is laid out in pages
-    Field("page_size", "page size", ALLOCATION, maximum=1 << 20, default=16, unit="tokens"),
+    Field("page_size", "page size", ALLOCATION, maximum=65_536, default=16, unit="tokens"),
     # -- sharing: what identical prefixes let requests hold once
     Field(
         "shared_prefix", "shared-prefix tokens", SHARING, allow_zero=True, default=0, unit="tokens"
