@@ -3,7 +3,9 @@
 A paged allocator hands out whole pages of `page_size` token slots, so a request of n tokens
 holds ceil(n/P)*P slots; the tail of the last page is waste, always less than one page.
 Sliding layers free whole pages once every token in them has left the window, so their
-resident window may straddle one more page than W/P.
+resident window may straddle one more page than W/P, and the slots they hold go up and down
+as the window slides. Capacity must reserve the peak a request reaches on its way to its
+length, which `peak_allocated_bytes` reports.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from ctxlab.arch.spec import ArchSpec, LayerSpec
 from ctxlab.errors import CtxlabError
@@ -54,6 +57,26 @@ def layer_allocated_slots(layer: LayerSpec, context: int, page_size: int) -> int
     return 0
 
 
+@lru_cache(maxsize=4096)
+def _sliding_peak(window: int, context: int, page_size: int) -> int:
+    layer = LayerSpec("sliding", kv_heads=1, d_k=1, d_v=1, window=window)
+    if context <= window:
+        return allocated_slots(context, page_size)
+    # Past the window the slot count is periodic in the context with period P.
+    start = max(window + 1, context - page_size + 1)
+    peak = max(layer_allocated_slots(layer, c, page_size) for c in range(start, context + 1))
+    return max(peak, allocated_slots(window, page_size))
+
+
+def layer_peak_slots(layer: LayerSpec, context: int, page_size: int) -> int:
+    """Most slots this layer holds at any length up to `context` (what capacity must reserve)."""
+    _check(context, page_size)
+    if layer.kind == "sliding":
+        assert layer.window is not None
+        return _sliding_peak(layer.window, context, page_size)
+    return layer_allocated_slots(layer, context, page_size)
+
+
 @dataclass(frozen=True)
 class PagedRequest:
     """One request's page-rounded allocation at one context length."""
@@ -64,8 +87,9 @@ class PagedRequest:
     wasted_tokens: int
     logical_bytes: int
     allocated_bytes: int
+    peak_allocated_bytes: int
     gpus: int = 1
-    allocated_bytes_all_gpus: int = 0  # with tensor-parallel copies (see `parallel`)
+    peak_bytes_all_gpus: int = 0  # peak, with tensor-parallel copies (see `parallel`)
 
     @property
     def wasted_bytes(self) -> int:
@@ -76,18 +100,20 @@ def paged_request(arch: ArchSpec, context: int, page_size: int, gpus: int = 1) -
     """Allocated and wasted slots (tokens of a full layer) and bytes over all layers.
 
     Fixed recurrent state is not paged here: it is counted once, at its logical size.
-    With `gpus` tensor-parallel ranks, `allocated_bytes_all_gpus` adds the copies.
+    With `gpus` tensor-parallel ranks, `peak_bytes_all_gpus` adds the copies.
     """
     _check(context, page_size)
     dtype = arch.cache_dtype_bytes
-    allocated_bytes = 0
+    allocated_bytes = peak_bytes = 0
     all_gpus = Fraction(0)
     for layer in arch.layers:
-        slots = layer_allocated_slots(layer, context, page_size)
-        layer_bytes = whole_bytes(layer.elements_per_token() * slots * dtype)
-        layer_bytes += layer.fixed_bytes(dtype)
-        allocated_bytes += layer_bytes
-        all_gpus += layer_bytes * replication(layer, gpus)
+        per_slot = layer.elements_per_token() * dtype
+        fixed = layer.fixed_bytes(dtype)
+        allocated_bytes += whole_bytes(per_slot * layer_allocated_slots(layer, context, page_size))
+        allocated_bytes += fixed
+        peak = whole_bytes(per_slot * layer_peak_slots(layer, context, page_size)) + fixed
+        peak_bytes += peak
+        all_gpus += peak * replication(layer, gpus)
     return PagedRequest(
         context=context,
         page_size=page_size,
@@ -95,6 +121,7 @@ def paged_request(arch: ArchSpec, context: int, page_size: int, gpus: int = 1) -
         wasted_tokens=wasted_slots(context, page_size),
         logical_bytes=arch.request_bytes(context),
         allocated_bytes=allocated_bytes,
+        peak_allocated_bytes=peak_bytes,
         gpus=gpus,
-        allocated_bytes_all_gpus=math.ceil(all_gpus),
+        peak_bytes_all_gpus=math.ceil(all_gpus),
     )

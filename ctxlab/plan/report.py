@@ -21,14 +21,16 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
     kv_bytes_per_request, kv_bytes_per_request_by_kind, kv_bytes_for_concurrency}.
   - `paging` (allocation): summary {page_size}; rows {context_tokens,
     allocated_tokens_per_request, wasted_tokens_per_request, allocated_bytes_per_request,
-    wasted_bytes_per_request, allocated_bytes_for_concurrency}.
+    wasted_bytes_per_request, peak_allocated_bytes_per_request (the most a request holds on
+    its way to this length: sliding layers' page counts go up and down),
+    allocated_bytes_for_concurrency}.
   - `sharing` (sharing): summary {requests, shared_prefix_tokens}; rows {context_tokens,
     prefix_tokens_shared, bytes_without_sharing, bytes_avoided_by_sharing,
     bytes_with_sharing, bytes_avoided_full_pages}.
   - `capacity` (capacity): summary {gpus, device_memory_bytes (all GPUs), weights_bytes,
     reserve_bytes, kv_budget_bytes}; rows {context_tokens, kv_bytes_per_request_all_gpus
-    (page-rounded, with tensor-parallel copies), max_concurrent_requests (int, or null when a
-    request holds no cache), concurrency_fits (bool), capacity_sentence}.
+    (peak page-rounded bytes, with tensor-parallel copies), max_concurrent_requests (int,
+    or null when a request holds no cache), concurrency_fits (bool), capacity_sentence}.
   - `compute` (compute): summary {device, peak_flops, mem_bandwidth}; rows {context_tokens,
     prefill_flops, prefill_weight_flops, prefill_attention_flops, prefill_seconds,
     attention_flops_share, decode_weight_bytes_per_step, decode_cache_bytes_per_step,
@@ -148,6 +150,7 @@ def build_plan(
                 "wasted_tokens_per_request": paged.wasted_tokens,
                 "allocated_bytes_per_request": paged.allocated_bytes,
                 "wasted_bytes_per_request": paged.wasted_bytes,
+                "peak_allocated_bytes_per_request": paged.peak_allocated_bytes,
                 "allocated_bytes_for_concurrency": paged.allocated_bytes * concurrency,
             }
         )
@@ -162,15 +165,15 @@ def build_plan(
                 "bytes_avoided_full_pages": shared.bytes_avoided_full_pages,
             }
         )
-        fits = capacity.max_concurrent(budget.kv_bytes, paged.allocated_bytes_all_gpus)
+        fits = capacity.max_concurrent(budget.kv_bytes, paged.peak_bytes_all_gpus)
         cap_rows.append(
             {
                 "context_tokens": context,
-                "kv_bytes_per_request_all_gpus": paged.allocated_bytes_all_gpus,
+                "kv_bytes_per_request_all_gpus": paged.peak_bytes_all_gpus,
                 "max_concurrent_requests": fits,
                 "concurrency_fits": fits is None or fits >= concurrency,
                 "capacity_sentence": capacity.capacity_sentence(
-                    fits, context, paged.allocated_bytes_all_gpus, budget.kv_bytes, gpus
+                    fits, context, paged.peak_bytes_all_gpus, budget.kv_bytes, gpus
                 ),
             }
         )

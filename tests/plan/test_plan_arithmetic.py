@@ -12,7 +12,7 @@ from ctxlab.plan.compute import attended_keys, decode, layer_attention_flops, pr
 from ctxlab.plan.cost import HostedPrices, SelfHostedRates, hosted_cost, self_hosted_cost
 from ctxlab.plan.devices import Device, get_device
 from ctxlab.plan.memory import cache_dtype_bytes, growth_stops_at
-from ctxlab.plan.paging import layer_allocated_slots, paged_request
+from ctxlab.plan.paging import layer_allocated_slots, layer_peak_slots, paged_request
 from ctxlab.plan.parallel import replication, scaled_device
 from ctxlab.plan.report import build_plan
 from ctxlab.plan.sharing import prefix_sharing
@@ -76,6 +76,19 @@ def test_sliding_pages_straddle_one_extra_page():
     assert layer_allocated_slots(MAMBA, 100, 4) == 0
 
 
+def test_sliding_peak_is_what_capacity_reserves():
+    # Window 8, pages of 4: at 12 the layer holds 2 pages, but at 10 it held 3.
+    assert layer_allocated_slots(SLIDE, 12, 4) == 8
+    assert layer_peak_slots(SLIDE, 12, 4) == 12
+    assert layer_peak_slots(SLIDE, 8, 4) == 8
+    assert layer_peak_slots(FULL, 10, 4) == 12
+    plan = build_plan(arch(SLIDE), [12], device=DEV, page_size=4, weights_bytes=0, reserve_bytes=0)
+    row = plan["per_context"][0]
+    assert row["peak_allocated_bytes_per_request"] == 12 * 16 * 2
+    assert row["kv_bytes_per_request_all_gpus"] == 12 * 16 * 2
+    assert row["max_concurrent_requests"] == GIB // (12 * 16 * 2)
+
+
 def test_paged_request_bytes_include_fixed_state():
     a = arch(FULL, MAMBA)
     paged = paged_request(a, 5, 4)
@@ -84,6 +97,7 @@ def test_paged_request_bytes_include_fixed_state():
     assert paged.allocated_bytes == 8 * 16 * 2 + fixed
     assert paged.logical_bytes == 5 * 16 * 2 + fixed
     assert paged.wasted_bytes == 3 * 16 * 2
+    assert paged.peak_allocated_bytes == paged.allocated_bytes
 
 
 def test_sharing_full_sliding_and_recurrent():
