@@ -210,22 +210,22 @@ def _print_tables(console, title: str, sweep_name: str | None, results: list) ->
     table = Table(title=title)
     table.add_column(sweep_name or "figure")
     if sweep_name:
-        for _, label, _ in _HEADLINE[:10]:
+        cols = (
+            ("reused_token_fraction", "reused frac", "{:.3f}"),
+            ("reused_tokens", "reused tok", "{:,.0f}"),
+            ("evictions", "evicted blk", "{:,.0f}"),
+            ("preemptions", "preempt", "{:,.0f}"),
+            ("peak_running_requests", "peak run", "{:,.0f}"),
+            ("ttft_p50", "TTFT p50 s", "{:.3g}"),
+            ("ttft_p99", "TTFT p99 s", "{:.3g}"),
+            ("tpot_p50", "TPOT p50 s", "{:.3g}"),
+            ("goodput_requests_per_s", "goodput r/s", "{:.3g}"),
+        )
+        for _, label, _ in cols:
             table.add_column(label, justify="right")
-        table.add_column("TTFT p50 (s)", justify="right")
-        table.add_column("TTFT p99 (s)", justify="right")
-        table.add_column("TPOT p50 (s)", justify="right")
         for lbl, r in results:
-            m = r.metrics
-            table.add_row(
-                lbl,
-                *[fmt.format(m[key]) for key, _, fmt in _HEADLINE[:10]],
-                f"{m['ttft_p50']:.4g}",
-                f"{m['ttft_p99']:.4g}",
-                f"{m['tpot_p50']:.4g}",
-            )
+            table.add_row(lbl, *[fmt.format(r.metrics[key]) for key, _, fmt in cols])
         console.print(table)
-        _latency_table(console, "latency percentiles", [(lbl, r.metrics) for lbl, r in results])
         return
     m = results[0][1].metrics
     pool = results[0][1].setup.pool_bytes
