@@ -1,0 +1,54 @@
+"""Step-time models and disaggregated mode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ctxlab.errors import CtxlabError
+from ctxlab.sim.config import SimConfig
+from ctxlab.sim.run import simulate
+from ctxlab.sim.steptime import PROFILE_FORMAT, ProfileStepTime
+from ctxlab.sim.synthetic import generate_from_spec
+
+
+def test_profile_fit_recovers_a_linear_step_time(tmp_path, llama8b, h100):
+    def truth(pt, pk, dt, dk):
+        return 0.002 + 1e-5 * pt + 2e-9 * pk + 3e-5 * dt + 1e-8 * dk
+
+    steps = []
+    for pt, dt, ctx in [(512, 0, 0), (256, 4, 1000), (0, 8, 3000), (1024, 2, 500), (0, 1, 10)]:
+        pk, dk = pt * (pt + 1) // 2, dt * (ctx + 1)
+        feats = {"prefill_tokens": pt, "prefill_keys": pk, "decode_tokens": dt, "decode_keys": dk}
+        steps.append({**feats, "seconds": truth(pt, pk, dt, dk)})
+    steps.append(
+        {
+            **steps[0],
+            "prefill_tokens": 2048,
+            "prefill_keys": 2048 * 2049 // 2,
+            "seconds": truth(2048, 2048 * 2049 // 2, 0, 0),
+        }
+    )
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": PROFILE_FORMAT, "steps": steps}))
+    model = ProfileStepTime(path)
+    assert model.coef == pytest.approx([0.002, 1e-5, 2e-9, 3e-5, 1e-8], rel=1e-4, abs=1e-12)
+    trace = generate_from_spec("n=40,rate=10,input=300,output=20")
+    res = simulate(trace, llama8b, h100, SimConfig(unlimited=True, profile=str(path)))
+    assert res.step_model.startswith("profile p.json")
+    path.write_text(json.dumps({"format": "other", "steps": steps}))
+    with pytest.raises(CtxlabError, match="format"):
+        ProfileStepTime(path)
+
+
+def test_disaggregated_pays_a_transfer_and_conserves(llama8b, h100):
+    trace = generate_from_spec("n=80,rate=20,groups=2,input=uniform:100:2000,output=uniform:1:50")
+    colo = simulate(trace, llama8b, h100, SimConfig(unlimited=True))
+    slow = SimConfig(unlimited=True, disaggregated=True, kv_transfer_bandwidth=1e9)
+    res = simulate(trace, llama8b, h100, slow, check=True)
+    assert sorted(s.req.index for s in res.seqs) == list(range(len(trace)))
+    assert res.counters.tokens_emitted == trace.output_tokens
+    assert res.metrics["reused_tokens"] == colo.metrics["reused_tokens"]
+    fast = simulate(trace, llama8b, h100, slow.with_(kv_transfer_bandwidth=1e12))
+    assert res.metrics["e2e_mean"] > fast.metrics["e2e_mean"]
