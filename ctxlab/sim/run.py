@@ -17,8 +17,9 @@ from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
 from ctxlab.plan.devices import Device
 from ctxlab.sim.config import Setup, SimConfig, resolve
-from ctxlab.sim.engine import Counters, Seq, Simulator, Timeline
+from ctxlab.sim.engine import Simulator
 from ctxlab.sim.metrics import summarize
+from ctxlab.sim.state import Counters, Seq, Timeline
 from ctxlab.sim.steptime import ProfileStepTime, RooflineStepTime
 from ctxlab.sim.trace import Trace
 
