@@ -78,6 +78,8 @@ class LLMEngine:
         max_num_batched_tokens: int = 4096,
         max_num_seqs: int = 64,
         model_id: str = "model",
+        policy: Any = None,
+        budget: Any = None,
     ):
         if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
             raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
@@ -99,7 +101,12 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
         windows = tuple(getattr(config, "sliding_windows", ()) or ())
-        self.runner = Runner(model, self.kv, config.num_heads, windows)
+        from ctxlab.policy.driver import build_driver
+
+        self.policy, self.driver = build_driver(
+            policy, budget, self.kv, config.num_heads, getattr(model, "rope", None)
+        )
+        self.runner = Runner(model, self.kv, config.num_heads, windows, self.driver)
         self.max_position = int(getattr(config, "max_position", 1 << 30))
         self.eos_ids = set(getattr(config, "eos_token_ids", ()) or ())
         if tokenizer is not None:
@@ -131,12 +138,16 @@ class LLMEngine:
         ids = self.encode(prompt)
         if not ids:
             raise CtxlabError("the prompt is empty; give at least one token of text.")
-        if len(ids) >= self.max_position:
+        free_pos = self.driver is not None and self.driver.unbounded_positions
+        if len(ids) >= self.max_position and not free_pos:
             raise CtxlabError(
                 f"the prompt has {len(ids)} tokens, more than the model's maximum of "
                 f"{self.max_position - 1} prompt tokens."
             )
-        need = min(len(ids) + params.max_tokens, self.max_position)
+        need = len(ids) + params.max_tokens
+        need = need if free_pos else min(need, self.max_position)
+        if self.driver is not None:  # a policy that cuts every chunk never holds the prompt
+            need = self.driver.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
         bs = self.kv.block_size
         if -(-need // bs) * bs > self.kv.pool_tokens:
             raise CtxlabError(
@@ -193,7 +204,10 @@ class LLMEngine:
         delta = ""
         if tok in self.eos_ids and not p.ignore_eos:
             reason = "stop"
-        elif seq.metrics.output_tokens >= p.max_tokens or seq.num_tokens >= self.max_position:
+        elif seq.metrics.output_tokens >= p.max_tokens or (
+            seq.num_tokens >= self.max_position
+            and not (self.driver is not None and self.driver.unbounded_positions)
+        ):
             reason = "length"
         if self.tokenizer is not None and (detok or p.stop):
             text = self.tokenizer.decode(seq.output_ids)
@@ -208,6 +222,8 @@ class LLMEngine:
         if reason is None:
             return TokenEvent(seq.seq_id, tok, delta, False)
         self.scheduler.finish(seq, reason)
+        if self.driver is not None:
+            self.driver.release(seq.seq_id)
         seq.metrics.finish_time = now
         return TokenEvent(seq.seq_id, tok, delta, True, self.output(seq.seq_id))
 
@@ -254,6 +270,8 @@ class LLM:
         max_num_batched_tokens: int = 4096,
         max_num_seqs: int = 64,
         device: str = "cpu",
+        policy: Any = None,
+        budget: Any = None,
     ):
         if isinstance(model, str):
             from ctxlab.model import load_model
@@ -275,6 +293,8 @@ class LLM:
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             model_id=model_id,
+            policy=policy,
+            budget=budget,
         )
 
     def generate(

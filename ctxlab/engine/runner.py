@@ -7,6 +7,8 @@ writes and attends. Logits are computed only for the last token of sequences tha
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ctxlab.engine.attention import PagedAttention, PrefillItem, StepPlan
@@ -22,11 +24,15 @@ class Runner:
         kv: KVCacheManager,
         n_heads: int,
         sliding_windows: tuple[int | None, ...] = (),
+        driver: Any = None,
     ):
         self.model = model
         self.kv = kv
         self.layout = kv.layout
-        self.backend = PagedAttention(kv.pool, n_heads, sliding_windows)
+        self.backend: Any = PagedAttention(kv.pool, n_heads, sliding_windows)
+        self.driver = driver  # a retention/selection policy's hooks (ctxlab.policy.driver)
+        if driver is not None:
+            self.backend = driver.wrap(self.backend)
         self.device = kv.pool.data.device
 
     def plan(self, batch: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, StepPlan]:
@@ -43,7 +49,8 @@ class Runner:
             seq, n = sch.seq, sch.num_new
             start = seq.num_computed
             ids.extend(seq.token_ids[start : start + n])
-            pos.extend(range(start, start + n))
+            off = self.driver.position_offset(seq.seq_id) if self.driver is not None else 0
+            pos.extend(range(start - off, start - off + n))
             prev_len = seq.kv.lane_len.clone()
             rows.append(kv.slot_rows(seq.kv, n))
             kv.advance(seq.kv, n, first_pos=start)
@@ -89,12 +96,16 @@ class Runner:
             t += sch.num_new
             if sch.samples:
                 ends.append(t - 1)
+        if self.driver is not None:
+            self.driver.begin_step([_step_item(sch) for sch in batch])
         input_ids, positions, plan = self.plan(batch)
         self.backend.plan = plan
         try:
             hidden = self.model.forward(input_ids, positions, self.backend)
         finally:
             self.backend.plan = None
+        if self.driver is not None:
+            self.driver.end_step()  # the policy keeps what it keeps; the rest is freed
         if not sampling:
             return []
         logits = self.model.compute_logits(hidden[torch.tensor(ends, dtype=torch.int64)])
@@ -103,3 +114,10 @@ class Runner:
             [sch.seq.params for sch in sampling],
             [sch.seq.generator for sch in sampling],
         )
+
+
+def _step_item(sch: ScheduledSeq) -> Any:
+    from ctxlab.policy.driver import StepItem
+
+    seq = sch.seq
+    return StepItem(seq.seq_id, seq.kv, seq.num_computed, sch.num_new, seq.num_prompt, sch.samples)

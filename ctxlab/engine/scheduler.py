@@ -51,7 +51,8 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_tokens - seq.num_computed, budget)
-            while not self.kv.allocate(seq.kv, seq.num_computed + n):
+            # Room for n more tokens per lane (lanes a policy compacted hold fewer tokens).
+            while not self.kv.allocate(seq.kv, seq.kv.num_tokens + n):
                 victim = self.running.pop()
                 self._preempt(victim)
                 preempted = True

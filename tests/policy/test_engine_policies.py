@@ -1,0 +1,245 @@
+"""Policies inside the paged engine, on the engine's tiny float64 toy model.
+
+- `full` gives exactly the engine's own greedy output;
+- positional policies (window, streaming in both position modes, Longformer) give exactly
+  the output of an independent dense reference that applies the same keep rule after every
+  forward (so chunked prefill is covered too);
+- every eviction policy, at batch > 1 with different prompt lengths, chunked prefill and
+  prefix caching, keeps the resident KV bytes measured from the pool within the budget plus
+  one partial block per lane at every step, leaves shared prefix blocks untouched, and
+  returns every block at the end.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
+from engine_toy_model import CFG, ToyModel, rope
+
+from ctxlab.engine import LLMEngine, SamplingParams
+from ctxlab.policy import make_policy
+from ctxlab.policy.pyramidkv import pyramid_budgets
+
+
+class ToyRope:
+    """What the driver needs from a model's RoPE: moving rotated keys by delta positions."""
+
+    def shift_keys(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return rope(k, delta)
+
+
+MODEL = ToyModel()
+MODEL.rope = ToyRope()
+BS = 4
+N_OUT = 10
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def prompts(n: int, seed: int = 0, lo: int = 40, hi: int = 110) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(CFG.vocab_size) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+def engine(**kw) -> LLMEngine:
+    args = dict(kv_pool_tokens=2048, block_size=BS, max_num_batched_tokens=512, max_num_seqs=8)
+    args.update(kw)
+    return LLMEngine(MODEL, CFG, **args)
+
+
+def run(eng: LLMEngine, ps: list[list[int]], n: int = N_OUT) -> list[list[int]]:
+    rids = [eng.add_request(p, SamplingParams(max_tokens=n)) for p in ps]
+    return [o.token_ids for o in eng.run_all(rids)]
+
+
+def test_full_policy_is_exactly_the_engine():
+    ps = prompts(4)
+    base = run(engine(max_num_batched_tokens=37), ps)
+    eng = engine(max_num_batched_tokens=37, policy="full")
+    assert eng.driver is None
+    assert run(eng, ps) == base
+
+
+# -- an independent dense reference for positional keep rules ------------------------------
+class KeepRef:
+    """One sequence, dense K/V per layer, a keep rule applied after every forward."""
+
+    def __init__(self, keep, cache_slot: bool):
+        self.keep = keep  # (original positions [L], next position) -> kept indices
+        self.cache_slot = cache_slot
+        self.k: list[torch.Tensor | None] = [None] * CFG.num_layers
+        self.v: list[torch.Tensor | None] = [None] * CFG.num_layers
+        self.pos = torch.empty(0, dtype=torch.int64)  # original positions held
+
+    def attend(self, layer, q, k, v):
+        prev = 0 if self.k[layer] is None else self.k[layer].shape[0]
+        kk = k if self.k[layer] is None else torch.cat((self.k[layer], k))
+        vv = v if self.v[layer] is None else torch.cat((self.v[layer], v))
+        self.k[layer], self.v[layer] = kk, vv
+        t, L = q.shape[0], kk.shape[0]
+        mask = torch.arange(L)[None, :] <= prev + torch.arange(t)[:, None]
+        g = q.shape[1] // k.shape[1]
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1),
+            kk.repeat_interleave(g, 1).transpose(0, 1),
+            vv.repeat_interleave(g, 1).transpose(0, 1),
+            attn_mask=mask,
+        )
+        return o.transpose(0, 1)
+
+    @torch.inference_mode()
+    def feed(self, ids: list[int], start: int) -> torch.Tensor:
+        n_held = self.pos.numel()
+        positions = torch.arange(n_held, n_held + len(ids)) if self.cache_slot else None
+        if positions is None:
+            positions = torch.arange(start, start + len(ids))
+        h = MODEL.forward(torch.tensor(ids), positions, self)
+        self.pos = torch.cat((self.pos, torch.arange(start, start + len(ids))))
+        idx = self.keep(self.pos, start + len(ids))
+        for layer in range(CFG.num_layers):
+            k = self.k[layer][idx]
+            if self.cache_slot:
+                k = rope(k, torch.arange(len(idx)) - idx)
+            self.k[layer], self.v[layer] = k, self.v[layer][idx]
+        self.pos = self.pos[idx]
+        return h
+
+
+@torch.inference_mode()
+def ref_generate(prompt, n, chunk, keep, cache_slot=False):
+    ref = KeepRef(keep, cache_slot)
+    out = []
+    start = 0
+    while start < len(prompt):
+        h = ref.feed(prompt[start : start + chunk], start)
+        start += len(prompt[start : start + chunk])
+    for _ in range(n):
+        tok = int(MODEL.compute_logits(h[-1:]).argmax(-1))
+        out.append(tok)
+        h = ref.feed([tok], start)
+        start += 1
+    return out
+
+
+def sinks_and_recent(n_sinks, n_recent):
+    def keep(pos, seq_len):
+        return torch.nonzero((pos < n_sinks) | (pos >= seq_len - n_recent)).flatten()
+
+    return keep
+
+
+@pytest.mark.parametrize(
+    ("policy", "keep", "cache_slot"),
+    [
+        (make_policy("window", 24), sinks_and_recent(0, 24), False),
+        (make_policy("streaming", 24), sinks_and_recent(4, 20), True),
+        (make_policy("streaming", 24, position_mode="original"), sinks_and_recent(4, 20), False),
+        (make_policy("longformer", local=16, n_global=2), sinks_and_recent(2, 16), False),
+    ],
+    ids=["window", "streaming-slot", "streaming-orig", "longformer"],
+)
+def test_positional_policies_match_dense_reference(policy, keep, cache_slot):
+    chunk = 13
+    for p in prompts(3, seed=5):
+        eng = engine(max_num_batched_tokens=chunk, policy=policy)
+        got = run(eng, [p])[0]
+        assert got == ref_generate(p, N_OUT, chunk, keep, cache_slot)
+
+
+def test_streaming_cache_slot_runs_past_the_trained_length():
+    eng = engine(max_num_batched_tokens=64, policy="streaming", budget=32, kv_pool_tokens=256)
+    assert eng.driver.unbounded_positions
+    rid = eng.add_request(prompts(1, lo=700, hi=700)[0], SamplingParams(max_tokens=8))
+    bpb = eng.kv.layout.bytes_per_block
+    while eng.has_unfinished():
+        eng.step()
+        s = eng.seqs[rid]
+        if not s.finished:
+            assert eng.kv.resident_bytes(s.kv) <= eng.kv.n_lanes * (32 // BS + 1) * bpb
+    out = eng.output(rid)
+    assert len(out.token_ids) == 8 and CFG.max_position < 700
+
+
+# -- budgets, batches, chunks and prefix sharing for every eviction policy -----------------
+EVICTING = {
+    "window": {"budget": 32},
+    "streaming": {"budget": 32},
+    "h2o": {"budget": 32},
+    "tova": {"budget": 32},
+    "snapkv": {"budget": 32, "obs_window": 8},
+    "snapkv-rerun": {"budget": 32, "obs_window": 8, "rerun_every": 1},
+    "pyramidkv": {"budget": 32, "obs_window": 8},
+    "longformer": {"local": 28, "n_global": 4},
+    "bigbird": {"local": 20, "n_global": 4, "n_random": 8},
+}
+
+
+@pytest.mark.parametrize("name", list(EVICTING))
+def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(name):
+    params = dict(EVICTING[name])
+    policy = make_policy(name.split("-")[0], params.pop("budget", None), **params)
+    eng = engine(max_num_batched_tokens=29, policy=policy)
+    lay = eng.kv.layout
+    shared = prompts(1, seed=9, lo=48, hi=48)[0]
+    ps = [shared + p for p in prompts(3, seed=3, lo=5, hi=60)] + prompts(2, seed=4)
+    # The first request fills the prefix cache; snapshot its shared blocks.
+    run(eng, [[*shared, 1, 2, 3]], n=2)
+    alloc = eng.kv.alloc
+    cached = {h: (g, eng.kv.pool.data[:, list(g)].clone()) for h, g in alloc.cached.items()}
+    assert cached
+    checked = 0
+    rids = [eng.add_request(p, SamplingParams(max_tokens=N_OUT)) for p in ps]
+    if name.startswith("pyramidkv"):
+        per_layer = pyramid_budgets(32, lay.n_layers, 8)
+        bound_blocks = sum(lay.n_kv_heads * (-(-b // BS) + 1) for b in per_layer)
+    else:
+        b = 32 if "budget" in EVICTING[name] else policy.budget
+        bound_blocks = lay.n_lanes * (-(-b // BS) + 1)
+    while eng.has_unfinished():
+        eng.step()
+        alloc.check_invariants()
+        for h, (g, before) in cached.items():
+            if alloc.cached.get(h) == g:  # still the same cached block (not reused)
+                assert torch.equal(eng.kv.pool.data[:, list(g)], before), "shared blocks change"
+                checked += 1
+        for rid in rids:
+            s = eng.seqs[rid]
+            st = eng.driver.states.get(rid)
+            if s.finished or st is None or not st.prefilled:
+                continue
+            grown = st.step if name in ("snapkv", "pyramidkv") else 0  # no decode re-run
+            allowed = (bound_blocks + lay.n_lanes * -(-grown // BS)) * lay.bytes_per_block
+            assert eng.kv.resident_bytes(s.kv) <= allowed
+    outs = [eng.output(r) for r in rids]
+    assert all(len(o.token_ids) == N_OUT for o in outs)
+    assert eng.stats().prefix_cache_hits > 0, "the shared prefix was reused"
+    assert eng.stats().blocks_used == 0, "every block came back"
+    assert checked > 0
+    assert eng.driver.compactions > 0
+
+
+def test_quest_reads_fewer_blocks_and_keeps_everything():
+    ps = prompts(3, lo=90, hi=110)
+    base = run(engine(), ps)
+    eng = engine(policy="quest", budget=16)
+    got = run(eng, ps)
+    sel = eng.driver.selector
+    assert 0 < sel.read_fraction < 0.3
+    assert eng.driver.compactions == 0
+    assert all(len(g) == N_OUT for g in got)
+    # With a budget covering the whole context, Quest reads everything: exact output.
+    eng = engine(policy="quest", budget=512)
+    assert run(eng, ps) == base and eng.driver.selector.read_fraction == 1.0
