@@ -1,0 +1,95 @@
+"""The pieces of one Llama-family decoder block: RMSNorm, GQA attention projections, SwiGLU.
+
+Projections are fused (one q|k|v matmul, one gate|up matmul) because on a CPU a few large
+GEMMs beat several small ones; the loader concatenates the checkpoint's separate matrices.
+Attention itself is not here: the block hands rotated q/k/v to an `AttentionBackend`, which
+owns the cache.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxlab.model.backend import AttentionBackend
+from ctxlab.model.config import ModelConfig
+from ctxlab.model.rope import rotate_half
+
+
+class RMSNorm(nn.Module):
+    """x / rms(x) * weight, normalised in float32 as the reference implementations do."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        normed = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Q/K/V projection, optional per-head q/k RMSNorm (Qwen3), RoPE, backend call, output."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = cfg.num_heads
+        self.num_kv_heads = cfg.num_kv_heads
+        self.head_dim = cfg.head_dim
+        self.sliding_window = cfg.sliding_windows[layer_idx]
+        self.qkv_proj = nn.Linear(
+            cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias
+        )
+        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: AttentionBackend
+    ) -> torch.Tensor:
+        t = x.shape[0]
+        nq, nkv = self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x).view(t, nq + 2 * nkv, self.head_dim)
+        qk, v = qkv[:, : nq + nkv], qkv[:, nq + nkv :]
+        if self.q_norm is not None and self.k_norm is not None:
+            qk = torch.cat((self.q_norm(qk[:, :nq]), self.k_norm(qk[:, nq:])), dim=1)
+        # q and k rotated together: one elementwise pass instead of two.
+        qk = qk * cos.unsqueeze(1) + rotate_half(qk) * sin.unsqueeze(1)
+        out = backend.attend(self.layer_idx, qk[:, :nq], qk[:, nq:], v)
+        return self.o_proj(out.reshape(t, nq * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)) with gate and up in one matmul."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.intermediate = cfg.intermediate_size
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer_idx)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: AttentionBackend
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
+        return x + self.mlp(self.post_attention_layernorm(x))

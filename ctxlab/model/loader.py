@@ -1,0 +1,175 @@
+"""`load_model`: a name, a .gguf file or an HF folder -> model, tokenizer and config.
+
+GGUF tensors are dequantized to float with the `gguf` package (ctxlab runs the dequantized
+weights; it does not emulate quantized kernels). llama.cpp stores Q and K of `llama`-arch
+models with rows permuted for its interleaved RoPE; they are permuted back so the half-split
+rotation (as in transformers) applies, the same correction transformers' GGUF loader makes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ctxlab.errors import CtxlabError
+from ctxlab.model.config import ModelConfig
+from ctxlab.model.llama import LlamaModel
+from ctxlab.model.registry import DEFAULT_MODEL, resolve_model_path
+from ctxlab.model.tokenizer import Tokenizer, load_tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+_GGUF_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GGUF_TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+
+@dataclass
+class LoadedModel:
+    """A ready model plus what belongs with it; the tokenizer is built on first use (slow)."""
+
+    model: LlamaModel
+    config: ModelConfig
+    source_path: Path
+    _tokenizer: Tokenizer | None = field(default=None, repr=False)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(str(self.source_path), self.config.eos_token_ids)
+        return self._tokenizer
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise CtxlabError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
+    return DTYPES[dtype]
+
+
+def load_model(
+    model: str = DEFAULT_MODEL, dtype: str | torch.dtype = "float32", device: str = "cpu"
+) -> LoadedModel:
+    """Load a registry name (default: smollm2-135m), a .gguf file or an HF safetensors folder."""
+    torch_dtype = parse_dtype(dtype)
+    path = resolve_model_path(model)
+    if path.is_dir():
+        cfg, tensors, freq_factors = _read_hf_folder(path)
+    elif path.suffix.lower() == ".gguf":
+        cfg, tensors, freq_factors = read_gguf(path)
+    else:
+        raise CtxlabError(
+            f"{path} is neither a .gguf file nor a folder with config.json and safetensors."
+        )
+    with torch.device("meta"):
+        net = LlamaModel(cfg, freq_factors)
+    net.load_hf_state_dict(tensors, dtype=torch_dtype, device=device)
+    net.eval()
+    return LoadedModel(model=net, config=cfg, source_path=path)
+
+
+# ---------------------------------------------------------------------- GGUF
+
+
+def _gguf_metadata(reader: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key, fld in reader.fields.items():
+        if key.startswith("tokenizer.ggml.") and len(fld.data) > 1:
+            continue  # vocabularies and merges: the tokenizer reads those itself
+        try:
+            meta[key] = fld.contents()
+        except Exception:  # an exotic field type this gguf version cannot decode
+            continue
+    return meta
+
+
+def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's per-head row interleave of Q/K (rows [h, d/2, 2] -> [h, 2, d/2])."""
+    rows = w.shape[0]
+    half = rows // n_heads // 2
+    return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.Tensor | None]:
+    """Config, HF-named float32 tensors and optional RoPE frequency factors from a GGUF file."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as exc:
+        raise CtxlabError(f"{path} is not a readable GGUF file ({type(exc).__name__}).") from exc
+    meta = _gguf_metadata(reader)
+    names = {t.name for t in reader.tensors}
+    vocab_field = reader.fields.get("tokenizer.ggml.tokens")
+    cfg = ModelConfig.from_gguf_fields(meta, names, len(vocab_field.data) if vocab_field else 0)
+    tensors: dict[str, torch.Tensor] = {}
+    freq_factors = None
+    for t in reader.tensors:
+        try:
+            array = gguf.quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError as exc:
+            raise CtxlabError(
+                f"{path} holds tensor {t.name} in {t.tensor_type.name}, which gguf cannot dequantize."
+            ) from exc
+        value = torch.from_numpy(np.array(array, dtype=np.float32, order="C"))
+        if t.name == "rope_freqs.weight":
+            freq_factors = value
+            continue
+        if t.name in _GGUF_TOP_NAMES:
+            tensors[_GGUF_TOP_NAMES[t.name]] = value
+            continue
+        parts = t.name.split(".", 2)
+        if len(parts) != 3 or parts[0] != "blk" or parts[2] not in _GGUF_LAYER_NAMES:
+            raise CtxlabError(f"{path} holds tensor {t.name}, which ctxlab does not know.")
+        if cfg.arch == "llama" and parts[2].startswith(("attn_q.", "attn_k.")):
+            heads = cfg.num_heads if parts[2].startswith("attn_q.") else cfg.num_kv_heads
+            value = unpermute_qk(value, heads)
+        tensors[f"model.layers.{parts[1]}.{_GGUF_LAYER_NAMES[parts[2]]}"] = value
+    return cfg, tensors, freq_factors
+
+
+# ---------------------------------------------------------------------- HF folder
+
+
+def _read_hf_folder(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], None]:
+    from safetensors.torch import load_file
+
+    config_file = path / "config.json"
+    files = sorted(path.glob("*.safetensors"))
+    if not config_file.is_file() or not files:
+        raise CtxlabError(f"{path} needs a config.json and at least one *.safetensors file.")
+    try:
+        cfg = ModelConfig.from_hf_dict(json.loads(config_file.read_text()))
+    except json.JSONDecodeError as exc:
+        raise CtxlabError(f"{config_file} is not valid JSON (line {exc.lineno}).") from exc
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            tensors.update(load_file(str(f)))
+        except Exception as exc:
+            raise CtxlabError(f"{f} is not a readable safetensors file.") from exc
+    return cfg, tensors, None
