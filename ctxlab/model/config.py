@@ -15,6 +15,7 @@ from ctxlab.errors import CtxlabError
 
 # Architectures whose decoder block is the Llama block (possibly with q/k-norm or qkv bias).
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+_ARCH_LIST = ", ".join(SUPPORTED_ARCHS)
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class ModelConfig:
         model_type = d.get("model_type", "llama")
         if model_type not in SUPPORTED_ARCHS:
             raise CtxlabError(
-                f"model_type {model_type!r} is not supported; ctxlab runs {', '.join(SUPPORTED_ARCHS)}."
+                f"model_type {model_type!r} is not supported; ctxlab runs {_ARCH_LIST}."
             )
         try:
             hidden = int(d["hidden_size"])
@@ -124,7 +125,7 @@ class ModelConfig:
         arch = str(meta.get("general.architecture", ""))
         if arch not in SUPPORTED_ARCHS:
             raise CtxlabError(
-                f"GGUF architecture {arch!r} is not supported; ctxlab runs {', '.join(SUPPORTED_ARCHS)}."
+                f"GGUF architecture {arch!r} is not supported; ctxlab runs {_ARCH_LIST}."
             )
 
         def get(key: str, default: Any = None) -> Any:

@@ -135,13 +135,16 @@ def greedy_generate_batch(
             cu.append(cu[-1] + len(c))
         ids = torch.tensor([t for c in chunks for t in c], dtype=torch.int64, device=device)
         positions = torch.cat(
-            [torch.arange(lengths[s], lengths[s] + len(c)) for s, c in zip(seq_ids, chunks)]
+            [
+                torch.arange(lengths[s], lengths[s] + len(c))
+                for s, c in zip(seq_ids, chunks, strict=True)
+            ]
         ).to(device)
         backend.set_batch(seq_ids, cu)
         hidden = model.forward(ids, positions, backend)
         last = torch.tensor([end - 1 for end in cu[1:]], device=device)
         tokens = model.compute_logits(hidden[last]).argmax(-1).tolist()
-        for s, c, token in zip(seq_ids, chunks, tokens):
+        for s, c, token in zip(seq_ids, chunks, tokens, strict=True):
             lengths[s] += len(c)
             outputs[s].append(int(token))
             if int(token) in eos_ids or len(outputs[s]) >= max_new_tokens:

@@ -133,7 +133,8 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.T
             array = gguf.quants.dequantize(t.data, t.tensor_type)
         except NotImplementedError as exc:
             raise CtxlabError(
-                f"{path} holds tensor {t.name} in {t.tensor_type.name}, which gguf cannot dequantize."
+                f"{path} holds tensor {t.name} as {t.tensor_type.name}, "
+                "which gguf cannot dequantize."
             ) from exc
         value = torch.from_numpy(np.array(array, dtype=np.float32, order="C"))
         if t.name == "rope_freqs.weight":

@@ -55,7 +55,7 @@ def test_greedy_64_tokens_match_transformers_for_4_prompts(loaded, hf_model, tok
     prompts = [tokenizer.apply_chat([{"role": "user", "content": c}]) for c in CHATS]
     eos = tokenizer.eos_token_ids
     mine = greedy_generate_batch(loaded.model, prompts, 64, eos_ids=eos)
-    for prompt, got in zip(prompts, mine):
+    for prompt, got in zip(prompts, mine, strict=True):
         with torch.no_grad():
             out = hf_model.generate(
                 torch.tensor([prompt]),
