@@ -41,6 +41,9 @@ POLICIES: dict[str, type[Policy]] = {
     )
 }
 
+# Policies whose pure code exists but that the engine cannot run yet (see driver.build_driver).
+NOT_IN_ENGINE = frozenset({"quant", "recall"})
+
 # What "--budget" means for policies whose budget field has another name.
 _BUDGET_FIELD = {"quest": "token_budget"}
 
@@ -89,6 +92,7 @@ def describe_policies() -> list[dict[str, Any]]:
                 "paper": cls.paper,
                 "params": params,
                 "summary": (cls.__doc__ or "").strip().splitlines()[0],
+                "in_engine": name not in NOT_IN_ENGINE,
             }
         )
     return rows

@@ -1,0 +1,41 @@
+"""`ctxlab policies`: every KV retention / selection / storage policy, its paper and defaults."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def _fmt(value: object) -> str:
+    return "none" if value is None else str(value)
+
+
+def policies(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """List each policy: the stack layer it acts on, its paper, its parameters and defaults."""
+    from ctxlab.policy.registry import describe_policies
+
+    rows = describe_policies()
+    if as_json:
+        typer.echo(json.dumps({"policies": rows}, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="KV cache policies (--policy NAME --budget TOKENS|RATIO)")
+    table.add_column("policy", style="bold")
+    table.add_column("layer")
+    table.add_column("paper / source")
+    table.add_column("parameters (defaults)")
+    table.add_column("engine")
+    for r in rows:
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items())
+        engine = "yes" if r["in_engine"] else "pure code only"
+        table.add_row(r["name"], r["layer"], r["paper"], params or "-", engine)
+    Console(width=160).print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("policies")(policies)

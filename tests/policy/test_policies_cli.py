@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from ctxlab.cli import app
+
+
+def test_policies_table_and_json():
+    runner = CliRunner()
+    res = runner.invoke(app, ["policies"])
+    assert res.exit_code == 0, res.output
+    for name in ("snapkv", "streaming", "h2o", "quest", "quant", "recall", "bigbird"):
+        assert name in res.output
+    res = runner.invoke(app, ["policies", "--json"])
+    assert res.exit_code == 0
+    rows = {r["name"]: r for r in json.loads(res.output)["policies"]}
+    assert rows["snapkv"]["params"]["kernel"] == 7
+    assert rows["quest"]["layer"] == "selection"
+    assert rows["snapkv"]["in_engine"] and not rows["quant"]["in_engine"]
