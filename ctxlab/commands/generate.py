@@ -1,0 +1,81 @@
+"""`ctxlab generate "text"`: run one prompt through the paged engine, print text + metrics.
+
+torch and the model are imported inside the command so `ctxlab --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ctxlab.errors import CtxlabError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("generate")
+    def generate(
+        prompt: str = typer.Argument(None, help="The prompt text (or use --file)."),
+        chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as one user message."),
+        file: Path = typer.Option(None, "--file", help="Read the prompt from this file."),
+        model: str = typer.Option("smollm2-135m", "--model", help="Model name, .gguf or folder."),
+        max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate."),
+        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+        top_p: float = typer.Option(1.0, "--top-p"),
+        top_k: int = typer.Option(0, "--top-k", help="0 = off."),
+        seed: int = typer.Option(None, "--seed", help="Sampling seed."),
+        kv_pool_tokens: int = typer.Option(16384, "--kv-pool-tokens", help="Pool size, tokens."),
+        block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
+        no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache"),
+        dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Generate text with the paged-KV engine and print one line of metrics."""
+        if file is not None:
+            if not file.is_file():
+                raise CtxlabError(f"prompt file {file} does not exist.")
+            prompt = file.read_text()
+        if not prompt:
+            raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
+        from ctxlab.engine import LLM, SamplingParams
+
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
+        )
+        llm = LLM(
+            model=model,
+            kv_pool_tokens=kv_pool_tokens,
+            block_size=block_size,
+            enable_prefix_caching=not no_prefix_cache,
+            dtype=dtype,
+        )
+        request = [{"role": "user", "content": prompt}] if chat else prompt
+        out = llm.generate(request, params)[0]
+        m = out.metrics
+        stats = llm.stats()
+        if as_json:
+            doc = {
+                "text": out.text,
+                "token_ids": out.token_ids,
+                "finish_reason": out.finish_reason,
+                **m.as_dict(),
+                "decode_tok_per_s": _rate(m),
+                "pool_bytes": stats.pool_bytes,
+                "dtype": dtype,
+            }
+            typer.echo(json.dumps(doc))
+            return
+        typer.echo(out.text)
+        typer.echo(
+            f"[prompt {m.prompt_tokens} tok, reused {m.reused_tokens}, output "
+            f"{m.output_tokens} tok ({out.finish_reason}) | TTFT {m.ttft * 1e3:.0f} ms, "
+            f"TPOT {m.tpot * 1e3:.1f} ms, {_rate(m):.1f} tok/s | resident KV "
+            f"{m.resident_kv_bytes / 2**20:.2f} MiB | preemptions {m.preemptions}]"
+        )
+
+
+def _rate(m) -> float:
+    """Decode tokens per second after the first token."""
+    span = m.latency - m.ttft
+    return (m.output_tokens - 1) / span if m.output_tokens > 1 and span > 0 else float("nan")
