@@ -41,6 +41,12 @@ class KVPool:
     def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
         lay = self.layout
+        width = self._k_rows.shape[1]
+        if lay.head_dim == lay.head_dim_v == width:  # the common case: one fast row copy
+            flat = rows.reshape(-1)
+            self._k_rows.index_copy_(0, flat, k.reshape(-1, width).to(lay.dtype))
+            self._v_rows.index_copy_(0, flat, v.reshape(-1, width).to(lay.dtype))
+            return
         self._k_rows[rows, : lay.head_dim] = k.to(lay.dtype)
         self._v_rows[rows, : lay.head_dim_v] = v.to(lay.dtype)
 
