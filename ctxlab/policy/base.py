@@ -239,11 +239,15 @@ class ScorerPolicy(Policy):
             out.append(torch.sort(pos[h, idx]).values)
         return out
 
+    def decode_trigger(self) -> int:
+        """Tokens a lane may run over its budget during decode before it is cut back."""
+        return self.slack
+
     def on_prefill(self, obs: LayerObs) -> list[torch.Tensor] | None:
         return self.select(obs)
 
     def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
-        return self.select(obs, trigger=self.slack)
+        return self.select(obs, trigger=self.decode_trigger())
 
     def wants_decode_hook(self, step: int) -> bool:
         return True

@@ -29,6 +29,7 @@ from ctxlab.kv.seq_kv import SeqKV
 from ctxlab.policy.base import (
     LayerObs,
     Policy,
+    ScorerPolicy,
     attention_probs,
     budget_tokens,
     group_reduce,
@@ -198,17 +199,42 @@ class PolicyDriver:
         return acc
 
     def _accumulate(self, it: StepItem, st: SeqState) -> None:
-        """H2O's running sum: this step's attention, summed over each KV head's group."""
-        for layer in range(self.layout.n_layers):
-            pos, keys = self._lanes(it.kv, layer)
-            q = st.obs_q[layer][:, -1:]
-            p = attention_probs(q, keys, pos, st.obs_pos[-1:])[:, 0]
-            acc = self._acc(st, layer, pos.shape[1])
-            acc += group_reduce(p, self.n_kv, "sum")
+        """H2O's running sum: this step's attention, summed over each KV head's group.
+
+        All layers at once: one gather of every lane, one batched softmax.
+        """
+        seq, lay = it.kv, self.layout
+        n_layers, n_kv, d = lay.n_layers, self.n_kv, lay.head_dim
+        n = int(seq.lane_len.max())
+        k, _ = self.kv.pool.gather(seq.table[:, : -(-n // lay.block_size)])
+        k = k[:, :n].float().view(n_layers, n_kv, n, d)
+        valid = (torch.arange(n)[None, :] < seq.lane_len[:, None]).view(n_layers, n_kv, 1, n)
+        q = torch.stack([st.obs_q[layer][:, -1] for layer in range(n_layers)])
+        q = q.view(n_layers, n_kv, self.n_heads // n_kv, d)
+        logits = torch.einsum("lkgd,lknd->lkgn", q, k) / d**0.5
+        probs = torch.softmax(logits.masked_fill(~valid, float("-inf")), -1).sum(2)
+        for layer in range(n_layers):
+            acc = self._acc(st, layer, int(seq.lane_len[lay.lanes_of_layer(layer)].max()))
+            acc += probs[layer, :, : acc.shape[1]]
 
     # -- compaction -----------------------------------------------------------------------
+    def _over_budget(self, it: StepItem, st: SeqState, layer: int, trigger: int) -> bool:
+        """Cheap check (no keys, no attention) whether a scorer policy would cut this layer."""
+        pol = self.policy
+        if not isinstance(pol, ScorerPolicy):
+            return True
+        lens = it.kv.lane_len[self.layout.lanes_of_layer(layer)]
+        light = LayerObs(
+            layer, self.layout.n_layers, self.n_heads, torch.empty(self.n_kv, 0), 0, st.prompt_len
+        )
+        return int(lens.max()) > pol.lane_budget(light) + trigger
+
     def _apply(self, it: StepItem, st: SeqState, hook: Any, seed_acc: bool = False) -> None:
+        pol = self.policy
+        trigger = pol.decode_trigger() if st.step > 0 and isinstance(pol, ScorerPolicy) else 0
         for layer in range(self.layout.n_layers):
+            if not seed_acc and not self._over_budget(it, st, layer, trigger):
+                continue
             obs, keys = self._obs(it, st, layer)
             if seed_acc and obs.acc_attn is not None and layer in st.obs_q:
                 # H2O's scores start from the prompt's last `obs_window` queries.

@@ -63,10 +63,13 @@ class SnapKVPolicy(ScorerPolicy):
     def score(self, obs: LayerObs) -> torch.Tensor:
         return snap_scores(obs.need("obs_attn"), obs.n_kv, self.kernel, self.pooling)
 
+    def decode_trigger(self) -> int:
+        return (self.rerun_every or 1) - 1
+
     def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
         if self.rerun_every is None:
             return None
-        return self.select(obs, trigger=self.rerun_every - 1)
+        return self.select(obs, trigger=self.decode_trigger())
 
     def wants_decode_hook(self, step: int) -> bool:
         return self.rerun_every is not None

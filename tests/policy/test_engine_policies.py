@@ -243,3 +243,26 @@ def test_quest_reads_fewer_blocks_and_keeps_everything():
     # With a budget covering the whole context, Quest reads everything: exact output.
     eng = engine(policy="quest", budget=512)
     assert run(eng, ps) == base and eng.driver.selector.read_fraction == 1.0
+
+
+def test_h2o_accumulator_matches_per_layer_attention():
+    """The batched all-layer accumulation equals the slow per-layer definition."""
+    from ctxlab.policy.base import attention_probs, group_reduce
+    from ctxlab.policy.driver import StepItem
+
+    eng = engine(policy="h2o", budget=24, max_num_batched_tokens=16)
+    rid = eng.add_request(prompts(1, seed=2)[0], SamplingParams(max_tokens=50))
+    for _ in range(12):
+        eng.step()
+    drv, seq = eng.driver, eng.seqs[rid]
+    st = drv.states[rid]
+    assert st.prefilled and st.step > 0 and not seq.kv.lockstep
+    before = {layer: a.clone() for layer, a in st.acc.items()}
+    item = StepItem(rid, seq.kv, seq.num_computed - 1, 1, st.prompt_len, True)
+    with torch.inference_mode():
+        drv._accumulate(item, st)
+    for layer in range(CFG.num_layers):
+        pos, keys = drv._lanes(seq.kv, layer)
+        p = attention_probs(st.obs_q[layer][:, -1:], keys, pos, st.obs_pos[-1:])[:, 0]
+        want = group_reduce(p, CFG.num_kv_heads, "sum")
+        torch.testing.assert_close(st.acc[layer] - before[layer], want)

@@ -1,0 +1,140 @@
+"""KV policies side by side on the default model: decode-step time and resident KV bytes.
+
+    .venv/bin/python benchmarks/policies.py                 # issue 4 sizes: 8 x 4,000 tokens
+    .venv/bin/python benchmarks/policies.py --requests 4 --prompt-tokens 2000   # smaller
+
+One process, one run per policy, same prompts (different slices of the bundled text, so no
+prefix is shared and prefix caching is off): all requests are prefilled, then `--decode`
+tokens are generated together, and only those decode steps are timed. Resident KV bytes are
+measured from the pool (blocks in use x bytes per block) at the end of decoding. Quest keeps
+everything and reports the fraction of KV blocks its decode steps read. Everything is
+printed as a ratio against `full`.
+
+Eviction policies run with `slack = block_size - 1`: a lane may grow up to one block past
+its budget before it is cut back, so lanes are compacted once per block instead of every
+step (the resident bound is still budget + one partial block per lane).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from ctxlab.engine import LLMEngine, SamplingParams
+from ctxlab.model import load_model
+from ctxlab.policy import make_policy
+
+EVICTING = ("window", "streaming", "h2o", "snapkv", "pyramidkv", "tova")
+
+
+def build(name: str, budget: int, block: int):
+    if name == "full":
+        return None
+    if name == "quest":
+        return make_policy("quest", budget, page=block)
+    extra = {"rerun_every": block} if name in ("snapkv", "pyramidkv") else {"slack": block - 1}
+    return make_policy(name, budget, **extra)
+
+
+def run_one(loaded, name: str, prompts: list[list[int]], args) -> dict:
+    total = len(prompts) * (args.prompt_tokens + args.decode + args.block)
+    eng = LLMEngine(
+        loaded.model,
+        loaded.config,
+        loaded.tokenizer,
+        kv_pool_tokens=total,
+        block_size=args.block,
+        enable_prefix_caching=False,
+        max_num_batched_tokens=args.chunk,
+        max_num_seqs=len(prompts),
+        policy=build(name, args.budget, args.block),
+    )
+    params = SamplingParams(max_tokens=args.decode + 1, ignore_eos=True)
+    rids = [eng.add_request(p, params) for p in prompts]
+    # Prefill: step until every request has its first token.
+    while any(eng.seqs[r].metrics.output_tokens == 0 for r in rids):
+        eng.step()
+    sel = eng.driver.selector if eng.driver is not None else None
+    if sel is not None:
+        sel.blocks_total = sel.blocks_read = 0
+    steps, t0 = 0, time.perf_counter()
+    resident = 0
+    while eng.has_unfinished():
+        eng.step()
+        steps += 1
+        if not any(eng.seqs[r].finished for r in rids):  # the last step frees everything
+            resident = eng.kv.resident_bytes()
+    dt = time.perf_counter() - t0
+    return {
+        "policy": name,
+        "decode_step_s": dt / steps,
+        "resident_kv_bytes": resident,
+        "kv_read_fraction": sel.read_fraction if sel is not None else None,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--prompt-tokens", type=int, default=4000)
+    ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--budget", type=int, default=512)
+    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--chunk", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    ap.add_argument("--policies", default="full," + ",".join(EVICTING) + ",quest")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    loaded = load_model()
+    tok = loaded.tokenizer
+    text = resources.files("ctxlab").joinpath("data/tinyshakespeare.txt").read_text()
+    ids = tok.encode(text[: args.requests * args.prompt_tokens * 6])
+    need = args.requests * args.prompt_tokens
+    if len(ids) < need:
+        raise SystemExit(f"the bundled text has {len(ids)} tokens, {need} are needed")
+    prompts = [
+        ids[i * args.prompt_tokens : (i + 1) * args.prompt_tokens] for i in range(args.requests)
+    ]
+    rows = []
+    for name in args.policies.split(","):
+        rows.append(run_one(loaded, name, prompts, args))
+        print(f"ran {name}", file=sys.stderr, flush=True)
+    full = next(r for r in rows if r["policy"] == "full")
+    for r in rows:
+        r["step_speedup_vs_full"] = full["decode_step_s"] / r["decode_step_s"]
+        r["resident_vs_full"] = r["resident_kv_bytes"] / full["resident_kv_bytes"]
+    if args.json:
+        print(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+        return
+    print(
+        f"{args.requests} requests x {args.prompt_tokens} prompt tokens, {args.decode} decode "
+        f"tokens together, budget {args.budget}, block {args.block}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"{'policy':<10} {'step ms':>9} {'speedup':>8} {'resident KV':>14} {'vs full':>8} "
+        f"{'KV read/step':>12}"
+    )
+    for r in rows:
+        read = "" if r["kv_read_fraction"] is None else f"{r['kv_read_fraction']:.1%}"
+        print(
+            f"{r['policy']:<10} {r['decode_step_s'] * 1e3:>9.1f} "
+            f"{r['step_speedup_vs_full']:>7.2f}x {r['resident_kv_bytes']:>14,} "
+            f"{r['resident_vs_full']:>8.1%} {read:>12}"
+        )
+
+
+if __name__ == "__main__":
+    main()
