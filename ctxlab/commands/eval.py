@@ -1,0 +1,137 @@
+"""`ctxlab eval`: what the model can still do with its context, beside what the context cost.
+
+`ctxlab eval` runs a task x length x depth grid for each policy and writes one JSON row per
+sample, a summary table, heatmaps and score-against-bytes plots. Subcommands run the lost-in-
+the-middle sweep and streaming perplexity, and re-summarize a rows file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+
+from ctxlab.errors import CtxlabError
+
+eval_app = typer.Typer(
+    help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CtxlabError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise CtxlabError(f"{what} must be positive whole numbers, got {text!r}")
+    return values
+
+
+def _out_dir(out: Path | None, kind: str) -> Path:
+    path = out or Path("out") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@eval_app.callback()
+def grid(
+    ctx: typer.Context,
+    suite: str = typer.Option(
+        "quick", "--suite", help="quick or standard (tasks, lengths, depths)."
+    ),
+    policy: str = typer.Option(
+        "full", "--policy", help="Comma list, e.g. full,snapkv,h2o,streaming or snapkv@128."
+    ),
+    budget: str = typer.Option(
+        None,
+        "--budget",
+        help="Default KV budget for non-full policies: tokens (256) or ratio (0.25).",
+    ),
+    tasks: str = typer.Option(None, "--tasks", help="Override the suite's tasks (comma list)."),
+    lengths: str = typer.Option(None, "--lengths", help="Override lengths, e.g. 512,1024,2048."),
+    depths: int = typer.Option(None, "--depths", help="Number of needle depths from 0% to 100%."),
+    samples: int = typer.Option(None, "--samples", help="Samples per cell."),
+    seed: int = typer.Option(0, "--seed", help="Data seed: the same seed gives the same prompts."),
+    backend: str = typer.Option("ctxlab", "--backend", help="ctxlab (this engine) or openai."),
+    base_url: str = typer.Option(
+        None, "--base-url", help="OpenAI-compatible server for --backend openai."
+    ),
+    model: str = typer.Option("smollm2-135m", "--model", help="Model name, .gguf file or folder."),
+    threshold: float = typer.Option(
+        None, "--threshold", help="Effective-length bar: absolute score (default 85.6, RULER's)."
+    ),
+    relative: float = typer.Option(
+        None,
+        "--relative-threshold",
+        help="Bar as a fraction of full's score at the shortest length.",
+    ),
+    out: Path = typer.Option(None, "--out", help="Output folder (default out/eval-TIMESTAMP)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+) -> None:
+    """Run the RULER-style grid for each policy; rows, tables and plots go to the output folder."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ctxlab.eval.runner import Grid, PolicyRun, depth_grid
+    from ctxlab.eval.suites import get_suite, parse_policy_runs
+    from ctxlab.eval.tasks import get_task
+
+    chosen = get_suite(suite)
+    task_names = [t.strip() for t in tasks.split(",")] if tasks else list(chosen.tasks)
+    for name in task_names:
+        get_task(name)
+    if samples is not None and samples <= 0:
+        raise CtxlabError(f"--samples must be positive, got {samples}")
+    if depths is not None and depths <= 0:
+        raise CtxlabError(f"--depths must be positive, got {depths}")
+    if threshold is not None and relative is not None:
+        raise CtxlabError("give --threshold or --relative-threshold, not both")
+    if backend not in ("ctxlab", "openai"):
+        raise CtxlabError(f"unknown backend {backend!r}; use ctxlab or openai")
+    if backend == "openai" and not base_url:
+        raise CtxlabError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
+    runs = [PolicyRun(name, b) for name, b in parse_policy_runs(policy, budget)]
+    if backend == "openai" and any(r.policy != "full" for r in runs):
+        raise CtxlabError(
+            "a remote server's cache policy is its own; use --policy full with openai"
+        )
+    grid_spec = Grid(
+        tasks=task_names,
+        lengths=_ints(lengths, "--lengths") if lengths else list(chosen.lengths),
+        depths=depth_grid(depths or chosen.depths),
+        samples=samples or chosen.samples,
+        seed=seed,
+        runs=runs,
+    )
+    folder = _out_dir(out, "eval")
+    from ctxlab.eval.harness import run_eval
+
+    summary = run_eval(grid_spec, backend, base_url, model, folder, threshold, relative, as_json)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+
+
+@eval_app.command("summarize")
+def summarize(
+    rows: Path = typer.Argument(..., help="A rows.jsonl written by ctxlab eval."),
+    threshold: float = typer.Option(None, "--threshold"),
+    relative: float = typer.Option(None, "--relative-threshold"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Tables, effective lengths and plots from an existing rows file (no model needed)."""
+    from ctxlab.eval.harness import summarize_rows
+    from ctxlab.eval.summary import read_rows
+
+    if not rows.is_file():
+        raise CtxlabError(f"rows file {rows} does not exist")
+    doc = summarize_rows(read_rows(rows), rows.parent, threshold, relative, as_json)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")

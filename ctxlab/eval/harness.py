@@ -1,0 +1,137 @@
+"""Glue between the eval CLI and the pieces: load the model once, run, summarize, print.
+
+Kept out of the runner so the runner stays testable without a model, and out of the CLI so
+the workshop can call the same functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ctxlab.eval.runner import Grid, PolicyRun, run_grid
+from ctxlab.eval.scoring import RULER_THRESHOLD
+from ctxlab.eval.summary import Row, cells, effective_lengths, plot_heatmaps, plot_score_vs_bytes
+
+
+def pool_tokens_for(grid: Grid, batch_size: int) -> int:
+    """Room for a full batch of the longest samples, so the eval never measures preemption."""
+    return max(grid.lengths) * batch_size + 1024
+
+
+def run_eval(
+    grid: Grid,
+    backend: str,
+    base_url: str | None,
+    model: str,
+    out_dir: Path,
+    threshold: float | None,
+    relative: float | None,
+    quiet: bool = False,
+    batch_size: int = 4,
+) -> dict[str, Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if backend == "openai":
+        from ctxlab.eval.engine_backend import token_counter
+        from ctxlab.eval.openai_backend import OpenAIBackend
+        from ctxlab.model.registry import resolve_model_path
+        from ctxlab.model.tokenizer import load_tokenizer
+
+        count = token_counter(load_tokenizer(str(resolve_model_path("smollm2-135m"))))
+        model_name = f"remote:{base_url}"
+
+        def backend_for(run: PolicyRun) -> Any:
+            return OpenAIBackend(str(base_url))
+    else:
+        from ctxlab.eval.engine_backend import EngineBackend, token_counter
+        from ctxlab.model import load_model
+
+        loaded = load_model(model)
+        count = token_counter(loaded.tokenizer)
+        model_name = model
+        pool = pool_tokens_for(grid, batch_size)
+
+        def backend_for(run: PolicyRun) -> Any:
+            return EngineBackend(loaded, run, kv_pool_tokens=pool)
+
+    rows_path = out_dir / "rows.jsonl"
+    rows_path.unlink(missing_ok=True)
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+    ) as progress:
+        bar = progress.add_task("eval samples", total=grid.size())
+        rows = run_grid(
+            grid,
+            count,
+            backend_for,
+            rows_path,
+            model_name,
+            on_progress=lambda n: progress.advance(bar, n),
+            batch_size=batch_size,
+        )
+    console.print(f"rows: {rows_path}")
+    return summarize_rows(rows, out_dir, threshold, relative, quiet)
+
+
+def summarize_rows(
+    rows: Sequence[Row],
+    out_dir: Path,
+    threshold: float | None,
+    relative: float | None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Print the task x length x policy table and effective lengths; write summary and plots."""
+    console = Console(stderr=quiet)
+    table_cells = cells(rows)
+    if relative is not None:
+        eff = effective_lengths(rows, relative, relative=True)
+    else:
+        eff = effective_lengths(rows, threshold if threshold is not None else RULER_THRESHOLD)
+    no_bytes = all(r.get("resident_kv_bytes") is None for r in rows)
+    table = Table(title="score (0-100) and resident KV measured from the pool, per cell")
+    for column in ("task", "length", "policy", "score", "resident KV (MiB)", "samples"):
+        table.add_column(column, justify="right" if column not in ("task", "policy") else "left")
+    for c in table_cells:
+        kv = "n/a" if c.kv_bytes is None else f"{c.kv_bytes / 2**20:.2f}"
+        table.add_row(c.task, str(c.length), c.policy, f"{c.score:.1f}", kv, str(c.samples))
+    console.print(table)
+    if no_bytes:
+        console.print("KV bytes: not measured (remote backend: its cache is not visible here).")
+    eff_table = Table(title="effective context length (mean of all tasks at each length)")
+    eff_table.add_column("policy")
+    eff_table.add_column("effective length", justify="right")
+    eff_table.add_column("how it was decided")
+    for policy, result in sorted(eff.items()):
+        shown = "none" if result.length is None else f"{result.length:,}"
+        eff_table.add_row(policy, shown, result.explanation)
+    console.print(eff_table)
+    plots = plot_heatmaps(rows, out_dir) + plot_score_vs_bytes(rows, out_dir)
+    doc: dict[str, Any] = {
+        "cells": [c.__dict__ for c in table_cells],
+        "effective_length": {
+            p: {
+                "length": e.length,
+                "threshold": e.threshold,
+                "basis": e.basis,
+                "explanation": e.explanation,
+            }
+            for p, e in eff.items()
+        },
+        "kv_bytes_measured": not no_bytes,
+        "plots": [str(p) for p in plots],
+    }
+    (out_dir / "summary.json").write_text(json.dumps(doc, indent=2))
+    console.print(f"summary: {out_dir / 'summary.json'}; plots: {len(plots)} PNG in {out_dir}")
+    return doc

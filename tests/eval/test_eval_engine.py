@@ -1,0 +1,57 @@
+"""The eval grid on the real engine: rows carry resident KV measured from the pool."""
+
+import json
+
+import pytest
+
+from ctxlab.errors import CtxlabError
+from ctxlab.eval.engine_backend import EngineBackend, prompt_ids, token_counter
+from ctxlab.eval.runner import Grid, PolicyRun, run_grid
+from ctxlab.eval.suites import parse_policy_runs
+
+pytestmark = pytest.mark.model
+
+
+def test_counter_counts_exactly_what_the_engine_is_fed(default_model):
+    tok = default_model.tokenizer
+    ids = prompt_ids(tok, "Where is the key?", "The key is")
+    assert token_counter(tok)("Where is the key?", "The key is") == len(ids)
+    assert tok.decode(ids).rstrip().endswith("The key is")
+
+
+def test_full_finds_a_short_needle_and_a_window_costs_less(default_model, tmp_path):
+    grid = Grid(
+        tasks=["niah_single_noise"],
+        lengths=[400],
+        depths=[0.5],
+        samples=1,
+        seed=1,
+        runs=[PolicyRun("full"), PolicyRun("window", 64)],
+    )
+    count = token_counter(default_model.tokenizer)
+    rows = run_grid(
+        grid,
+        count,
+        lambda run: EngineBackend(default_model, run, kv_pool_tokens=2048),
+        tmp_path / "rows.jsonl",
+        "smollm2-135m",
+    )
+    full, window = rows
+    assert full["policy"] == "full" and window["policy"] == "window"
+    assert full["score"] == 100.0, full["prediction"]
+    # Resident bytes come from the pool: full holds the whole prompt plus output, fp32.
+    per_token = 30 * 3 * (64 + 64) * 4
+    held = full["prompt_tokens"] + 32
+    assert per_token * (held - 32) <= full["resident_kv_bytes"] <= per_token * (held + 16)
+    assert window["resident_kv_bytes"] <= per_token * (64 + 16)
+    assert [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()] == rows
+
+
+def test_policy_list_parsing():
+    assert parse_policy_runs("full,snapkv@128,h2o", "0.25") == [
+        ("full", None),
+        ("snapkv", "128"),
+        ("h2o", "0.25"),
+    ]
+    with pytest.raises(CtxlabError, match="needs a budget"):
+        parse_policy_runs("full,snapkv", None)
