@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.model.config import ModelConfig
+from ctxlab.model.gguf_file import read_gguf_file
 from ctxlab.model.llama import LlamaModel
 from ctxlab.model.registry import DEFAULT_MODEL, resolve_model_path
 from ctxlab.model.tokenizer import Tokenizer, load_tokenizer
@@ -95,18 +95,6 @@ def load_model(
 # ---------------------------------------------------------------------- GGUF
 
 
-def _gguf_metadata(reader: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    for key, fld in reader.fields.items():
-        if key.startswith("tokenizer.ggml.") and len(fld.data) > 1:
-            continue  # vocabularies and merges: the tokenizer reads those itself
-        try:
-            meta[key] = fld.contents()
-        except Exception:  # an exotic field type this gguf version cannot decode
-            continue
-    return meta
-
-
 def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Undo llama.cpp's per-head row interleave of Q/K (rows [h, d/2, 2] -> [h, 2, d/2])."""
     rows = w.shape[0]
@@ -118,23 +106,19 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.T
     """Config, HF-named float32 tensors and optional RoPE frequency factors from a GGUF file."""
     import gguf
 
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as exc:
-        raise CtxlabError(f"{path} is not a readable GGUF file ({type(exc).__name__}).") from exc
-    meta = _gguf_metadata(reader)
-    names = {t.name for t in reader.tensors}
-    vocab_field = reader.fields.get("tokenizer.ggml.tokens")
-    cfg = ModelConfig.from_gguf_fields(meta, names, len(vocab_field.data) if vocab_field else 0)
+    parsed = read_gguf_file(path)
+    names = {t.name for t in parsed.tensors}
+    vocab = parsed.metadata.get("tokenizer.ggml.tokens", 0)
+    cfg = ModelConfig.from_gguf_fields(parsed.metadata, names, int(vocab))
     tensors: dict[str, torch.Tensor] = {}
     freq_factors = None
-    for t in reader.tensors:
+    for t in parsed.tensors:
+        qtype = gguf.GGMLQuantizationType(t.qtype)
         try:
-            array = gguf.quants.dequantize(t.data, t.tensor_type)
+            array = gguf.quants.dequantize(t.data, qtype)
         except NotImplementedError as exc:
             raise CtxlabError(
-                f"{path} holds tensor {t.name} as {t.tensor_type.name}, "
-                "which gguf cannot dequantize."
+                f"{path} holds tensor {t.name} as {qtype.name}, which gguf cannot dequantize."
             ) from exc
         value = torch.from_numpy(np.array(array, dtype=np.float32, order="C"))
         if t.name == "rope_freqs.weight":
