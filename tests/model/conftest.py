@@ -33,10 +33,12 @@ def hf_model_from_gguf(path: Path):
     tensors is the same code path minus the device-placement helper.
     """
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with no_init_weights():  # every weight is overwritten below; random init costs seconds
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     parsed = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)
     state = {k: torch.as_tensor(v) for k, v in parsed["tensors"].items()}
     result = model.load_state_dict(state, strict=False)
