@@ -231,10 +231,10 @@ class ScorerPolicy(Policy):
         s = s.masked_fill(~valid, float("-inf"))
         out: list[torch.Tensor] = []
         for h in range(obs.n_kv):
-            n = int(lens[h])
-            k = min(b, n)
-            # Stable sort: equal scores keep the earlier position first (deterministic).
-            order = torch.argsort(s[h, :n], descending=True, stable=True)
+            k = min(b, int(lens[h]))
+            # Stable sort: equal scores keep the earlier slot first (deterministic); padding
+            # (-inf) sorts last, wherever it sits in the row.
+            order = torch.argsort(s[h], descending=True, stable=True)
             idx = order[:k]
             out.append(torch.sort(pos[h, idx]).values)
         return out

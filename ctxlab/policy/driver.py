@@ -35,6 +35,8 @@ from ctxlab.policy.base import (
     group_reduce,
     keep_to_slots,
 )
+from ctxlab.policy.recall import FarTier, RecallPolicy
+from ctxlab.policy.recall_engine import RecallSelector
 from ctxlab.policy.selection import QuestSelector
 
 
@@ -64,6 +66,17 @@ class SeqState:
 
 class PolicyDriver:
     def __init__(self, policy: Policy, kv: KVCacheManager, n_heads: int, rope: Any = None):
+        self.tier: FarTier | None = None
+        self.selector: Any = None
+        if isinstance(policy, RecallPolicy):
+            # The base policy evicts into a far tier; the selector brings blocks back.
+            from ctxlab.policy.registry import make_policy
+
+            self.recall: RecallPolicy | None = policy
+            self.tier = FarTier(policy.tier, policy.path)
+            policy = make_policy(policy.base, policy.budget - policy.recall_tokens())
+        else:
+            self.recall = None
         self.policy = policy
         self.kv = kv
         self.layout = kv.layout
@@ -77,7 +90,11 @@ class PolicyDriver:
         if "acc_attn" in needs or "obs_attn" in needs:
             self.obs_window = max(self.obs_window, 1)
         self.positional = policy.evicts and not needs  # may cut after every prefill chunk
-        self.selector = QuestSelector(policy, kv) if policy.stack_layer == "selection" else None
+        if self.recall is not None and self.tier is not None:
+            self.obs_window = max(self.obs_window, 1)
+            self.selector = RecallSelector(self, self.recall, self.tier)
+        elif policy.stack_layer == "selection":
+            self.selector = QuestSelector(policy, kv)
         self.compactions = 0
 
     @property
@@ -112,6 +129,8 @@ class PolicyDriver:
 
     def release(self, seq_id: int) -> None:
         self.states.pop(seq_id, None)
+        if isinstance(self.selector, RecallSelector):
+            self.selector.release(seq_id)
 
     @torch.inference_mode()
     def end_step(self) -> None:
@@ -264,6 +283,8 @@ class PolicyDriver:
                 new_acc.append(acc[h, slots])
             if len(slots) == int(it.kv.lane_len[lane]):
                 continue
+            if self.tier is not None:
+                self._to_far(it, lane, positions[h], slots)
             self.kv.compact_lane(it.kv, lane, slots)
             self.compactions += 1
             if cache_slot:
@@ -275,6 +296,22 @@ class PolicyDriver:
             )
         if cache_slot and layer == self.layout.n_layers - 1:
             st.pos_shift = it.start + it.num_new - int(it.kv.lane_len.max())
+
+    def _to_far(self, it: StepItem, lane: int, positions: torch.Tensor, kept: torch.Tensor) -> None:
+        """Send the slots of a lane that are about to be dropped to the far tier, by block."""
+        n = int(it.kv.lane_len[lane])
+        gone = torch.ones(n, dtype=torch.bool)
+        gone[kept] = False
+        slots = torch.nonzero(gone).flatten()
+        bs = self.layout.block_size
+        rows = it.kv.table[lane, slots // bs] * bs + slots % bs
+        pool = self.kv.pool
+        k = pool._k_rows[rows, : self.layout.head_dim]
+        v = pool._v_rows[rows, : self.layout.head_dim_v]
+        size = self.recall.block if self.recall is not None else bs
+        for a in range(0, len(slots), size):
+            sl = slice(a, a + size)
+            self.tier.put((it.seq_id, lane), positions[slots[sl]], k[sl], v[sl])  # type: ignore[union-attr]
 
     def _reposition(self, seq: SeqKV, lane: int, slots: torch.Tensor) -> None:
         """Cache-slot positions: the key now in slot j was rotated for slot s; move it by j-s.
@@ -340,7 +377,7 @@ def build_driver(
         raise CtxlabError("give the budget inside the Policy object or by name, not both.")
     if isinstance(policy, FullPolicy):
         return policy, None
-    if policy.name in ("quant", "recall"):
+    if policy.name == "quant":
         raise CtxlabError(
             f"the {policy.name} policy is not wired into the engine yet; its pure code lives "
             f"in ctxlab.policy.{policy.name}."

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -45,12 +46,13 @@ class FarTier:
 
     kind: str = "memory"
     path: str | None = None
-    lanes: dict[int, list[FarBlock]] = field(default_factory=dict)
+    lanes: dict[Hashable, list[FarBlock]] = field(default_factory=dict)  # key: a lane
     bytes_out: int = 0  # near -> far
     bytes_in: int = 0  # far -> near
     recalls: int = 0  # recall operations that brought at least one block back
     hits: int = 0  # blocks brought back from the far tier
     _file: object | None = None
+    _summary: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in ("memory", "disk"):
@@ -65,10 +67,15 @@ class FarTier:
     def bytes_moved(self) -> int:
         return self.bytes_out + self.bytes_in
 
-    def num_blocks(self, lane: int) -> int:
+    def drop(self, lane: Hashable) -> None:
+        """Forget a lane's far blocks (its sequence finished); the disk file is not shrunk."""
+        self.lanes.pop(lane, None)
+        self._summary.pop(lane, None)
+
+    def num_blocks(self, lane: Hashable) -> int:
         return len(self.lanes.get(lane, []))
 
-    def put(self, lane: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
+    def put(self, lane: Hashable, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
         """Store one block of a lane; returns its index in the lane's far list."""
         blk = FarBlock(positions.clone(), k.float().amin(0), k.float().amax(0))
         blk.d_k, blk.d_v, blk.dtype = k.shape[-1], v.shape[-1], k.dtype
@@ -85,9 +92,10 @@ class FarTier:
             blk.k = None
         self.bytes_out += nbytes
         self.lanes.setdefault(lane, []).append(blk)
+        self._summary.pop(lane, None)
         return len(self.lanes[lane]) - 1
 
-    def read(self, lane: int, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def read(self, lane: Hashable, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(positions, k, v) of a far block, bit-exact; counts the bytes brought back."""
         blk = self.lanes[lane][idx]
         n = int(blk.positions.numel())
@@ -107,16 +115,20 @@ class FarTier:
         self.hits += 1
         return blk.positions, k, v
 
-    def scores(self, lane: int, q: torch.Tensor) -> torch.Tensor:
+    def scores(self, lane: Hashable, q: torch.Tensor) -> torch.Tensor:
         """Quest bound of each far block of a lane for the query heads `q [g, d]` (max)."""
         blocks = self.lanes.get(lane, [])
         if not blocks:
             return torch.empty(0)
-        kmin = torch.stack([b.kmin for b in blocks])[None]  # one KV head: [1, P, d]
-        kmax = torch.stack([b.kmax for b in blocks])[None]
+        if lane not in self._summary:  # one KV head: [1, P, d]
+            self._summary[lane] = (
+                torch.stack([b.kmin for b in blocks])[None],
+                torch.stack([b.kmax for b in blocks])[None],
+            )
+        kmin, kmax = self._summary[lane]
         return page_bound(q, kmin, kmax).amax(0)
 
-    def best(self, lane: int, q: torch.Tensor, n: int) -> list[int]:
+    def best(self, lane: Hashable, q: torch.Tensor, n: int) -> list[int]:
         s = self.scores(lane, q)
         if s.numel() == 0 or n <= 0:
             return []
@@ -144,8 +156,8 @@ class RecallPolicy(Policy):
     needs: ClassVar[frozenset[str]] = frozenset({"query"})
     base: str = "h2o"
     budget: int | float = 256
-    recall_blocks: int = 4
-    block: int = 16
+    recall_blocks: int = 8
+    block: int = 8
     every: int = 1
     tier: str = "memory"
     path: str | None = None
@@ -157,7 +169,9 @@ class RecallPolicy(Policy):
         super().check()
         if self.every < 1:
             raise CtxlabError(f"recall every must be >= 1 decode steps, got {self.every}.")
-        if isinstance(self.budget, int) and self.budget <= self.recall_tokens():
+        if not isinstance(self.budget, int):
+            raise CtxlabError("recall takes its budget in tokens, not as a ratio.")
+        if self.budget <= self.recall_tokens():
             raise CtxlabError(
                 f"a budget of {self.budget} tokens is too small for recall: its "
                 f"{self.recall_blocks} recalled blocks alone take {self.recall_tokens()} tokens."

@@ -266,3 +266,34 @@ def test_h2o_accumulator_matches_per_layer_attention():
         p = attention_probs(st.obs_q[layer][:, -1:], keys, pos, st.obs_pos[-1:])[:, 0]
         want = group_reduce(p, CFG.num_kv_heads, "sum")
         torch.testing.assert_close(st.acc[layer] - before[layer], want)
+
+
+def test_recall_of_every_far_block_gives_back_full_attention():
+    """With room to bring back every evicted block, decode attends to every token again."""
+    ps = prompts(2, seed=11, lo=120, hi=140)
+    base = run(engine(), ps)
+    pol = make_policy("recall", budget=170, recall_blocks=40, block=4, base="h2o")
+    eng = engine(policy=pol)
+    assert run(eng, ps) == base
+    tier = eng.driver.tier
+    assert tier.bytes_out > 0 and tier.hits > 0 and tier.recalls > 0
+    assert tier.bytes_in <= tier.bytes_out, "each far block is moved back once, then kept"
+
+
+def test_recall_keeps_the_resident_budget():
+    pol = make_policy("recall", budget=32, recall_blocks=2, block=4, base="h2o", every=2)
+    eng = engine(policy=pol, max_num_batched_tokens=40)
+    rids = [eng.add_request(p, SamplingParams(max_tokens=N_OUT)) for p in prompts(3, seed=12)]
+    lay = eng.kv.layout
+    own = lay.n_lanes * (-(-24 // BS) + 1) * lay.bytes_per_block
+    while eng.has_unfinished():
+        eng.step()
+        for rid in rids:
+            s, st = eng.seqs[rid], eng.driver.states.get(rid)
+            if not s.finished and st is not None and st.prefilled:
+                assert eng.kv.resident_bytes(s.kv) <= own
+        sel = eng.driver.selector
+        assert sel.scratch_bytes() <= 3 * lay.n_lanes * 8 * (8 + 8) * 8  # 8 tokens per lane
+    tier = eng.driver.tier
+    assert tier.recalls > 0 and tier.bytes_in > 0
+    assert not tier.lanes, "finished sequences leave nothing in the far tier"

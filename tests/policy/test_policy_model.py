@@ -61,6 +61,22 @@ def test_snapkv_keeps_the_needle_window_loses_it(loaded_model):
     assert snap.metrics.resident_kv_bytes <= (384 + 24 + 16) * bpt  # prompt cut, decode grows
 
 
+def test_recall_brings_back_the_needle_h2o_evicted(loaded_model):
+    ids = needle_prompt(loaded_model.tokenizer)
+    h2o = answer(loaded_model, ids, "h2o", 384, n=16)
+    assert "tangerine" not in h2o.text.lower(), h2o.text
+    llm = LLM(
+        loaded_model, kv_pool_tokens=4096, max_num_batched_tokens=512, policy="recall", budget=384
+    )  # h2o on 384 - 8 x 8 tokens, plus 8 recalled blocks of 8 tokens
+    out = llm.generate([ids], SamplingParams(max_tokens=16))[0]
+    assert "tangerine" in out.text.lower(), out.text
+    tier = llm.engine.driver.tier
+    assert tier.bytes_in > 0 and tier.recalls > 0 and tier.hits > 0
+    assert tier.bytes_out >= (len(ids) - 384) * 30 * 3 * 128 * 4  # every evicted token left
+    lay = llm.engine.kv.layout
+    assert out.metrics.resident_kv_bytes <= lay.n_lanes * (320 // 16 + 1) * lay.bytes_per_block
+
+
 def test_full_policy_equals_engine_greedy(loaded_model):
     ids = loaded_model.tokenizer.apply_chat([{"role": "user", "content": "Name three colors."}])
     plain = answer(loaded_model, ids, n=16)
