@@ -30,6 +30,8 @@ def register(app: typer.Typer) -> None:
         no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache"),
         dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        policy: str = typer.Option(None, "--policy", help="KV policy (see `ctxlab policies`)."),
+        budget: str = typer.Option(None, "--budget", help="Policy budget: tokens or a ratio."),
     ) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
         if file is not None:
@@ -49,6 +51,8 @@ def register(app: typer.Typer) -> None:
             block_size=block_size,
             enable_prefix_caching=not no_prefix_cache,
             dtype=dtype,
+            policy=policy,
+            budget=budget,
         )
         request = [{"role": "user", "content": prompt}] if chat else prompt
         out = llm.generate(request, params)[0]
@@ -63,6 +67,8 @@ def register(app: typer.Typer) -> None:
                 "decode_tok_per_s": _rate(m),
                 "pool_bytes": stats.pool_bytes,
                 "dtype": dtype,
+                "policy": policy or "full",
+                "budget": budget,
             }
             typer.echo(json.dumps(doc))
             return
@@ -71,7 +77,9 @@ def register(app: typer.Typer) -> None:
             f"[prompt {m.prompt_tokens} tok, reused {m.reused_tokens}, output "
             f"{m.output_tokens} tok ({out.finish_reason}) | TTFT {m.ttft * 1e3:.0f} ms, "
             f"TPOT {m.tpot * 1e3:.1f} ms, {_rate(m):.1f} tok/s | resident KV "
-            f"{m.resident_kv_bytes / 2**20:.2f} MiB | preemptions {m.preemptions}]"
+            f"{m.resident_kv_bytes / 2**20:.2f} MiB | preemptions {m.preemptions}"
+            + (f" | policy {policy} budget {budget}" if policy else "")
+            + "]"
         )
 
 
