@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; ctxlab/__init__
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see ctxlab/model/__init__.py
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 torch = pytest.importorskip("torch")
