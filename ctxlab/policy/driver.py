@@ -59,6 +59,7 @@ class SeqState:
     prefilled: bool = False
     step: int = 0
     pos_shift: int = 0
+    next_start: int = 0  # where the next step must start; anything else means a restart
     obs_q: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [H, w, d]
     obs_pos: torch.Tensor | None = None  # [w] original positions of those queries
     acc: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [n_kv, L]
@@ -86,9 +87,13 @@ class PolicyDriver:
         self.states: dict[int, SeqState] = {}
         self.items: list[StepItem] = []
         needs = policy.needs
-        self.obs_window = int(getattr(policy, "obs_window", 32) or 0)
-        if "acc_attn" in needs or "obs_attn" in needs:
-            self.obs_window = max(self.obs_window, 1)
+        # Queries are recorded only as far back as something reads them.
+        if needs & {"acc_attn", "obs_attn"}:
+            self.obs_window = max(1, int(getattr(policy, "obs_window", 32) or 0))
+        elif needs & {"step_attn", "query"}:
+            self.obs_window = 1
+        else:
+            self.obs_window = 0
         self.positional = policy.evicts and not needs  # may cut after every prefill chunk
         if self.recall is not None and self.tier is not None:
             self.obs_window = max(self.obs_window, 1)
@@ -123,8 +128,10 @@ class PolicyDriver:
             it.row = row
             row += it.num_new
             st = self.states.get(it.seq_id)
-            if st is None or it.start == 0:  # new, or recomputed after preemption
-                self.states[it.seq_id] = SeqState(prompt_len=it.prompt_len)
+            if st is None or it.start != st.next_start:  # new, or recomputed after preemption
+                self.release(it.seq_id)
+                st = self.states[it.seq_id] = SeqState(prompt_len=it.prompt_len)
+            st.next_start = it.start + it.num_new
         self.items = items
 
     def release(self, seq_id: int) -> None:

@@ -297,3 +297,21 @@ def test_recall_keeps_the_resident_budget():
     tier = eng.driver.tier
     assert tier.recalls > 0 and tier.bytes_in > 0
     assert not tier.lanes, "finished sequences leave nothing in the far tier"
+
+
+@pytest.mark.parametrize("name", ["snapkv", "recall"])
+def test_preemption_by_recompute_with_a_policy(name):
+    """SnapKV lanes grow during decode: a small pool forces preemption, recompute, finish."""
+    if name == "recall":
+        pol = make_policy("recall", 48, recall_blocks=2, block=4, base="snapkv")
+    else:
+        pol = make_policy("snapkv", 40, obs_window=8)
+    eng = engine(policy=pol, kv_pool_tokens=192, max_num_batched_tokens=64)
+    ps = prompts(4, seed=21, lo=50, hi=90)
+    rids = [eng.add_request(p, SamplingParams(max_tokens=60)) for p in ps]
+    while eng.has_unfinished():
+        eng.step()
+        eng.kv.alloc.check_invariants()
+    assert eng.scheduler.num_preemptions > 0
+    assert all(len(eng.output(r).token_ids) == 60 for r in rids)
+    assert eng.stats().blocks_used == 0 and not eng.driver.states
