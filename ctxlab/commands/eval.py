@@ -133,5 +133,73 @@ def summarize(
         typer.echo(json.dumps(doc, indent=2))
 
 
+@eval_app.command("perplexity")
+def perplexity(
+    tokens: int = typer.Option(2048, "--tokens", help="Length of the streamed text in tokens."),
+    cache: int = typer.Option(256, "--cache", help="Cache budget of window and streaming."),
+    chunk: int = typer.Option(32, "--chunk", help="Tokens fed per step (1 = token by token)."),
+    segment: int = typer.Option(256, "--segment", help="Tokens per perplexity segment."),
+    model: str = typer.Option("smollm2-135m", "--model"),
+    out: Path = typer.Option(None, "--out", help="Output folder (default out/ppl-TIMESTAMP)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Stream a text longer than the cache through full, window and streaming (sinks)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ctxlab.eval.perplexity import plot_streaming, streaming_perplexity, text_ids
+    from ctxlab.model import load_model
+
+    folder = _out_dir(out, "ppl")
+    loaded = load_model(model)
+    ids = text_ids(loaded.tokenizer, tokens)
+    console = Console(stderr=as_json)
+    with console.status("streaming the text through full, window and streaming ..."):
+        results = streaming_perplexity(loaded, ids, cache, chunk, segment)
+    trained = getattr(loaded.config, "max_position", None)
+    png = plot_streaming(results, trained, cache, folder / "streaming_perplexity.png")
+    doc = {
+        "tokens": tokens,
+        "cache_tokens": cache,
+        "chunk": chunk,
+        "trained_length": trained,
+        "runs": [r.__dict__ for r in results],
+        "plot": str(png),
+    }
+    (folder / "streaming_perplexity.json").write_text(json.dumps(doc, indent=2))
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    table = Table(title=f"perplexity per {segment}-token segment ({tokens} tokens, cache {cache})")
+    table.add_column("tokens")
+    for r in results:
+        table.add_column(f"{r.label} ({r.position_mode})", justify="right")
+    for i, end in enumerate(results[0].segment_ends):
+        table.add_row(str(end), *(f"{r.segment_ppl[i]:.1f}" for r in results))
+    table.add_row("overall", *(f"{r.overall_ppl:.1f}" for r in results))
+    table.add_row("KV at end (MiB)", *(f"{r.resident_kv_bytes / 2**20:.1f}" for r in results))
+    console.print(table)
+    console.print(f"plot: {png}")
+
+
+@eval_app.command("lost-in-middle")
+def lost_in_middle(
+    documents: int = typer.Option(10, "--documents", help="Documents per prompt (k)."),
+    samples: int = typer.Option(3, "--samples", help="Seeds per position."),
+    seed: int = typer.Option(0, "--seed"),
+    model: str = typer.Option("smollm2-135m", "--model"),
+    out: Path = typer.Option(None, "--out", help="Output folder (default out/lim-TIMESTAMP)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Score by the gold document's position among k documents (Liu et al., 2023)."""
+    from ctxlab.eval.harness import run_lost_in_middle
+
+    if documents < 2 or samples < 1:
+        raise CtxlabError("--documents must be at least 2 and --samples at least 1")
+    doc = run_lost_in_middle(model, documents, samples, seed, _out_dir(out, "lim"), as_json)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(eval_app, name="eval")

@@ -34,6 +34,7 @@ class RequestOutput:
     token_ids: list[int]
     finish_reason: str
     metrics: RequestMetrics
+    prompt_logprobs: list[float | None] | None = None  # with SamplingParams(prompt_logprobs)
 
 
 @dataclass
@@ -80,9 +81,12 @@ class LLMEngine:
         model_id: str = "model",
         policy: Any = None,
         budget: Any = None,
+        max_model_len: int | None = None,
     ):
         if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
             raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
+        if max_model_len is not None and max_model_len <= 0:
+            raise CtxlabError(f"max_model_len must be positive, got {max_model_len}.")
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -107,7 +111,9 @@ class LLMEngine:
             policy, budget, self.kv, config.num_heads, getattr(model, "rope", None)
         )
         self.runner = Runner(model, self.kv, config.num_heads, windows, self.driver)
-        self.max_position = int(getattr(config, "max_position", 1 << 30))
+        # max_model_len past the trained length is allowed on purpose: it is how a run shows
+        # what RoPE extrapolation does to full attention (streaming perplexity).
+        self.max_position = max_model_len or int(getattr(config, "max_position", 1 << 30))
         self.eos_ids = set(getattr(config, "eos_token_ids", ()) or ())
         if tokenizer is not None:
             self.eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
@@ -239,6 +245,7 @@ class LLMEngine:
             token_ids=seq.output_ids,
             finish_reason=seq.finish_reason or "",
             metrics=seq.metrics,
+            prompt_logprobs=seq.prompt_logprobs if seq.params.prompt_logprobs else None,
         )
 
     def stats(self) -> KVStats:
@@ -272,6 +279,7 @@ class LLM:
         device: str = "cpu",
         policy: Any = None,
         budget: Any = None,
+        max_model_len: int | None = None,
     ):
         if isinstance(model, str):
             from ctxlab.model import load_model
@@ -295,6 +303,7 @@ class LLM:
             model_id=model_id,
             policy=policy,
             budget=budget,
+            max_model_len=max_model_len,
         )
 
     def generate(

@@ -106,6 +106,7 @@ class Runner:
             self.backend.plan = None
         if self.driver is not None:
             self.driver.end_step()  # the policy keeps what it keeps; the rest is freed
+        self._score_prompts(batch, hidden)
         if not sampling:
             return []
         logits = self.model.compute_logits(hidden[torch.tensor(ends, dtype=torch.int64)])
@@ -114,6 +115,25 @@ class Runner:
             [sch.seq.params for sch in sampling],
             [sch.seq.generator for sch in sampling],
         )
+
+    def _score_prompts(self, batch: list[ScheduledSeq], hidden: torch.Tensor) -> None:
+        """Log-probability of each next prompt token, for sequences that asked for it.
+
+        Computed chunk by chunk, so each token is scored against the cache as it stood when
+        the token was fed (what a retention policy had kept by then), not against the text.
+        """
+        t = 0
+        for sch in batch:
+            seq, start = sch.seq, sch.seq.num_computed
+            n = min(sch.num_new, seq.num_prompt - 1 - start)
+            if seq.params.prompt_logprobs and n > 0:
+                logits = self.model.compute_logits(hidden[t : t + n]).float()
+                nxt = torch.tensor(seq.prompt_ids[start + 1 : start + 1 + n], device=logits.device)
+                picked = logits.log_softmax(-1).gather(1, nxt.view(-1, 1)).view(-1)
+                if len(seq.prompt_logprobs) < seq.num_prompt - 1:
+                    seq.prompt_logprobs = [None] * (seq.num_prompt - 1)
+                seq.prompt_logprobs[start : start + n] = picked.tolist()
+            t += sch.num_new
 
 
 def _step_item(sch: ScheduledSeq) -> Any:

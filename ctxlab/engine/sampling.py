@@ -22,6 +22,9 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] | list[str] = field(default_factory=tuple)
     ignore_eos: bool = False
+    # Score the prompt: log-probability of each prompt token given the ones before it, as
+    # the cache (and any policy) saw them. Used by streaming perplexity.
+    prompt_logprobs: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:

@@ -39,6 +39,8 @@ class Sequence:
     generator: torch.Generator | None = None
     text: str = ""  # detokenized output so far (after stop-string truncation)
     admitted: bool = False
+    # prompt_logprobs[i] = log p(prompt[i + 1] | prompt[: i + 1]); None until computed
+    prompt_logprobs: list[float | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.token_ids:
