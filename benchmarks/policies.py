@@ -3,12 +3,13 @@
     .venv/bin/python benchmarks/policies.py                 # issue 4 sizes: 8 x 4,000 tokens
     .venv/bin/python benchmarks/policies.py --requests 4 --prompt-tokens 2000   # smaller
 
-One process, one run per policy, same prompts (different slices of the bundled text, so no
-prefix is shared and prefix caching is off): all requests are prefilled, then `--decode`
-tokens are generated together, and only those decode steps are timed. Resident KV bytes are
-measured from the pool (blocks in use x bytes per block) at the end of decoding. Quest keeps
-everything and reports the fraction of KV blocks its decode steps read. Everything is
-printed as a ratio against `full`.
+One process, one engine per policy, same prompts (different slices of the bundled text, so
+no prefix is shared and prefix caching is off). Every engine first prefills all requests;
+then the engines decode `--decode` tokens one step each in turn (interleaved, so a machine
+whose load changes slows every policy alike), and only those decode steps are timed.
+Resident KV bytes are measured from the pool (blocks in use x bytes per block) at the end of
+decoding. Quest keeps everything and reports the fraction of KV blocks its decode steps
+read. Everything is printed as a ratio against `full`.
 
 Eviction policies run with `slack = block_size - 1`: a lane may grow up to one block past
 its budget before it is cut back, so lanes are compacted once per block instead of every
@@ -46,7 +47,8 @@ def build(name: str, budget: int, block: int):
     return make_policy(name, budget, **extra)
 
 
-def run_one(loaded, name: str, prompts: list[list[int]], args) -> dict:
+def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
+    """An engine for one policy with every request prefilled (first token sampled)."""
     total = len(prompts) * (args.prompt_tokens + args.decode + args.block)
     eng = LLMEngine(
         loaded.model,
@@ -60,27 +62,42 @@ def run_one(loaded, name: str, prompts: list[list[int]], args) -> dict:
         policy=build(name, args.budget, args.block),
     )
     params = SamplingParams(max_tokens=args.decode + 1, ignore_eos=True)
-    rids = [eng.add_request(p, params) for p in prompts]
-    # Prefill: step until every request has its first token.
-    while any(eng.seqs[r].metrics.output_tokens == 0 for r in rids):
+    eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
+    while any(eng.seqs[r].metrics.output_tokens == 0 for r in eng.bench_rids):  # type: ignore[attr-defined]
         eng.step()
     sel = eng.driver.selector if eng.driver is not None else None
-    if sel is not None:
+    if sel is not None and hasattr(sel, "blocks_read"):
         sel.blocks_total = sel.blocks_read = 0
-    steps, t0 = 0, time.perf_counter()
-    resident = 0
-    while eng.has_unfinished():
-        eng.step()
-        steps += 1
-        if not any(eng.seqs[r].finished for r in rids):  # the last step frees everything
-            resident = eng.kv.resident_bytes()
-    dt = time.perf_counter() - t0
-    return {
-        "policy": name,
-        "decode_step_s": dt / steps,
-        "resident_kv_bytes": resident,
-        "kv_read_fraction": sel.read_fraction if sel is not None else None,
-    }
+    return eng
+
+
+def decode_interleaved(engines: dict[str, LLMEngine]) -> list[dict]:
+    """Decode every engine one step at a time, in turn, so a busy machine slows all alike."""
+    spent = dict.fromkeys(engines, 0.0)
+    steps = dict.fromkeys(engines, 0)
+    resident = dict.fromkeys(engines, 0)
+    while any(e.has_unfinished() for e in engines.values()):
+        for name, eng in engines.items():
+            if not eng.has_unfinished():
+                continue
+            t0 = time.perf_counter()
+            eng.step()
+            spent[name] += time.perf_counter() - t0
+            steps[name] += 1
+            if not any(eng.seqs[r].finished for r in eng.bench_rids):  # type: ignore[attr-defined]
+                resident[name] = eng.kv.resident_bytes()  # the last step frees everything
+    rows = []
+    for name, eng in engines.items():
+        sel = eng.driver.selector if eng.driver is not None else None
+        rows.append(
+            {
+                "policy": name,
+                "decode_step_s": spent[name] / steps[name],
+                "resident_kv_bytes": resident[name],
+                "kv_read_fraction": getattr(sel, "read_fraction", None),
+            }
+        )
+    return rows
 
 
 def main() -> None:
@@ -107,10 +124,11 @@ def main() -> None:
     prompts = [
         ids[i * args.prompt_tokens : (i + 1) * args.prompt_tokens] for i in range(args.requests)
     ]
-    rows = []
+    engines = {}
     for name in args.policies.split(","):
-        rows.append(run_one(loaded, name, prompts, args))
-        print(f"ran {name}", file=sys.stderr, flush=True)
+        engines[name] = prefilled(loaded, name, prompts, args)
+        print(f"prefilled {name}", file=sys.stderr, flush=True)
+    rows = decode_interleaved(engines)
     full = next(r for r in rows if r["policy"] == "full")
     for r in rows:
         r["step_speedup_vs_full"] = full["decode_step_s"] / r["decode_step_s"]
