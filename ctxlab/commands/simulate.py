@@ -80,8 +80,8 @@ def _latency_table(console, title: str, rows: list[tuple[str, dict]]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
-        trace: str = typer.Argument(
-            ..., help="A Mooncake .jsonl or a .csv trace, or synthetic:key=value,... (see docs)."
+        trace: str | None = typer.Argument(
+            None, help="A Mooncake .jsonl or a .csv trace, or synthetic:key=value,... (see docs)."
         ),
         arch: str | None = typer.Option(None, "--arch", help="Architecture preset name."),
         config: Path | None = typer.Option(None, "--config", help="Hugging Face config.json."),
@@ -113,7 +113,16 @@ def register(app: typer.Typer) -> None:
         sweep: str | None = typer.Option(
             None, help="PARAM=v1,v2,...: pool-bytes, page-size, chunk-tokens or offload-bytes."
         ),
-        calibrate: bool = typer.Option(False, help="Compare with the real engine (pending)."),
+        calibrate: bool = typer.Option(
+            False, help="Run a generated trace on the real engine and here; compare latencies."
+        ),
+        requests: int = typer.Option(24, help="--calibrate: requests in the generated trace."),
+        seed: int = typer.Option(0, help="--calibrate: seed of the trace and prompts."),
+        rate: float | None = typer.Option(
+            None, help="--calibrate: arrivals/s (default: 0.8 x solo capacity, from the profile)."
+        ),
+        model: str = typer.Option("smollm2-135m", help="--calibrate: the engine's model."),
+        threads: int = typer.Option(1, help="--calibrate: torch threads (pinned)."),
         out: Path = typer.Option(Path("out/simulate"), help="Folder for the PNG plots."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
@@ -127,10 +136,10 @@ def register(app: typer.Typer) -> None:
         from ctxlab.sim.trace import load_trace
 
         if calibrate:
-            raise CtxlabError(
-                "--calibrate is not available yet: it needs `ctxlab profile` to measure step "
-                "times on the real engine; pass a measured --profile instead"
-            )
+            _calibrate(requests, seed, profile, model, threads, rate, out, as_json)
+            return
+        if trace is None:
+            raise CtxlabError("give a TRACE (a .jsonl, a .csv or synthetic:...) or --calibrate")
         spec = resolve_arch(arch, config, gguf)
         dev = _device(device, device_flops, device_bandwidth, device_memory)
         cfg = SimConfig(
@@ -200,6 +209,21 @@ def register(app: typer.Typer) -> None:
         _print_tables(console, title, sweep_name, results)
         console.print(f"step time: {results[0][1].step_model}")
         console.print(f"plot written to {plot}")
+
+
+def _calibrate(requests, seed, profile, model, threads, rate, out, as_json) -> None:
+    from rich.console import Console
+
+    from ctxlab.commands._calibrate import check_args, print_calibration, run_calibration
+
+    check_args(requests, threads)
+    console = Console(stderr=as_json)
+    folder = out if out != Path("out/simulate") else Path("out/calibrate")
+    payload = run_calibration(requests, seed, profile, model, threads, rate, folder, console)
+    if as_json:
+        typer.echo(json.dumps(payload, default=float))
+        return
+    print_calibration(console, payload)
 
 
 def _print_tables(console, title: str, sweep_name: str | None, results: list) -> None:

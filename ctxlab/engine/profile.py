@@ -1,0 +1,270 @@
+"""Measure the real engine's step times for the simulator (`ctxlab profile`).
+
+The simulator prices a step from four counts (see `ctxlab.sim.steptime`): prefill tokens,
+prefill keys (sum over prefill tokens of the keys each attends to, causal), decode tokens and
+decode keys (sum of the decoding requests' contexts including the new token). Here the real
+`LLMEngine` runs a designed set of requests and every `step()` is timed whole (scheduling,
+batch building, the forward, sampling, cache bookkeeping), because that is what a request
+waits for. The counts are read off the sequences themselves (how far each one's
+`num_computed` moved during the step), so no hook inside the engine is needed.
+
+The design covers what serving mixes: prefill chunks of several sizes after several cached
+prefixes (one long prompt fed through a small chunk budget), decode batches of several sizes
+at several context lengths (requests sharing one cached prompt, so only a block is
+prefilled per request), and mixed steps (a fresh prompt joining running decodes). The step
+that admits a batch of prompt-sharing requests (many one-block chunks at once, a shape
+serving rarely sees and the profile's features cannot tell apart) is timed but not kept.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from ctxlab.engine.llm import LLMEngine, TokenEvent
+from ctxlab.engine.sampling import SamplingParams
+from ctxlab.plan.compute import attended_keys
+
+PROFILE_FORMAT = "ctxlab-step-profile/1"  # the format `ctxlab.sim.steptime` reads
+
+
+@dataclass
+class StepRecord:
+    """One measured engine step: the load counts the profile format needs and its time."""
+
+    kind: str  # prefill, decode or mixed
+    prefill_tokens: int
+    prefill_keys: int
+    decode_tokens: int
+    decode_keys: int
+    seconds: float
+
+
+class StepRecorder:
+    """Times `engine.step()` and counts what each step computed."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.steps: list[StepRecord] = []
+        self.skipped: list[StepRecord] = []
+
+    def step(self, keep: bool = True) -> list[TokenEvent]:
+        """One engine step; `keep=False` files it under `skipped` (a setup step)."""
+        live = [s for s in self.engine.seqs.values() if not s.finished]
+        before = [(s.num_computed, s.admitted) for s in live]
+        t0 = time.perf_counter()
+        events = self.engine.step()
+        seconds = time.perf_counter() - t0
+        pt = pk = dt = dk = 0
+        for seq, (c, admitted) in zip(live, before, strict=True):
+            if not admitted and seq.admitted:  # admitted in this step: the prefix-cache
+                c = seq.metrics.reused_tokens  # hit was read, not computed
+            n = seq.num_computed - c
+            if n <= 0:  # not scheduled (or preempted: its work is lost, not counted)
+                continue
+            # A request re-admitted after preemption may also hit the cache; its hit is not
+            # recorded anywhere, so it counts as computed (the profile runs never preempt).
+            if n == 1 and c >= seq.num_prompt:
+                dt += 1
+                dk += c + 1
+            else:
+                pt += n
+                pk += attended_keys(c + n) - attended_keys(c)
+        kind = "mixed" if pt and dt else ("prefill" if pt else "decode")
+        (self.steps if keep else self.skipped).append(StepRecord(kind, pt, pk, dt, dk, seconds))
+        return events
+
+
+def _prompt(rng: random.Random, n: int, vocab: int) -> list[int]:
+    low = min(1000, vocab // 4)  # clear of special and byte tokens
+    return [rng.randrange(low, vocab) for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class Design:
+    """Which steps to measure. prefill: (chunk, chunks) - one prompt of chunk x chunks tokens
+    fed `chunk` at a time; decode: contexts x batch sizes, `decode_steps` each; mixed: a
+    fresh prompt of each size joining `mixed_batch` running decodes at `mixed_context`."""
+
+    prefill: tuple[tuple[int, int], ...]
+    decode_contexts: tuple[int, ...]
+    decode_batches: tuple[int, ...]
+    decode_steps: int
+    mixed_batch: tuple[int, ...]
+    mixed_context: int
+    mixed_prompts: tuple[int, ...]
+
+    def scenarios(self) -> int:
+        return len(self.prefill) + len(self.decode_contexts) + len(self.mixed_batch)
+
+    def max_tokens(self) -> int:
+        """Pool tokens the largest scenario holds at once (plus slack for rounding)."""
+        pre = max((c * k for c, k in self.prefill), default=0)
+        dec = max(self.decode_contexts, default=0) + max(self.decode_batches, default=0) * (
+            self.decode_steps + 32
+        )
+        mix = self.mixed_context + max(self.mixed_batch, default=0) * (
+            2 * len(self.mixed_prompts) + 32
+        )
+        return max(pre, dec, mix + max(self.mixed_prompts, default=0)) + 64
+
+
+FULL = Design(
+    prefill=((32, 4), (96, 3), (192, 3), (384, 3), (640, 2)),
+    decode_contexts=(64, 320, 768),
+    decode_batches=(1, 2, 4, 8, 16),
+    decode_steps=5,
+    mixed_batch=(2, 8),
+    mixed_context=256,
+    mixed_prompts=(64, 256, 512),
+)
+QUICK = Design(
+    prefill=((64, 2), (256, 2), (512, 2)),
+    decode_contexts=(128, 512),
+    decode_batches=(1, 4, 12),
+    decode_steps=3,
+    mixed_batch=(4,),
+    mixed_context=256,
+    mixed_prompts=(128, 384),
+)
+TINY = Design(  # for tests: every kind of step, a few seconds on one core
+    prefill=((16, 2), (48, 1)),
+    decode_contexts=(32,),
+    decode_batches=(1, 3),
+    decode_steps=2,
+    mixed_batch=(2,),
+    mixed_context=32,
+    mixed_prompts=(24, 40),
+)
+
+
+def _drain(rec: StepRecorder) -> None:
+    while rec.engine.has_unfinished():
+        rec.step()
+
+
+def _forget_finished(engine: LLMEngine) -> None:
+    for rid in [r for r, s in engine.seqs.items() if s.finished]:
+        del engine.seqs[rid]
+
+
+def warm_up(engine: LLMEngine, vocab_size: int, seed: int = 0) -> None:
+    """One short request, untimed: the first forward pays for lazy allocations."""
+    rng = random.Random(seed)
+    prompt = _prompt(rng, 48, vocab_size)
+    engine.add_request(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    _forget_finished(engine)
+
+
+def measure(
+    engine: LLMEngine,
+    design: Design,
+    vocab_size: int,
+    seed: int = 0,
+    on_scenario: Callable[[str], None] | None = None,
+) -> list[StepRecord]:
+    """Run the design on `engine` and return every step it measured."""
+    rng = random.Random(seed)
+    rec = StepRecorder(engine)
+    sched = engine.scheduler
+    budget = sched.max_num_batched_tokens
+    done = on_scenario or (lambda _label: None)
+
+    def greedy(n: int) -> SamplingParams:
+        return SamplingParams(max_tokens=n, ignore_eos=True)
+
+    try:
+        for chunk, chunks in design.prefill:
+            sched.max_num_batched_tokens = chunk  # the chunk budget shapes these steps only
+            engine.add_request(_prompt(rng, chunk * chunks, vocab_size), greedy(1))
+            _drain(rec)
+            done(f"prefill {chunk} x {chunks}")
+        sched.max_num_batched_tokens = budget
+        for ctx in design.decode_contexts:
+            shared = _prompt(rng, ctx, vocab_size)
+            engine.add_request(shared, greedy(1))  # cache the prompt once
+            _drain(rec)
+            for b in design.decode_batches:
+                for _ in range(b):
+                    engine.add_request(shared, greedy(design.decode_steps + 1))
+                rec.step(keep=False)  # b prompts' last blocks: setup, not a serving step
+                _drain(rec)
+            done(f"decode at context {ctx}")
+        for b in design.mixed_batch:
+            shared = _prompt(rng, design.mixed_context, vocab_size)
+            engine.add_request(shared, greedy(1))
+            _drain(rec)
+            for _ in range(b):
+                engine.add_request(shared, greedy(1 + 2 * len(design.mixed_prompts)))
+            rec.step(keep=False)  # the decoders' last prompt blocks: setup
+            for n in design.mixed_prompts:
+                engine.add_request(_prompt(rng, n, vocab_size), greedy(2))
+                rec.step()  # the fresh prompt's prefill beside b decodes
+                rec.step()  # b + 1 decodes
+            _drain(rec)
+            done(f"mixed with {b} decodes")
+    finally:
+        sched.max_num_batched_tokens = budget
+        _forget_finished(engine)
+    return rec.steps
+
+
+def machine_info() -> dict[str, Any]:
+    """What the timings belong to: CPU, cores, torch build and thread count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+    }
+
+
+def profile_document(
+    steps: list[StepRecord],
+    model: str,
+    dtype: str,
+    engine: LLMEngine,
+    design_name: str,
+) -> dict[str, Any]:
+    """The `ctxlab-step-profile/1` JSON object (extra keys are ignored by the loader)."""
+    info = machine_info()
+    sched = engine.scheduler
+    return {
+        "format": PROFILE_FORMAT,
+        "model": model,
+        "device": f"cpu, {info['torch_threads']} torch thread(s) of {info['cores']} cores",
+        "dtype": dtype,
+        "torch_threads": info["torch_threads"],
+        "machine": info,
+        "engine": {
+            "block_size": engine.kv.block_size,
+            "pool_tokens": engine.kv.pool_tokens,
+            "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "max_num_seqs": sched.max_num_seqs,
+        },
+        "design": design_name,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "steps": [asdict(s) for s in steps],
+    }
