@@ -16,7 +16,16 @@ from ctxlab import __version__
 from ctxlab.errors import CtxlabError
 
 # One line per command module; each defines `register(app: typer.Typer) -> None`.
-COMMAND_MODULES: tuple[str, ...] = ("plan", "tour", "lab", "simulate", "policies", "generate", "eval", "profile")
+COMMAND_MODULES: tuple[str, ...] = (
+    "plan",
+    "tour",
+    "lab",
+    "simulate",
+    "policies",
+    "generate",
+    "eval",
+    "profile",
+)
 
 app = typer.Typer(
     name="ctxlab",
