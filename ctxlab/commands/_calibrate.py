@@ -110,7 +110,6 @@ def run_calibration(
         "input_tokens_mean": trace.input_tokens / len(jobs),
         "output_tokens_mean": trace.output_tokens / len(jobs),
         "engine": asdict(settings),
-        "sim_budget_order": "running",
         "engine_steps": len(steps),
         "sim_steps": int(sim_metrics["steps"]),
         "engine_wall_s": res.wall_s,

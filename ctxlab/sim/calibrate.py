@@ -9,8 +9,12 @@ The simulator is configured from the engine's own settings, never from the resul
 = the engine's block size, chunk budget = `max_num_batched_tokens`, most running requests =
 `max_num_seqs`, pool = the engine's pool in tokens (times the architecture's bytes per token,
 so the simulator's page count equals the engine's block count). The engine's scheduler walks
-its running list in admission order and lets a prefill chunk use up the budget before a later
-decode (`budget_order="running"`); the simulator follows that order.
+its running list in admission order, a decode taking one token and a prefill the next chunk
+that fits; the simulator gives decodes their tokens first and prefill chunks the rest in
+admission order. Because a request can only reach decode after every earlier one has finished
+its prefill, the two orders pick the same tokens unless the decodes alone exceed the budget
+(impossible here: max_num_seqs 64 < 4,096 tokens). Admission matches too: both admit
+first-come-first-served at the start of a step and prefill the newcomer in that step.
 
 Nothing here imports torch.
 """
@@ -139,7 +143,6 @@ def sim_config(arch: ArchSpec, engine: EngineSettings, profile: str) -> tuple[Si
         chunk_tokens=engine.max_num_batched_tokens,
         max_running=engine.max_num_seqs,
         pool_bytes=pool_bytes,
-        budget_order="running",
         profile=profile,
     )
     return cfg, pool_bytes

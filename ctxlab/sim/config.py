@@ -41,10 +41,6 @@ class SimConfig:
     memory_efficiency: float = 0.8
     step_overhead: float = 0.0005
     profile: str | None = None
-    # How a step's token budget is handed out: "decode-first" (every decode gets its token,
-    # prefill chunks share the rest) or "running" (admission order, as ctxlab's engine and
-    # vLLM v1 do: a prefill chunk can spend the budget before a later decode gets a token).
-    budget_order: str = "decode-first"
 
     def __post_init__(self) -> None:
         positive = {
@@ -64,10 +60,6 @@ class SimConfig:
         for what, value in (("pool", self.pool_bytes), ("offload tier", self.offload_bytes)):
             if value is not None and value < 0:
                 raise CtxlabError(f"the {what} size must be non-negative, got {value}")
-        if self.budget_order not in ("decode-first", "running"):
-            raise CtxlabError(
-                f"budget order must be decode-first or running, got {self.budget_order!r}"
-            )
         if self.unlimited and self.pool_bytes is not None:
             raise CtxlabError("give either --pool-bytes or --unlimited-cache, not both")
 

@@ -242,8 +242,7 @@ class Simulator:
                 continue
             c.peak_running = max(c.peak_running, len(running))
             blocked = bool(self.waiting or self.resume) or len(running) >= cfg.max_running
-            fits = cfg.budget_order != "running" or len(running) <= cfg.chunk_tokens
-            if fits and all(s.state == DECODE for s in running):
+            if all(s.state == DECODE for s in running):
                 horizon = float("inf") if (blocked or ai == n) else seqs[ai].arrival
                 advanced = self._decode_stretch(now, horizon)
                 if advanced is not None:
@@ -285,9 +284,6 @@ class Simulator:
         preempted_before = c.preemptions
         running = self.running
         decoding = [s for s in running if s.state == DECODE]
-        ordered = cfg.budget_order == "running"
-        if ordered:
-            decoding, planned, wake = self._plan_in_order(now)
         hungry = [s for s in decoding if s.computed >= s.pages * P]
         for s in hungry:
             if s.state != DECODE:
@@ -304,14 +300,9 @@ class Simulator:
             decoding = [s for s in decoding if s.state == DECODE]
         if decoding:
             self.setup.cost.add_decode(load, [s.computed for s in decoding])
-        budget = 0 if ordered else cfg.chunk_tokens - len(decoding)
+        budget = cfg.chunk_tokens - len(decoding)
         chunks: list[tuple[Seq, int]] = []
-        if ordered:  # preemption above may have sent a planned prefill back to waiting
-            chunks = [(s, take) for s, take in planned if s.state == PREFILL]
-            for s, take in chunks:
-                self.setup.cost.add_prefill(load, take, s.computed)
-        else:
-            wake = float("inf")
+        wake = float("inf")
         for s in self.running:
             if budget <= 0:
                 break
@@ -363,34 +354,6 @@ class Simulator:
         if self.check:
             self.check_invariants()
         return now
-
-    def _plan_in_order(self, now: float) -> tuple[list[Seq], list[tuple[Seq, int]], float]:
-        """The engine's budget order: walk running requests in admission order; a decode
-        takes 1 token, a prefill the next chunk that fits, until the budget is spent."""
-        budget = self.setup.config.chunk_tokens
-        decoding: list[Seq] = []
-        planned: list[tuple[Seq, int]] = []
-        wake = float("inf")
-        for s in self.running:
-            if budget <= 0:
-                break
-            if s.state == DECODE:
-                decoding.append(s)
-                budget -= 1
-                continue
-            if s.state != PREFILL:
-                continue
-            if s.waits:
-                s.waits = [e for e in s.waits if e.owner is not None]
-                if s.waits:
-                    continue
-            if s.ready_at > now:
-                wake = min(wake, s.ready_at)
-                continue
-            take = min(s.target - s.computed, budget)
-            planned.append((s, take))
-            budget -= take
-        return decoding, planned, wake
 
     def _prefill_done(self, s: Seq, now: float) -> None:
         for e in s.owned:
