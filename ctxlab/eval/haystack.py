@@ -30,9 +30,16 @@ def needle_sentence(kind: vocab.ValueKind, key: str, value: str) -> str:
 
 
 def filler_units(
-    kind: HaystackKind, n_units: int, rng: random.Random, value_kind: vocab.ValueKind = "numbers"
+    kind: HaystackKind,
+    n_units: int,
+    rng: random.Random,
+    value_kind: vocab.ValueKind = "numbers",
+    exclude_keys: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """`n_units` filler sentences; `rng` picks the essay offset and the distractor needles."""
+    """`n_units` filler sentences; `rng` picks the essay offset and the distractor needles.
+
+    Distractor needles never use a key in `exclude_keys`, so the asked key stays unambiguous.
+    """
     if kind == "noise":
         return [NOISE_SENTENCES[i % len(NOISE_SENTENCES)] for i in range(n_units)]
     if kind == "essay":
@@ -40,10 +47,12 @@ def filler_units(
         start = rng.randrange(len(sentences))
         return [sentences[(start + i) % len(sentences)] for i in range(n_units)]
     if kind == "needle":
-        return [
-            needle_sentence(value_kind, vocab.word_key(rng), vocab.value(rng, value_kind))
-            for _ in range(n_units)
-        ]
+        units = []
+        while len(units) < n_units:
+            key = vocab.word_key(rng)
+            if key not in exclude_keys:
+                units.append(needle_sentence(value_kind, key, vocab.value(rng, value_kind)))
+        return units
     raise ValueError(f"unknown haystack {kind!r}")
 
 

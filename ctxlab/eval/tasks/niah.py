@@ -39,7 +39,7 @@ class NeedleTask:
                 at = main_depth if (k == 0 and v == 0) else needle_rng.random()
                 inserts.append((at, haystack.needle_sentence(self.value_kind, key, val)))
         filler = haystack.filler_units(
-            self.haystack, n_units, random.Random(seed + 1), self.value_kind
+            self.haystack, n_units, random.Random(seed + 1), self.value_kind, frozenset(keys)
         )
         units, _ = haystack.insert_at_depths(filler, inserts)
         asked = keys[: self.num_queries]

@@ -41,10 +41,10 @@ class DocumentQATask:
         doc_rng = random.Random(seed + 1)
         distractors = []
         for _ in range(n_units):
-            name = vocab.person(doc_rng)
-            while name == gold_name:
-                name = vocab.person(doc_rng)
-            distractors.append(_document(doc_rng, name, vocab.place(doc_rng)))
+            name, town = vocab.person(doc_rng), vocab.place(doc_rng)
+            while name == gold_name or town == gold_town:
+                name, town = vocab.person(doc_rng), vocab.place(doc_rng)
+            distractors.append(_document(doc_rng, name, town))
         at = rng.random() if depth is None else depth
         docs, _ = haystack.insert_at_depths(distractors, [(at, gold)])
         body = "\n\n".join(f"Document {i + 1}: {d}" for i, d in enumerate(docs))
