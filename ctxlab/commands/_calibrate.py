@@ -59,9 +59,14 @@ def run_calibration(
     if profile is not None:
         ProfileStepTime(profile)  # a bad file fails here, before the model loads
     loaded, engine = open_engine(
-        model, dtype, threads, settings.pool_tokens, settings.block_size,
-        settings.max_num_batched_tokens, settings.max_num_seqs,
-    )  # fmt: skip
+        model,
+        dtype,
+        threads,
+        settings.pool_tokens,
+        settings.block_size,
+        settings.max_num_batched_tokens,
+        settings.max_num_seqs,
+    )
     out.mkdir(parents=True, exist_ok=True)
     vocab = loaded.config.vocab_size
     if profile is None:

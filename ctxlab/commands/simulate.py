@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
         requests: int = typer.Option(24, help="--calibrate: requests in the generated trace."),
         seed: int = typer.Option(0, help="--calibrate: seed of the trace and prompts."),
         rate: float | None = typer.Option(
-            None, help="--calibrate: arrivals/s (default: 0.8 x solo capacity, from the profile)."
+            None, help="--calibrate: arrivals/s (default: 1.5 x solo capacity, from the profile)."
         ),
         model: str = typer.Option("smollm2-135m", help="--calibrate: the engine's model."),
         threads: int = typer.Option(1, help="--calibrate: torch threads (pinned)."),

@@ -157,8 +157,9 @@ def _forget_finished(engine: LLMEngine) -> None:
 
 
 def warm_up(engine: LLMEngine, vocab_size: int, seed: int = 0) -> None:
-    """One short request, untimed: the first forward pays for lazy allocations."""
-    rng = random.Random(seed)
+    """One short request, untimed: the first forward pays for lazy allocations. Its own
+    random stream, so its blocks never turn into prefix hits for the measured prompts."""
+    rng = random.Random(f"warm-up {seed}")
     prompt = _prompt(rng, 48, vocab_size)
     engine.add_request(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished():

@@ -43,7 +43,7 @@ GOAL = 0.20  # relative error of p50 TTFT and p50 TPOT the issue asks for
 # rate would either leave the engine idle or swamp it.
 DEFAULT_INPUT = "lognormal:192:0.35"
 DEFAULT_OUTPUT = "uniform:8:32"
-DEFAULT_LOAD = 0.8
+DEFAULT_LOAD = 1.5
 
 
 @dataclass(frozen=True)
