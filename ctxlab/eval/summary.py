@@ -75,14 +75,15 @@ def cells(rows: Iterable[Row]) -> list[Cell]:
 def effective_lengths(
     rows: Sequence[Row], threshold: float = RULER_THRESHOLD, relative: bool = False
 ) -> dict[str, EffectiveLength]:
-    """Per policy, over the mean of all tasks at each length.
+    """Per policy, over the mean of the task means at each length (each task weighs the same,
+    however many depths or samples it ran).
 
     relative=True takes the threshold as a fraction of the full-cache policy's mean score at
     the shortest length (the report says which basis it used).
     """
     by_policy: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        by_policy[policy_label(row)][int(row["length"])].append(float(row["score"]))  # type: ignore[arg-type]
+    for c in cells(rows):
+        by_policy[c.policy][c.length].append(c.score)
     means = {p: {n: fmean(v) for n, v in by_len.items()} for p, by_len in by_policy.items()}
     reference = None
     if relative:

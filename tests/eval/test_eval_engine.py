@@ -55,3 +55,33 @@ def test_policy_list_parsing():
     ]
     with pytest.raises(CtxlabError, match="needs a budget"):
         parse_policy_runs("full,snapkv", None)
+
+
+QUICK_FLOOR = 50.0  # full cache, mean of the quick suite's task means at 512 tokens
+
+
+def test_quick_suite_end_to_end_full_scores_above_floor(default_model, tmp_path, monkeypatch):
+    """The quick suite as `ctxlab eval --suite quick` runs it, sharing the loaded model."""
+    import ctxlab.model as model_pkg
+    from ctxlab.eval.harness import run_eval
+    from ctxlab.eval.runner import depth_grid
+    from ctxlab.eval.suites import get_suite
+
+    monkeypatch.setattr(model_pkg, "load_model", lambda name: default_model)
+    suite = get_suite("quick")
+    grid = Grid(
+        tasks=suite.tasks,
+        lengths=suite.lengths,
+        depths=depth_grid(suite.depths),
+        samples=suite.samples,
+        runs=[PolicyRun("full")],
+    )
+    doc = run_eval(grid, "ctxlab", None, "smollm2-135m", tmp_path, None, None, quiet=True)
+    rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == grid.size()
+    shortest = [c for c in doc["cells"] if c["length"] == min(suite.lengths)]
+    assert len(shortest) == len(suite.tasks)
+    assert sum(c["score"] for c in shortest) / len(shortest) >= QUICK_FLOOR
+    single = next(c for c in shortest if c["task"] == "niah_single_noise")
+    assert single["score"] == 100.0
+    assert (tmp_path / "summary.json").is_file() and doc["plots"]
