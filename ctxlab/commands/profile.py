@@ -63,8 +63,12 @@ def measure_profile(
     seed: int = 0,
     console: Any = None,
     design: Any = None,
+    earlier: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Warm up, run the design with a progress bar, write the profile; the document."""
+    """Warm up, run the design with a progress bar, write the profile; the document.
+
+    `earlier` is a profile document measured before on the same engine: its steps are kept
+    (phase "before"), and the new ones are marked "after", so one file brackets a run."""
     from rich.progress import Progress
 
     from ctxlab.engine.profile import FULL, QUICK, measure, profile_document, warm_up
@@ -87,6 +91,13 @@ def measure_profile(
         steps = measure(engine, design, vocab, seed, step_done)
     name = "quick" if design is QUICK else ("full" if design is FULL else "custom")
     doc = profile_document(steps, model, dtype, engine, name)
+    if earlier is not None:
+        for step in earlier["steps"]:
+            step.setdefault("phase", "before")
+        for step in doc["steps"]:
+            step["phase"] = "after"
+        doc["steps"] = earlier["steps"] + doc["steps"]
+        doc["design"] = f"{name}, measured before and after"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return doc
