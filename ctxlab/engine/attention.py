@@ -4,11 +4,17 @@ Per step the runner fills a `StepPlan`; per layer `attend` (1) writes the new K/
 pool rows planned for them, then (2) computes attention with torch SDPA:
 - decode tokens (1 new token per sequence) are batched: each sequence's lanes of this layer
   are gathered from the pool into `[B, Hkv, L, d]` with a length mask per (sequence, lane);
-  the query heads sharing a KV head ride as extra query rows, so K/V are never repeated;
+  the query heads sharing a KV head ride as extra query rows, so K/V are never repeated.
+  Sequences of very different lengths are split into length buckets (`decode_buckets`) so
+  a short sequence does not gather and attend over the padding of the longest one;
 - a prefill chunk with nothing cached before it attends causally to its own K/V directly;
 - a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
 Per-lane lengths are honoured everywhere, so lanes compacted by a retention policy work.
+
+Everything that does not depend on the layer (buckets, per-layer block ids, masks) is built
+once per step, on first use, and cached on the plan; a policy that swaps in a modified plan
+(`dataclasses.replace`) gets a fresh cache because those fields are not init fields.
 """
 
 from __future__ import annotations
@@ -20,6 +26,11 @@ import torch.nn.functional as F
 
 from ctxlab.kv.pool import KVPool
 
+# Padding cost model of `decode_buckets`: one more bucket costs, per layer, about as much as
+# gathering and attending over this many extra (sequence, block) pairs (a gather, an SDPA
+# call and an index copy ~ 100-150 us on a CPU core; one padded block ~ 4-5 us).
+BUCKET_OVERHEAD_BLOCKS = 32
+
 
 @dataclass
 class PrefillItem:
@@ -29,6 +40,21 @@ class PrefillItem:
     table: torch.Tensor | None = None  # [n_lanes, nb]
     prev_len: torch.Tensor | None = None  # [n_lanes] tokens before the chunk
     first_pos: int = 0
+    _mask: torch.Tensor | None = field(default=None, init=False, repr=False)
+
+
+@dataclass
+class DecodeBucket:
+    """Decode sequences attended together: their rows in the decode batch and, per layer,
+    their block ids `[n_layers, Bg * Hkv * nb]` and mask `[n_layers, Bg, Hkv, 1, nb * bs]`
+    (None when every lane holds exactly `length` tokens)."""
+
+    rows: torch.Tensor | None  # [Bg] rows of the decode batch; None = all, in order
+    ids: torch.Tensor
+    mask: torch.Tensor | None
+    n_seqs: int
+    n_blocks: int
+    length: int  # keys attended (trimmed to the longest lane when the mask is None)
 
 
 @dataclass
@@ -38,6 +64,29 @@ class StepPlan:
     decode_table: torch.Tensor | None = None  # [Bd, n_lanes, nb]
     decode_mask: torch.Tensor | None = None  # [Bd, n_lanes, 1, L] bool
     prefills: list[PrefillItem] = field(default_factory=list)
+    _buckets: list[DecodeBucket] | None = field(default=None, init=False, repr=False)
+
+
+def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -> list[list[int]]:
+    """Split decode rows into buckets minimising sum(|bucket| * its longest extent) plus
+    `overhead` per bucket (extents in blocks). Exact, by dynamic programming over the rows
+    sorted by extent (in a sorted order an optimal partition is contiguous)."""
+    order = sorted(range(len(extents)), key=lambda i: extents[i])
+    ext = [extents[i] for i in order]
+    n = len(ext)
+    best = [0.0] + [float("inf")] * n
+    cut = [0] * (n + 1)
+    for i in range(1, n + 1):
+        for j in range(i):  # bucket = sorted rows j..i-1, its longest is ext[i-1]
+            c = best[j] + (i - j) * ext[i - 1] + overhead
+            if c < best[i]:
+                best[i], cut[i] = c, j
+    out: list[list[int]] = []
+    i = n
+    while i > 0:
+        out.append(order[cut[i] : i])
+        i = cut[i]
+    return out[::-1]
 
 
 class PagedAttention:
@@ -59,10 +108,13 @@ class PagedAttention:
             raise NotImplementedError("sliding-window layers are not supported by the engine yet")
         self.pool.write(plan.rows[layer_idx], k, v)
         T = q.shape[0]
-        out = q.new_empty(T, self.n_heads, v.shape[-1])
         lanes = self.layout.lanes_of_layer(layer_idx)
+        if plan.decode_idx is not None and not plan.prefills and plan.decode_idx.numel() == T:
+            return self._decode(q, plan, layer_idx)  # a pure decode step: rows 0..T-1
+        out = q.new_empty(T, self.n_heads, v.shape[-1])
         if plan.decode_idx is not None:
-            out[plan.decode_idx] = self._decode(q[plan.decode_idx], plan, lanes)
+            dec = self._decode(q.index_select(0, plan.decode_idx), plan, layer_idx)
+            out.index_copy_(0, plan.decode_idx, dec)
         for item in plan.prefills:
             s, e = item.start, item.end
             if item.fresh:
@@ -71,13 +123,75 @@ class PagedAttention:
                 out[s:e] = self._chunk(q[s:e], item, lanes)
         return out
 
-    def _decode(self, q: torch.Tensor, plan: StepPlan, lanes: slice) -> torch.Tensor:
-        B = q.shape[0]
-        kk, vv = self.pool.gather(plan.decode_table[:, lanes])  # [B, Hkv, L, d]
-        qg = q.view(B, self.n_kv, self.group, -1)
-        o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=plan.decode_mask[:, lanes])
-        return o.reshape(B, self.n_heads, -1)
+    # -- decode ---------------------------------------------------------------------------
+    def _buckets(self, plan: StepPlan) -> list[DecodeBucket]:
+        if plan._buckets is not None:
+            return plan._buckets
+        assert plan.decode_table is not None and plan.decode_mask is not None
+        lay, bs = self.layout, self.layout.block_size
+        table, mask = plan.decode_table, plan.decode_mask
+        B, n_lanes, nb = table.shape
+        m = mask[:, :, 0, : nb * bs]  # [B, n_lanes, L]
+        used = m.reshape(B, n_lanes, nb, bs).any(-1).any(1)  # [B, nb] blocks any lane reads
+        extents = (used * torch.arange(1, nb + 1)).amax(-1).clamp(min=1).tolist()
+        lens = m.sum(-1)  # [B, n_lanes] keys per lane (a prefix when lanes are not selected)
+        groups = decode_buckets(extents) if B > 1 else [[0]]
+        buckets = []
+        for g in groups:
+            g.sort()
+            rows = None if len(groups) == 1 else torch.tensor(g, dtype=torch.int64)
+            nbg = max(extents[i] for i in g)
+            tg = table[:, :, :nbg] if rows is None else table[rows, :, :nbg]
+            mg = m[:, :, : nbg * bs] if rows is None else m[rows, :, : nbg * bs]
+            lg = lens if rows is None else lens[rows]
+            Bg = len(g)
+            # [n_layers, Bg, Hkv, nb] so each layer's ids are one contiguous slice.
+            ids = tg.reshape(Bg, lay.n_layers, self.n_kv, nbg).transpose(0, 1).contiguous()
+            n0 = int(lg.flatten()[0])
+            dense = bool((lg == n0).all()) and bool(mg[..., :n0].all())
+            bmask = None
+            if not dense:
+                bmask = mg.reshape(Bg, lay.n_layers, self.n_kv, 1, nbg * bs).transpose(0, 1)
+                bmask = bmask.contiguous()
+            buckets.append(
+                DecodeBucket(
+                    rows=rows,
+                    ids=ids.view(lay.n_layers, -1),
+                    mask=bmask,
+                    n_seqs=Bg,
+                    n_blocks=nbg,
+                    length=n0 if dense else nbg * bs,
+                )
+            )
+        plan._buckets = buckets
+        return buckets
 
+    def _decode(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor:
+        """Attention of one new token per sequence; q is `[B, H, d]` in decode-batch order."""
+        buckets = self._buckets(plan)
+        if len(buckets) == 1:
+            return self._decode_bucket(q, buckets[0], layer)
+        out = None
+        for b in buckets:
+            assert b.rows is not None
+            o = self._decode_bucket(q.index_select(0, b.rows), b, layer)
+            if out is None:
+                out = o.new_empty(q.shape[0], *o.shape[1:])
+            out.index_copy_(0, b.rows, o)
+        assert out is not None
+        return out
+
+    def _decode_bucket(self, q: torch.Tensor, b: DecodeBucket, layer: int) -> torch.Tensor:
+        Bg = b.n_seqs
+        kk, vv = self.pool.gather(b.ids[layer].view(Bg, self.n_kv, b.n_blocks))
+        if b.mask is None and b.length < kk.shape[2]:
+            kk, vv = kk[:, :, : b.length], vv[:, :, : b.length]
+        qg = q.reshape(Bg, self.n_kv, self.group, -1)
+        mask = None if b.mask is None else b.mask[layer]
+        o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=mask)
+        return o.reshape(Bg, self.n_heads, -1)
+
+    # -- prefill --------------------------------------------------------------------------
     def _fresh(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
@@ -88,14 +202,26 @@ class PagedAttention:
         )
         return o[0].transpose(0, 1)
 
-    def _chunk(self, q: torch.Tensor, item: PrefillItem, lanes: slice) -> torch.Tensor:
-        n = q.shape[0]
-        kk, vv = self.pool.gather(item.table[lanes])  # [Hkv, L, d]
-        L = kk.shape[1]
+    def _chunk_mask(self, item: PrefillItem, lanes: slice, n: int, L: int) -> torch.Tensor:
+        """Causal mask offset by the prefix, `[1, Hkv, group * n, L]`; built once per step
+        when every lane holds the same prefix (no policy), else per layer."""
+        assert item.prev_len is not None
+        if item._mask is not None and item._mask.shape[-1] == L:
+            return item._mask
         prev = item.prev_len[lanes].view(self.n_kv, 1, 1, 1)
         limit = prev + torch.arange(1, n + 1).view(1, 1, n, 1)
         mask = torch.arange(L).view(1, 1, 1, L) < limit  # [Hkv, 1, n, L]
         mask = mask.expand(self.n_kv, self.group, n, L).reshape(1, self.n_kv, self.group * n, L)
+        if bool((item.prev_len == item.prev_len[0]).all()):
+            item._mask = mask
+        return mask
+
+    def _chunk(self, q: torch.Tensor, item: PrefillItem, lanes: slice) -> torch.Tensor:
+        n = q.shape[0]
+        assert item.table is not None
+        kk, vv = self.pool.gather(item.table[lanes])  # [Hkv, L, d]
+        L = kk.shape[1]
+        mask = self._chunk_mask(item, lanes, n, L)
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
         o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=mask)
