@@ -8,7 +8,10 @@ batch building, the forward, sampling, cache bookkeeping), because that is what 
 waits for. The counts are read off the sequences themselves (how far each one's
 `num_computed` moved during the step), so no hook inside the engine is needed.
 
-The design covers what serving mixes: prefill chunks of several sizes after several cached
+Decode step time is concave in the batch size on a CPU (the first extra requests cost the
+most), and the profile's model is linear, so the design samples small batches densely: the
+fit is then right where a small server spends its steps. The design covers what serving
+mixes: prefill chunks of several sizes after several cached
 prefixes (one long prompt fed through a small chunk budget), decode batches of several sizes
 at several context lengths (requests sharing one cached prompt, so only a block is
 prefilled per request), and mixed steps (a fresh prompt joining running decodes). The step
@@ -120,16 +123,16 @@ class Design:
 FULL = Design(
     prefill=((32, 4), (96, 3), (192, 3), (384, 3), (640, 2)),
     decode_contexts=(64, 320, 768),
-    decode_batches=(1, 2, 4, 8, 16),
+    decode_batches=(1, 2, 3, 4, 6, 8, 12, 16),
     decode_steps=5,
     mixed_batch=(2, 8),
     mixed_context=256,
     mixed_prompts=(64, 256, 512),
 )
 QUICK = Design(
-    prefill=((64, 2), (256, 2), (512, 2)),
+    prefill=((64, 2), (128, 2), (256, 2), (512, 2)),
     decode_contexts=(128, 512),
-    decode_batches=(1, 4, 12),
+    decode_batches=(1, 2, 4, 8),
     decode_steps=3,
     mixed_batch=(4,),
     mixed_context=256,
