@@ -167,12 +167,12 @@ def _after_over_before(profile: Path) -> float | None:
 
 
 def _thirds(steps: list[dict]) -> list[list[dict]]:
-    """The replay's steps split into three spans of equal busy time."""
+    """The replay's steps split into three spans of equal busy time (by each step's middle)."""
     total = sum(s["seconds"] for s in steps)
     parts: list[list[dict]] = [[], [], []]
     acc = 0.0
     for s in steps:
-        parts[min(2, int(3 * acc / total))].append(s)
+        parts[min(2, int(3 * (acc + s["seconds"] / 2) / total))].append(s)
         acc += s["seconds"]
     return parts
 

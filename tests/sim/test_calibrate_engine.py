@@ -69,6 +69,22 @@ def test_profile_file_is_accepted_by_the_simulator(default_model, tmp_path):
     assert model.coef.shape == (5,) and (model.coef >= 0).all()
     fit = fit_summary(out)
     assert fit["ms_per_step"] >= 0
+    # measured again "after" a run: one file holding both phases, still loadable
+    again = measure_profile(
+        default_model,
+        engine,
+        "smollm2-135m",
+        "float32",
+        False,
+        out,
+        seed=1,
+        design=TINY,
+        earlier=doc,
+    )
+    phases = [s["phase"] for s in json.loads(out.read_text())["steps"]]
+    assert phases.count("before") == len(doc["steps"]) and phases.count("after") > 0
+    assert len(again["steps"]) == len(phases)
+    ProfileStepTime(out)
 
 
 def test_recorder_counts_prefix_hits_as_read_not_computed(default_model):

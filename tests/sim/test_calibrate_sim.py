@@ -152,3 +152,32 @@ def test_step_prediction_on_exact_steps(tmp_path):
     assert pred["total_ratio"] == pytest.approx(1.0)
     slow = [{**s, "seconds": 2 * s["seconds"]} for s in steps]
     assert cal.step_prediction(prof, slow)["total_ratio"] == pytest.approx(0.5)
+
+
+def _payload(goal_met, thirds, drift=None, med=0.1):
+    ratio = sum(thirds) / 3
+    pred = {
+        "steps": 90,
+        "total_ratio": ratio,
+        "median_abs_rel_error": med,
+        "total_ratio_by_third": thirds,
+    }
+    return {
+        "goal_met": goal_met,
+        "replay_step_prediction": pred,
+        "profile_after_over_before": drift,
+    }
+
+
+def test_explain_names_the_cause_it_sees():
+    from ctxlab.commands._calibrate import _thirds, explain
+
+    assert explain(_payload(True, [1.0, 1.0, 1.0])).startswith("goal met")
+    drifted = explain(_payload(False, [1.3, 1.0, 0.8], drift=1.5))
+    assert "speed changed" in drifted and "1.50x" in drifted
+    biased = explain(_payload(False, [1.3, 1.3, 1.3]))
+    assert "off by +30%" in biased and "speed changed" not in biased
+    assert "vary widely" in explain(_payload(False, [1.0, 1.0, 1.0], med=0.4))
+    assert "scheduling" in explain(_payload(False, [1.0, 1.02, 0.99]))
+    parts = _thirds([{"seconds": s} for s in (1.0, 1.0, 1.0, 3.0)])
+    assert [len(p) for p in parts] == [2, 1, 1]
