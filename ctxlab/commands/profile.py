@@ -137,11 +137,12 @@ def print_profile(console: Any, doc: dict, fit: dict, out: Path) -> None:
     for s in doc["steps"]:
         groups.setdefault((s["kind"], _size_label(s)), []).append(s)
     table = Table(title=f"step times: {doc['model']} ({doc['dtype']}) on {doc['device']}")
-    for col in ("kind", "step", "steps", "context (keys/token)", "median ms", "ms / token"):
+    for col in ("kind", "step", "steps", "keys per token", "median ms", "ms / token"):
         table.add_column(col, justify="left" if col in ("kind", "step") else "right")
     order = {"prefill": 0, "decode": 1, "mixed": 2}
     for (kind, label), rows in sorted(
-        groups.items(), key=lambda kv: (order[kv[0][0]], kv[1][0]["prefill_tokens"], kv[0][1])
+        groups.items(),
+        key=lambda kv: (order[kv[0][0]], kv[1][0]["prefill_tokens"], kv[1][0]["decode_tokens"]),
     ):
         tokens = rows[0]["prefill_tokens"] + rows[0]["decode_tokens"]
         keys = [(r["prefill_keys"] + r["decode_keys"]) / tokens for r in rows]
