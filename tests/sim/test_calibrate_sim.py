@@ -174,7 +174,8 @@ def test_explain_names_the_cause_it_sees():
 
     assert explain(_payload(True, [1.0, 1.0, 1.0])).startswith("goal met")
     drifted = explain(_payload(False, [1.3, 1.0, 0.8], drift=1.5))
-    assert "speed changed" in drifted and "1.50x" in drifted
+    assert "speed changed" in drifted and "1.30 -> 1.00 -> 0.80" in drifted
+    assert "1.50x as long after" in drifted
     biased = explain(_payload(False, [1.3, 1.3, 1.3]))
     assert "off by +30%" in biased and "speed changed" not in biased
     assert "vary widely" in explain(_payload(False, [1.0, 1.0, 1.0], med=0.4))
