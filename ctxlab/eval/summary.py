@@ -119,13 +119,15 @@ def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:
                 ]  # type: ignore[arg-type]
                 if scores:
                     grid[i][j] = fmean(scores)
-        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.35 * len(depths)))
+        fig, ax = plt.subplots(
+            figsize=(max(5.0, 1.6 + 0.9 * len(lengths)), max(3.2, 1.2 + 0.35 * len(depths)))
+        )
         image = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
         ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("needle depth")
-        ax.set_title(f"score by depth and length: {policy}")
+        ax.set_title(f"{policy}: mean score of the depth tasks", fontsize=10)
         fig.colorbar(image, ax=ax, label="score (0-100)")
         fig.tight_layout()
         path = out_dir / f"heatmap_{_slug(policy)}.png"
