@@ -12,14 +12,14 @@ from ctxlab.eval.suites import parse_policy_runs
 pytestmark = pytest.mark.model
 
 
-def test_counter_counts_exactly_what_the_engine_is_fed(default_model):
-    tok = default_model.tokenizer
+def test_counter_counts_exactly_what_the_engine_is_fed(loaded):
+    tok = loaded.tokenizer
     ids = prompt_ids(tok, "Where is the key?", "The key is")
     assert token_counter(tok)("Where is the key?", "The key is") == len(ids)
     assert tok.decode(ids).rstrip().endswith("The key is")
 
 
-def test_full_finds_a_short_needle_and_a_window_costs_less(default_model, tmp_path):
+def test_full_finds_a_short_needle_and_a_window_costs_less(loaded, tmp_path):
     grid = Grid(
         tasks=["niah_single_noise"],
         lengths=[400],
@@ -28,11 +28,11 @@ def test_full_finds_a_short_needle_and_a_window_costs_less(default_model, tmp_pa
         seed=1,
         runs=[PolicyRun("full"), PolicyRun("window", 64)],
     )
-    count = token_counter(default_model.tokenizer)
+    count = token_counter(loaded.tokenizer)
     rows = run_grid(
         grid,
         count,
-        lambda run: EngineBackend(default_model, run, kv_pool_tokens=2048),
+        lambda run: EngineBackend(loaded, run, kv_pool_tokens=2048),
         tmp_path / "rows.jsonl",
         "smollm2-135m",
     )
@@ -60,14 +60,14 @@ def test_policy_list_parsing():
 QUICK_FLOOR = 50.0  # full cache, mean of the quick suite's task means at 512 tokens
 
 
-def test_quick_suite_end_to_end_full_scores_above_floor(default_model, tmp_path, monkeypatch):
+def test_quick_suite_end_to_end_full_scores_above_floor(loaded, tmp_path, monkeypatch):
     """The quick suite as `ctxlab eval --suite quick` runs it, sharing the loaded model."""
     import ctxlab.model as model_pkg
     from ctxlab.eval.harness import run_eval
     from ctxlab.eval.runner import depth_grid
     from ctxlab.eval.suites import get_suite
 
-    monkeypatch.setattr(model_pkg, "load_model", lambda name: default_model)
+    monkeypatch.setattr(model_pkg, "load_model", lambda name: loaded)
     suite = get_suite("quick")
     grid = Grid(
         tasks=suite.tasks,

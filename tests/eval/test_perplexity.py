@@ -18,15 +18,13 @@ def test_segment_perplexity_is_exp_mean_nll():
     assert ppl == pytest.approx([2.0, 4.0])
 
 
-def test_chunked_prompt_scores_equal_one_dense_forward(default_model):
+def test_chunked_prompt_scores_equal_one_dense_forward(loaded):
     from ctxlab.model import DenseBackend
 
-    ids = text_ids(default_model.tokenizer, 200)
-    llm = LLM(
-        default_model, kv_pool_tokens=512, max_num_batched_tokens=48, enable_prefix_caching=False
-    )
+    ids = text_ids(loaded.tokenizer, 200)
+    llm = LLM(loaded, kv_pool_tokens=512, max_num_batched_tokens=48, enable_prefix_caching=False)
     (out,) = llm.generate([ids], SamplingParams(max_tokens=1, prompt_logprobs=True))
-    model = default_model.model
+    model = loaded.model
     backend = DenseBackend.for_model(model)
     backend.set_batch([0], [0, len(ids)])
     with torch.inference_mode():
@@ -38,9 +36,9 @@ def test_chunked_prompt_scores_equal_one_dense_forward(default_model):
     assert torch.allclose(got, expected, atol=1e-3)
 
 
-def test_sinks_keep_perplexity_down_where_a_plain_window_breaks(default_model):
-    ids = text_ids(default_model.tokenizer, 512)
-    results = {r.label: r for r in streaming_perplexity(default_model, ids, 64, chunk=32)}
+def test_sinks_keep_perplexity_down_where_a_plain_window_breaks(loaded):
+    ids = text_ids(loaded.tokenizer, 512)
+    results = {r.label: r for r in streaming_perplexity(loaded, ids, 64, chunk=32)}
     full, window, streaming = results["full"], results["window"], results["streaming"]
     # What each run kept: full grows with the text, the others stay at the cache budget.
     per_token = 30 * 3 * 128 * 4

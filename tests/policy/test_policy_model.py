@@ -45,28 +45,28 @@ def answer(loaded, ids, policy=None, budget=None, n=24):
     return out
 
 
-def test_snapkv_keeps_the_needle_window_loses_it(loaded_model):
-    ids = needle_prompt(loaded_model.tokenizer)
+def test_snapkv_keeps_the_needle_window_loses_it(loaded):
+    ids = needle_prompt(loaded.tokenizer)
     assert 1400 <= len(ids) <= 1600
-    full = answer(loaded_model, ids)
+    full = answer(loaded, ids)
     assert "tangerine" in full.text.lower(), full.text
-    snap = answer(loaded_model, ids, "snapkv", 384)
+    snap = answer(loaded, ids, "snapkv", 384)
     assert "tangerine" in snap.text.lower(), snap.text
-    win = answer(loaded_model, ids, "window", 384)
+    win = answer(loaded, ids, "window", 384)
     assert "tangerine" not in win.text.lower(), win.text
     # What each kept, measured from the pool when it finished (bytes of blocks held).
-    bpt = loaded_model.config.num_layers * loaded_model.config.num_kv_heads * 2 * 64 * 4
+    bpt = loaded.config.num_layers * loaded.config.num_kv_heads * 2 * 64 * 4
     assert full.metrics.resident_kv_bytes >= len(ids) * bpt
     assert win.metrics.resident_kv_bytes <= (384 + 16) * bpt
     assert snap.metrics.resident_kv_bytes <= (384 + 24 + 16) * bpt  # prompt cut, decode grows
 
 
-def test_recall_brings_back_the_needle_h2o_evicted(loaded_model):
-    ids = needle_prompt(loaded_model.tokenizer)
-    h2o = answer(loaded_model, ids, "h2o", 384, n=16)
+def test_recall_brings_back_the_needle_h2o_evicted(loaded):
+    ids = needle_prompt(loaded.tokenizer)
+    h2o = answer(loaded, ids, "h2o", 384, n=16)
     assert "tangerine" not in h2o.text.lower(), h2o.text
     llm = LLM(
-        loaded_model, kv_pool_tokens=4096, max_num_batched_tokens=512, policy="recall", budget=384
+        loaded, kv_pool_tokens=4096, max_num_batched_tokens=512, policy="recall", budget=384
     )  # h2o on 384 - 8 x 8 tokens, plus 8 recalled blocks of 8 tokens
     out = llm.generate([ids], SamplingParams(max_tokens=16))[0]
     assert "tangerine" in out.text.lower(), out.text
@@ -77,22 +77,22 @@ def test_recall_brings_back_the_needle_h2o_evicted(loaded_model):
     assert out.metrics.resident_kv_bytes <= lay.n_lanes * (320 // 16 + 1) * lay.bytes_per_block
 
 
-def test_full_policy_equals_engine_greedy(loaded_model):
-    ids = loaded_model.tokenizer.apply_chat([{"role": "user", "content": "Name three colors."}])
-    plain = answer(loaded_model, ids, n=16)
-    assert answer(loaded_model, ids, "full", n=16).token_ids == plain.token_ids
+def test_full_policy_equals_engine_greedy(loaded):
+    ids = loaded.tokenizer.apply_chat([{"role": "user", "content": "Name three colors."}])
+    plain = answer(loaded, ids, n=16)
+    assert answer(loaded, ids, "full", n=16).token_ids == plain.token_ids
 
 
-def test_streaming_cache_slot_runs_past_the_trained_length(loaded_model):
-    cfg = loaded_model.config
+def test_streaming_cache_slot_runs_past_the_trained_length(loaded):
+    cfg = loaded.config
     assert cfg.max_position == 8192
-    tok = loaded_model.tokenizer
+    tok = loaded.tokenizer
     text = shakespeare()
     ids = tok.encode(text[:60_000])[:9000]
     assert len(ids) == 9000
     budget, chunk, bs = 256, 1024, 16
     eng = LLMEngine(
-        loaded_model.model,
+        loaded.model,
         cfg,
         tok,
         kv_pool_tokens=2048,

