@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ctxlab.engine.malloc import keep_heap_pages
 from ctxlab.engine.metrics import RequestMetrics
 from ctxlab.engine.runner import Runner
 from ctxlab.engine.sampling import SamplingParams, make_generator
@@ -87,6 +88,7 @@ class LLMEngine:
             raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
         if max_model_len is not None and max_model_len <= 0:
             raise CtxlabError(f"max_model_len must be positive, got {max_model_len}.")
+        keep_heap_pages()  # large per-layer temporaries reuse heap pages (see malloc.py)
         self.model = model
         self.config = config
         self.tokenizer = tokenizer

@@ -14,7 +14,6 @@ from torch import nn
 
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
-from ctxlab.model.rope import rotate_half
 
 
 class RMSNorm(nn.Module):
@@ -58,8 +57,12 @@ class Attention(nn.Module):
         qk, v = qkv[:, : nq + nkv], qkv[:, nq + nkv :]
         if self.q_norm is not None and self.k_norm is not None:
             qk = torch.cat((self.q_norm(qk[:, :nq]), self.k_norm(qk[:, nq:])), dim=1)
-        # q and k rotated together: one elementwise pass instead of two.
-        qk = qk * cos.unsqueeze(1) + rotate_half(qk) * sin.unsqueeze(1)
+        # q and k rotated together. `cos`/`sin` come as [T, 1, d] with the sign of
+        # rotate_half folded into `sin` (see `rope_tables`), so rotate_half is one flip of
+        # the two halves: bit for bit x*cos + rotate_half(x)*sin, with fewer kernels.
+        half = self.head_dim // 2
+        rot = qk.unflatten(-1, (2, half)).flip(-2).flatten(-2)
+        qk = (qk * cos).add_(rot.mul_(sin))
         out = backend.attend(self.layer_idx, qk[:, :nq], qk[:, nq:], v)
         return self.o_proj(out.reshape(t, nq * self.head_dim))
 
@@ -75,7 +78,15 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))
+
+
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [T, d] -> [T, 1, d] tables for `Attention`, built once per forward: the sin
+    half that multiplies -x2 in rotate_half(x) = (-x2, x1) is negated here instead."""
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+    return cos.unsqueeze(1), signed.unsqueeze(1)
 
 
 class DecoderLayer(nn.Module):

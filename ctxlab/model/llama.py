@@ -14,7 +14,7 @@ from torch import nn
 from ctxlab.errors import CtxlabError
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
-from ctxlab.model.layers import DecoderLayer, RMSNorm
+from ctxlab.model.layers import DecoderLayer, RMSNorm, rope_tables
 from ctxlab.model.rope import RotaryEmbedding
 
 
@@ -57,9 +57,9 @@ class LlamaModel(nn.Module):
         if input_ids.shape != positions.shape or input_ids.dim() != 1:
             raise ValueError("input_ids and positions must both be 1-D of the same length")
         x = self.embed_tokens(input_ids)
-        cos, sin = self.rope.cos_sin(positions, x.dtype)
+        cos, sin = rope_tables(*self.rope.cos_sin(positions, x.dtype))
         for layer in self.layers:
-            x = layer(x, cos, sin, backend)
+            x = layer.forward(x, cos, sin, backend)  # .forward: no hook dispatch per layer
         return self.norm(x)
 
     @torch.inference_mode()
