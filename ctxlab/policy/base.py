@@ -177,13 +177,15 @@ class Policy:
 class ScorerPolicy(Policy):
     """Top-k by a per-slot score, with sinks and a recent window that are always kept.
 
-    `slack` lets a lane grow up to `budget + slack` tokens before it is cut back to the
-    budget, so the engine compacts once per `slack + 1` steps instead of every step; 0 is
-    the papers' one-token-per-step schedule.
+    `slack` lets a lane grow up to `budget + slack` tokens during decode before it is cut
+    back to the budget, so the engine compacts once per `slack + 1` steps instead of every
+    step. The default (None) is one block less one token, so a lane is cut once per block
+    and never holds more than its budget plus one partial block; 0 is the papers'
+    one-token-per-step schedule.
     """
 
     budget: int | float = 256
-    slack: int = 0
+    slack: int | None = None
 
     def n_sinks(self) -> int:
         return 0
@@ -202,7 +204,7 @@ class ScorerPolicy(Policy):
     def check(self) -> None:
         super().check()
         b = parse_budget(self.budget)
-        if self.slack < 0:
+        if self.slack is not None and self.slack < 0:
             raise CtxlabError(f"slack must be >= 0 tokens, got {self.slack}.")
         if isinstance(b, int):
             self.check_budget(b)
@@ -229,19 +231,22 @@ class ScorerPolicy(Policy):
         s = self.score(obs).float().clone()
         s = torch.where(forced, torch.full_like(s, float("inf")), s)
         s = s.masked_fill(~valid, float("-inf"))
-        out: list[torch.Tensor] = []
-        for h in range(obs.n_kv):
-            k = min(b, int(lens[h]))
-            # Stable sort: equal scores keep the earlier slot first (deterministic); padding
-            # (-inf) sorts last, wherever it sits in the row.
-            order = torch.argsort(s[h], descending=True, stable=True)
-            idx = order[:k]
-            out.append(torch.sort(pos[h, idx]).values)
-        return out
+        # One batched stable sort for every lane: equal scores keep the earlier slot first
+        # (deterministic); padding (-inf) sorts last, wherever it sits in the row.
+        order = torch.argsort(s, dim=1, descending=True, stable=True)
+        ks = lens.clamp(max=b).tolist()
+        k = max(ks)
+        kept = pos.gather(1, order[:, :k])
+        if min(ks) == k:
+            return list(torch.sort(kept, dim=1).values.unbind(0))
+        return [torch.sort(kept[h, : ks[h]]).values for h in range(obs.n_kv)]
 
-    def decode_trigger(self) -> int:
-        """Tokens a lane may run over its budget during decode before it is cut back."""
-        return self.slack
+    def decode_trigger(self, block_size: int = 1) -> int:
+        """Tokens a lane may run over its budget during decode before it is cut back.
+
+        The engine passes its block size; a pure call (block size 1) cuts at once.
+        """
+        return block_size - 1 if self.slack is None else self.slack
 
     def on_prefill(self, obs: LayerObs) -> list[torch.Tensor] | None:
         return self.select(obs)

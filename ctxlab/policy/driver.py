@@ -1,20 +1,24 @@
 """Runs a policy inside the engine: builds `LayerObs`, compacts lanes, frees blocks for real.
 
 The engine calls four hooks (it never looks inside a policy):
-- `wrap(backend)`: the attention backend is wrapped so the driver sees each layer's queries
-  (kept for the last `obs_window` tokens of every sequence) and, for a selection policy,
-  narrows what a decode step reads;
+- `wrap(backend)`: the attention backend is wrapped (`scoring.PolicyAttention`) so the
+  driver sees each layer's queries (kept for the last `obs_window` tokens of every
+  sequence), gets H2O's decode attention from the attention itself, and, for a selection
+  policy, narrows what a decode step reads;
 - `begin_step(items)` before a forward: which flat token rows belong to which sequence;
-- `end_step(items)` after it: the prefill hook when a prompt is complete, the decode hook
+- `end_step()` after it: the prefill hook when a prompt is complete, the decode hook
   after each generated token, and, for purely positional policies, a cut after every
   prefill chunk (so a prompt far longer than the budget never sits whole in the pool);
 - `position_offset(seq_id)`: how far cache-slot positions (StreamingLLM) run behind
   original ones; the runner subtracts it from each new token's position.
 
-Compaction goes through `KVCacheManager.compact_lane`, which copies the kept tokens of a
-lane into blocks that lane owns and returns the rest to the pool (a shared prefix block is
-never written: the sequence only drops its reference). This module depends on `ctxlab.kv`
-and duck-typed engine objects only, so the layering (policy below engine) holds.
+Cost: the per-step work is a handful of batched tensor ops per sequence. During decode a
+lane is cut only once it is `decode_trigger` tokens over its budget (by default one block
+less one token: one cut per block of tokens, and a lane never holds more than its budget
+plus one partial block), which layers are over is one comparison per sequence, and a cut
+compacts every lane of a sequence in one batched pass (`compact.compact_lanes`). Keys are
+gathered only for policies that score with them. This module depends on `ctxlab.kv` and
+duck-typed engine objects only, so the layering (policy below engine) holds.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from ctxlab.policy.base import (
     attention_probs,
     budget_tokens,
     group_reduce,
-    keep_to_slots,
 )
+from ctxlab.policy.compact import compact_lanes, keep_to_slots_batched
 from ctxlab.policy.recall import FarTier, RecallPolicy
 from ctxlab.policy.recall_engine import RecallSelector
+from ctxlab.policy.scoring import PolicyAttention, QueryLog
 from ctxlab.policy.selection import QuestSelector
 
 
@@ -60,9 +65,9 @@ class SeqState:
     step: int = 0
     pos_shift: int = 0
     next_start: int = 0  # where the next step must start; anything else means a restart
-    obs_q: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [H, w, d]
-    obs_pos: torch.Tensor | None = None  # [w] original positions of those queries
-    acc: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [n_kv, L]
+    log: QueryLog | None = None  # the last `obs_window` queries of every layer
+    acc: torch.Tensor | None = None  # [n_lanes, capacity] accumulated attention per slot
+    budgets: torch.Tensor | None = field(default=None, repr=False)  # [n_lanes] tokens
 
 
 class PolicyDriver:
@@ -90,7 +95,7 @@ class PolicyDriver:
         # Queries are recorded only as far back as something reads them.
         if needs & {"acc_attn", "obs_attn"}:
             self.obs_window = max(1, int(getattr(policy, "obs_window", 32) or 0))
-        elif needs & {"step_attn", "query"}:
+        elif needs & {"step_attn", "query"} and policy.stack_layer != "selection":
             self.obs_window = 1
         else:
             self.obs_window = 0
@@ -100,6 +105,14 @@ class PolicyDriver:
             self.selector = RecallSelector(self, self.recall, self.tier)
         elif policy.stack_layer == "selection":
             self.selector = QuestSelector(policy, kv)
+        # H2O: decode attention computed by the wrapper doubles as the score (no second read).
+        self.scores_in_attention = "acc_attn" in needs and self.selector is None
+        self.step_probs: list[torch.Tensor | None] = [None] * self.layout.n_layers
+        self.trigger = (
+            policy.decode_trigger(self.layout.block_size) if isinstance(policy, ScorerPolicy) else 0
+        )
+        self._q: list[torch.Tensor | None] = [None] * self.layout.n_layers
+        self._q_rows: torch.Tensor | None = None
         self.compactions = 0
 
     @property
@@ -112,7 +125,7 @@ class PolicyDriver:
         if not self.positional:
             return need
         cap = budget_tokens(getattr(self.policy, "budget", need), prompt_len)
-        return min(need, cap + int(getattr(self.policy, "slack", 0)) + chunk)
+        return min(need, cap + self.trigger + chunk)
 
     # -- hooks ----------------------------------------------------------------------------
     def wrap(self, backend: Any) -> PolicyAttention:
@@ -124,14 +137,20 @@ class PolicyDriver:
 
     def begin_step(self, items: list[StepItem]) -> None:
         row = 0
+        keep_rows = []
         for it in items:
             it.row = row
+            if self.obs_window:  # only the rows a query log will hold
+                keep_rows.append(
+                    torch.arange(max(row, row + it.num_new - self.obs_window), row + it.num_new)
+                )
             row += it.num_new
             st = self.states.get(it.seq_id)
             if st is None or it.start != st.next_start:  # new, or recomputed after preemption
                 self.release(it.seq_id)
                 st = self.states[it.seq_id] = SeqState(prompt_len=it.prompt_len)
             st.next_start = it.start + it.num_new
+        self._q_rows = torch.cat(keep_rows) if keep_rows else None
         self.items = items
 
     def release(self, seq_id: int) -> None:
@@ -139,45 +158,90 @@ class PolicyDriver:
         if isinstance(self.selector, RecallSelector):
             self.selector.release(seq_id)
 
+    def record_queries(self, layer: int, q: torch.Tensor) -> None:
+        """Called by the backend per layer: keep (a view of) the rows the query logs need."""
+        if self._q_rows is not None:
+            self._q[layer] = q.index_select(0, self._q_rows)
+
     @torch.inference_mode()
     def end_step(self) -> None:
         pol = self.policy
+        if self.obs_window and self._q_rows is not None:
+            self._store_queries()
+        if self.scores_in_attention and self.step_probs[0] is not None:
+            self._accumulate_step()
         for it in self.items:
             st = self.states[it.seq_id]
             if not it.samples:
                 if self.positional:
-                    self._apply(it, st, pol.on_prefill)
+                    self._cut(it, st, pol.on_prefill, 0)
                 continue
             if not st.prefilled:
                 st.prefilled = True
                 if pol.evicts:
-                    self._apply(it, st, pol.on_prefill, seed_acc=True)
+                    self._cut(it, st, pol.on_prefill, 0, seed=True)
             else:
                 st.step += 1
-                if "acc_attn" in pol.needs:
+                if "acc_attn" in pol.needs and not self.scores_in_attention:
                     self._accumulate(it, st)
                 if pol.evicts and pol.wants_decode_hook(st.step):
-                    self._apply(it, st, pol.on_decode)
+                    self._cut(it, st, pol.on_decode, self.trigger)
         self.items = []
 
-    # -- queries seen by the backend ------------------------------------------------------
-    def record_queries(self, layer: int, q: torch.Tensor) -> None:
-        w = self.obs_window
-        if not w:
-            return
+    # -- queries and scores seen by the backend -------------------------------------------
+    def _store_queries(self) -> None:
+        lay = self.layout
+        qs = torch.stack(self._q).float()  # [n_layers, R, H, d]: the kept rows, item by item
+        at = 0
         for it in self.items:
             st = self.states[it.seq_id]
-            new = q[it.row : it.row + it.num_new].transpose(0, 1).float()  # [H, n, d]
-            old = st.obs_q.get(layer)
-            st.obs_q[layer] = (new if old is None else torch.cat((old, new), 1))[:, -w:]
-            if layer == 0:
-                pos = torch.arange(it.start, it.start + it.num_new)
-                old_pos = st.obs_pos
-                st.obs_pos = (pos if old_pos is None else torch.cat((old_pos, pos)))[-w:]
+            m = min(it.num_new, self.obs_window)
+            if st.log is None:
+                st.log = QueryLog(lay.n_layers, self.n_heads, self.obs_window, qs.shape[-1])
+            st.log.append(qs[:, at : at + m], it.start + it.num_new - m)
+            at += m
+        self._q = [None] * lay.n_layers
+
+    def _accumulate_step(self) -> None:
+        """Add this step's decode attention (from the wrapper) to each sequence's H2O score."""
+        probs = torch.stack(self.step_probs)  # [n_layers, B, n_kv, L]
+        n_layers, B, n_kv, L = probs.shape
+        probs = probs.transpose(0, 1).reshape(B, n_layers * n_kv, L)
+        dec = [it for it in self.items if it.num_new == 1]  # the decode batch, in order
+        for b, it in enumerate(dec):
+            st = self.states[it.seq_id]
+            if st.prefilled:  # a 1-token last prefill chunk is counted by the prefill seed
+                self._acc_rows(st, L)[:, :L] += probs[b]
+        self.step_probs = [None] * n_layers
+
+    def _accumulate(self, it: StepItem, st: SeqState) -> None:
+        """H2O's running sum when a selector owns the decode attention (recall over h2o)."""
+        seq, lay = it.kv, self.layout
+        n_layers, n_kv, d = lay.n_layers, self.n_kv, lay.head_dim
+        n = int(seq.lane_len.max())
+        k, _ = self.kv.pool.gather(seq.table[:, : -(-n // lay.block_size)])
+        k = k[:, :n].float().view(n_layers, n_kv, n, d)
+        valid = (torch.arange(n)[None, :] < seq.lane_len[:, None]).view(n_layers, n_kv, 1, n)
+        assert st.log is not None
+        q = st.log.ordered()[0][:, :, -1].view(n_layers, n_kv, self.n_heads // n_kv, d)
+        logits = torch.einsum("lkgd,lknd->lkgn", q, k) / d**0.5
+        probs = torch.softmax(logits.masked_fill(~valid, float("-inf")), -1).sum(2)
+        self._acc_rows(st, n)[:, :n] += probs.view(n_layers * n_kv, n)
+
+    def _acc_rows(self, st: SeqState, n: int) -> torch.Tensor:
+        """The sequence's score rows `[n_lanes, capacity >= n]`, grown with zeros."""
+        acc = st.acc
+        if acc is None or acc.shape[1] < n:
+            cap = -(-(n + 64) // 64) * 64
+            grown = torch.zeros(self.layout.n_lanes, cap)
+            if acc is not None:
+                grown[:, : acc.shape[1]] = acc
+            st.acc = acc = grown
+        return acc
 
     # -- observation ----------------------------------------------------------------------
-    def _lanes(self, seq: SeqKV, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(positions [n_kv, L] with -1 padding, slots' keys [n_kv, L, d]) of one layer."""
+    def _positions(self, seq: SeqKV, layer: int) -> torch.Tensor:
+        """Original positions `[n_kv, L]` of one layer's lanes, -1 padding."""
         lanes = self.layout.lanes_of_layer(layer)
         lens = seq.lane_len[lanes]
         n = int(lens.max())
@@ -185,14 +249,26 @@ class PolicyDriver:
             pos = torch.arange(n).repeat(self.n_kv, 1)
         else:
             pos = seq.slot_pos[lanes, :n].clone()
-        pos = pos.masked_fill(torch.arange(n)[None, :] >= lens[:, None], -1)
-        nb = -(-n // self.layout.block_size)
-        k, _ = self.kv.pool.gather(seq.table[lanes, :nb])
-        return pos, k[:, :n]
+        return pos.masked_fill(torch.arange(n)[None, :] >= lens[:, None], -1)
 
-    def _obs(self, it: StepItem, st: SeqState, layer: int) -> tuple[LayerObs, torch.Tensor]:
+    def _keys(self, seq: SeqKV, layer: int, n: int) -> torch.Tensor:
+        lanes = self.layout.lanes_of_layer(layer)
+        k, _ = self.kv.pool.gather(seq.table[lanes, : -(-n // self.layout.block_size)])
+        return k[:, :n]
+
+    def _lanes(self, seq: SeqKV, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions [n_kv, L] with -1 padding, slots' keys [n_kv, L, d]) of one layer."""
+        pos = self._positions(seq, layer)
+        return pos, self._keys(seq, layer, pos.shape[1])
+
+    def _obs(
+        self, it: StepItem, st: SeqState, layer: int, q: torch.Tensor | None, q_pos: Any, seed: bool
+    ) -> tuple[LayerObs, torch.Tensor | None]:
         needs = self.policy.needs
-        pos, keys = self._lanes(it.kv, layer)
+        pos = self._positions(it.kv, layer)
+        n = pos.shape[1]
+        want = "keys" in needs or (q is not None and bool(needs & {"obs_attn", "step_attn"}))
+        keys = self._keys(it.kv, layer, n) if want or (seed and q is not None) else None
         obs = LayerObs(
             layer=layer,
             n_layers=self.layout.n_layers,
@@ -203,106 +279,89 @@ class PolicyDriver:
             step=st.step,
             keys=keys if "keys" in needs else None,
         )
-        q = st.obs_q.get(layer)
-        if "obs_attn" in needs and q is not None:
-            obs.obs_attn = attention_probs(q, keys, pos, st.obs_pos)
-        if st.step > 0 and q is not None:
-            if "query" in needs:
-                obs.query = q[:, -1]
-            if "step_attn" in needs:
-                obs.step_attn = attention_probs(q[:, -1:], keys, pos, st.obs_pos[-1:])[:, 0]
+        if q is not None and keys is not None:
+            if "obs_attn" in needs:
+                obs.obs_attn = attention_probs(q, keys, pos, q_pos)
+            if st.step > 0 and "step_attn" in needs:
+                obs.step_attn = attention_probs(q[:, -1:], keys, pos, q_pos[-1:])[:, 0]
+        if st.step > 0 and q is not None and "query" in needs:
+            obs.query = q[:, -1]
         if "acc_attn" in needs:
-            obs.acc_attn = self._acc(st, layer, pos.shape[1])
+            lanes = self.layout.lanes_of_layer(layer)
+            obs.acc_attn = self._acc_rows(st, n)[lanes, :n]  # a view: seeding adds in place
         return obs, keys
 
-    def _acc(self, st: SeqState, layer: int, n: int) -> torch.Tensor:
-        acc = st.acc.get(layer)
-        if acc is None:
-            acc = torch.zeros(self.n_kv, 0)
-        if acc.shape[1] < n:
-            acc = torch.nn.functional.pad(acc, (0, n - acc.shape[1]))
-        st.acc[layer] = acc
-        return acc
+    # -- cutting --------------------------------------------------------------------------
+    def _lane_budgets(self, st: SeqState) -> torch.Tensor:
+        """Tokens each lane may keep (per layer for PyramidKV), computed once per sequence."""
+        if st.budgets is None:
+            pol, lay = self.policy, self.layout
+            per_layer = []
+            for layer in range(lay.n_layers):
+                light = LayerObs(
+                    layer, lay.n_layers, self.n_heads, torch.empty(self.n_kv, 0), 0, st.prompt_len
+                )
+                per_layer.append(pol.lane_budget(light))  # type: ignore[attr-defined]
+            st.budgets = torch.tensor(per_layer, dtype=torch.int64).repeat_interleave(self.n_kv)
+        return st.budgets
 
-    def _accumulate(self, it: StepItem, st: SeqState) -> None:
-        """H2O's running sum: this step's attention, summed over each KV head's group.
+    def _layers_over(self, it: StepItem, st: SeqState, trigger: int) -> list[int]:
+        """Layers with a lane over `budget + trigger`: one comparison for every lane."""
+        if not isinstance(self.policy, ScorerPolicy):
+            return list(range(self.layout.n_layers))
+        over = it.kv.lane_len > self._lane_budgets(st) + trigger
+        return torch.nonzero(over.view(self.layout.n_layers, self.n_kv).any(1)).flatten().tolist()
 
-        All layers at once: one gather of every lane, one batched softmax.
-        """
-        seq, lay = it.kv, self.layout
-        n_layers, n_kv, d = lay.n_layers, self.n_kv, lay.head_dim
-        n = int(seq.lane_len.max())
-        k, _ = self.kv.pool.gather(seq.table[:, : -(-n // lay.block_size)])
-        k = k[:, :n].float().view(n_layers, n_kv, n, d)
-        valid = (torch.arange(n)[None, :] < seq.lane_len[:, None]).view(n_layers, n_kv, 1, n)
-        q = torch.stack([st.obs_q[layer][:, -1] for layer in range(n_layers)])
-        q = q.view(n_layers, n_kv, self.n_heads // n_kv, d)
-        logits = torch.einsum("lkgd,lknd->lkgn", q, k) / d**0.5
-        probs = torch.softmax(logits.masked_fill(~valid, float("-inf")), -1).sum(2)
-        for layer in range(n_layers):
-            acc = self._acc(st, layer, int(seq.lane_len[lay.lanes_of_layer(layer)].max()))
-            acc += probs[layer, :, : acc.shape[1]]
-
-    # -- compaction -----------------------------------------------------------------------
-    def _over_budget(self, it: StepItem, st: SeqState, layer: int, trigger: int) -> bool:
-        """Cheap check (no keys, no attention) whether a scorer policy would cut this layer."""
-        pol = self.policy
-        if not isinstance(pol, ScorerPolicy):
-            return True
-        lens = it.kv.lane_len[self.layout.lanes_of_layer(layer)]
-        light = LayerObs(
-            layer, self.layout.n_layers, self.n_heads, torch.empty(self.n_kv, 0), 0, st.prompt_len
-        )
-        return int(lens.max()) > pol.lane_budget(light) + trigger
-
-    def _apply(self, it: StepItem, st: SeqState, hook: Any, seed_acc: bool = False) -> None:
-        pol = self.policy
-        trigger = pol.decode_trigger() if st.step > 0 and isinstance(pol, ScorerPolicy) else 0
-        for layer in range(self.layout.n_layers):
-            if not seed_acc and not self._over_budget(it, st, layer, trigger):
-                continue
-            obs, keys = self._obs(it, st, layer)
-            if seed_acc and obs.acc_attn is not None and layer in st.obs_q:
+    def _cut(self, it: StepItem, st: SeqState, hook: Any, trigger: int, seed: bool = False) -> None:
+        """Ask the policy about every layer over budget, then compact all cut lanes at once."""
+        lay = self.layout
+        seed = seed and "acc_attn" in self.policy.needs  # H2O seeds every layer's scores
+        layers = list(range(lay.n_layers)) if seed else self._layers_over(it, st, trigger)
+        if not layers:
+            return
+        q_all, q_pos = st.log.ordered() if st.log is not None else (None, None)
+        lanes: list[int] = []
+        keep: list[torch.Tensor] = []
+        for layer in layers:
+            q = q_all[layer] if q_all is not None else None
+            obs, keys = self._obs(it, st, layer, q, q_pos, seed)
+            if seed and obs.acc_attn is not None and q is not None and keys is not None:
                 # H2O's scores start from the prompt's last `obs_window` queries.
-                p = attention_probs(st.obs_q[layer], keys, obs.positions, st.obs_pos)
+                p = attention_probs(q, keys, obs.positions, q_pos)
                 obs.acc_attn += group_reduce(p.sum(1), self.n_kv, "sum")
-            keep = hook(obs)
-            if keep is None:
+            kept = hook(obs)
+            if kept is None:
                 continue
-            self._compact_layer(it, st, layer, obs.positions, keep)
-
-    def _compact_layer(
-        self,
-        it: StepItem,
-        st: SeqState,
-        layer: int,
-        positions: torch.Tensor,
-        keep: list[torch.Tensor],
-    ) -> None:
-        lanes = self.layout.lanes_of_layer(layer)
-        acc = st.acc.get(layer)
-        new_acc = []
+            first = lay.lanes_of_layer(layer).start
+            lens = it.kv.lane_len[first : first + self.n_kv].tolist()
+            for h, slots in enumerate(keep_to_slots_batched(obs.positions, kept)):
+                if len(slots) == lens[h]:
+                    continue
+                if self.tier is not None:
+                    self._to_far(it, first + h, obs.positions[h], slots)
+                lanes.append(first + h)
+                keep.append(slots)
+        if not lanes:
+            return
+        if st.acc is not None:
+            self._reindex_acc(st, lanes, keep)
         cache_slot = self.policy.position_mode == "cache-slot" and self.rope is not None
-        for h, kept in enumerate(keep):
-            lane = lanes.start + h
-            slots = keep_to_slots(positions[h], kept)
-            if acc is not None:
-                new_acc.append(acc[h, slots])
-            if len(slots) == int(it.kv.lane_len[lane]):
-                continue
-            if self.tier is not None:
-                self._to_far(it, lane, positions[h], slots)
-            self.kv.compact_lane(it.kv, lane, slots)
-            self.compactions += 1
-            if cache_slot:
-                self._reposition(it.kv, lane, slots)
-        if acc is not None:
-            n = max(len(a) for a in new_acc)
-            st.acc[layer] = torch.stack(
-                [torch.nn.functional.pad(a, (0, n - len(a))) for a in new_acc]
-            )
-        if cache_slot and layer == self.layout.n_layers - 1:
+        compact_lanes(self.kv, it.kv, lanes, keep, self.rope if cache_slot else None)
+        self.compactions += len(lanes)
+        if cache_slot:
             st.pos_shift = it.start + it.num_new - int(it.kv.lane_len.max())
+
+    def _reindex_acc(self, st: SeqState, lanes: list[int], keep: list[torch.Tensor]) -> None:
+        """Scores move with their tokens; slots past the kept ones start again from zero."""
+        assert st.acc is not None
+        lane_t = torch.tensor(lanes, dtype=torch.int64)
+        slots = torch.nn.utils.rnn.pad_sequence(keep, batch_first=True, padding_value=0)
+        counts = torch.tensor([len(k) for k in keep])
+        valid = torch.arange(slots.shape[1])[None, :] < counts[:, None]
+        rows = st.acc.index_select(0, lane_t)
+        moved = torch.zeros_like(rows)
+        moved[:, : slots.shape[1]] = rows.gather(1, slots) * valid
+        st.acc[lane_t] = moved
 
     def _to_far(self, it: StepItem, lane: int, positions: torch.Tensor, kept: torch.Tensor) -> None:
         """Send the slots of a lane that are about to be dropped to the far tier, by block."""
@@ -319,48 +378,6 @@ class PolicyDriver:
         for a in range(0, len(slots), size):
             sl = slice(a, a + size)
             self.tier.put((it.seq_id, lane), positions[slots[sl]], k[sl], v[sl])  # type: ignore[union-attr]
-
-    def _reposition(self, seq: SeqKV, lane: int, slots: torch.Tensor) -> None:
-        """Cache-slot positions: the key now in slot j was rotated for slot s; move it by j-s.
-
-        Invariant: in cache-slot mode every lane's slot j holds a key rotated for position j
-        (lanes keep the same count, so one position offset serves the whole sequence).
-        """
-        bs = self.layout.block_size
-        n = len(slots)
-        delta = torch.arange(n) - slots
-        if not bool((delta != 0).any()):
-            return
-        rows = seq.table[lane, : -(-n // bs)].repeat_interleave(bs)[:n] * bs + torch.arange(n) % bs
-        pool = self.kv.pool
-        d = self.layout.head_dim
-        k = pool._k_rows[rows, :d]
-        pool._k_rows[rows, :d] = self.rope.shift_keys(k[:, None, :], delta)[:, 0]
-
-
-class PolicyAttention:
-    """The engine's attention backend with the driver looking over its shoulder."""
-
-    def __init__(self, inner: Any, driver: PolicyDriver):
-        self.inner = inner
-        self.driver = driver
-
-    @property
-    def plan(self) -> Any:
-        return self.inner.plan
-
-    @plan.setter
-    def plan(self, value: Any) -> None:
-        self.inner.plan = value
-
-    def attend(
-        self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor:
-        self.driver.record_queries(layer_idx, q)
-        sel = self.driver.selector
-        if sel is None:
-            return self.inner.attend(layer_idx, q, k, v)
-        return sel.attend(self.inner, layer_idx, q, k, v)
 
 
 def build_driver(

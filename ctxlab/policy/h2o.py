@@ -9,7 +9,10 @@ non-recent token with the lowest accumulated score is evicted.
 The paper accumulates attention over every prompt query too; this engine seeds the scores
 with the attention of the last `obs_window` prompt queries (the engine keeps only those), so
 one prefill costs no O(prompt^2) matrix. The accumulator lives with the engine and moves with
-compaction; the policy only reads it.
+compaction; the policy only reads it. During decode the engine takes each step's scores from
+the decode attention itself (one read of the cache), and by default cuts a lane once per
+block: when it is a block (less one token) over budget, the lowest-scoring non-recent tokens
+go down to the budget; `slack=0` is the paper's one-token-per-step schedule.
 """
 
 from __future__ import annotations

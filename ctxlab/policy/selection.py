@@ -2,9 +2,10 @@
 
 The summaries (per-channel key min and max of every physical block) are updated as the
 backend writes keys, so choosing pages never reads the keys themselves. For each decode
-token the selector narrows, for the current layer only, the block table and length mask
-the paged attention reads to the chosen pages; prefill is untouched. It counts the blocks a
-step would read without selection and the blocks it does read.
+step and layer the selector picks the pages of every sequence and lane in one batched
+top-k (the bound is two matmuls), and the decode rows attend to those pages only; writes
+and prefill go through the backend untouched. It counts the blocks a step would read
+without selection and the blocks it does read.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import dataclasses
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from ctxlab.kv.manager import KVCacheManager
-from ctxlab.policy.base import Policy, group_reduce
-from ctxlab.policy.quest import page_bound
+from ctxlab.policy.base import Policy
 
 
 class QuestSelector:
@@ -32,6 +33,8 @@ class QuestSelector:
         self.kmax = torch.full((n, lay.head_dim), float("-inf"))
         self.blocks_total = 0  # blocks a dense decode would have read
         self.blocks_read = 0
+        self._plan_src: Any = None
+        self._writes_plan: Any = None
 
     @property
     def read_fraction(self) -> float:
@@ -43,8 +46,9 @@ class QuestSelector:
         kf = k.reshape(rows.numel(), -1).float()
         blocks = rows // self.bs
         fresh = blocks[rows % self.bs == 0]  # a block's first slot: the block is new
-        self.kmin[fresh] = float("inf")
-        self.kmax[fresh] = float("-inf")
+        if fresh.numel():
+            self.kmin.index_fill_(0, fresh, float("inf"))
+            self.kmax.index_fill_(0, fresh, float("-inf"))
         idx = blocks[:, None].expand_as(kf)
         self.kmin.scatter_reduce_(0, idx, kf, "amin")
         self.kmax.scatter_reduce_(0, idx, kf, "amax")
@@ -61,38 +65,43 @@ class QuestSelector:
         lens = plan.decode_mask[:, lanes, 0].sum(-1)  # [B, n_kv]
         B, n_kv, nb = table.shape
         have = (lens + self.bs - 1) // self.bs  # [B, n_kv] pages per lane
-        self.blocks_total += int(have.sum())
+        n_have = int(have.sum())
+        self.blocks_total += n_have
         P = min(self.n_pages, nb)
         if nb <= P:
-            self.blocks_read += int(have.sum())
+            self.blocks_read += n_have
             return inner.attend(layer, q, k, v)
-        qd = q[plan.decode_idx].float()  # [B, H, d]
-        sel_tab = torch.zeros(B, n_kv, P, dtype=table.dtype)
-        sel_len = torch.zeros(B, n_kv, P * self.bs, dtype=torch.bool)
-        for b in range(B):
-            bound = group_reduce(
-                page_bound(qd[b], self.kmin[table[b]], self.kmax[table[b]]), n_kv, "max"
-            )  # [n_kv, nb]
-            page_idx = torch.arange(nb)
-            real = page_idx[None, :] < have[b][:, None]
-            bound = bound.masked_fill(~real, float("-inf"))
-            forced = (page_idx[None, :] < self.sink_pages) | (
-                page_idx[None, :] == have[b][:, None] - 1
-            )
-            bound = bound.masked_fill(forced & real, float("inf"))
-            top = torch.sort(torch.topk(bound, P, dim=1).indices, dim=1).values  # [n_kv, P]
-            ok = torch.gather(real, 1, top)
-            sel_tab[b] = torch.gather(table[b], 1, top)
-            slot = top[..., None] * self.bs + torch.arange(self.bs)  # [n_kv, P, bs]
-            sel_len[b] = ((slot < lens[b][:, None, None]) & ok[..., None]).reshape(n_kv, -1)
-            self.blocks_read += int(ok.sum())
-        n_lanes = plan.decode_table.shape[1]
-        full_tab = torch.zeros(B, n_lanes, P, dtype=table.dtype)
-        full_tab[:, lanes] = sel_tab
-        full_mask = torch.zeros(B, n_lanes, 1, P * self.bs, dtype=torch.bool)
-        full_mask[:, lanes, 0] = sel_len
-        inner.plan = dataclasses.replace(plan, decode_table=full_tab, decode_mask=full_mask)
+        # Every sequence at once. The bound sum_c max(q_c min_c, q_c max_c) is
+        # q+ . max + q- . min (q+ and q- the positive and negative parts of q): two matmuls.
+        qd = q.index_select(0, plan.decode_idx).float()
+        qg = qd.view(B, n_kv, -1, qd.shape[-1])  # [B, n_kv, g, d]
+        flat = table.reshape(-1)  # index_select: a row copy, far cheaper than kmin[table]
+        kmin = self.kmin.index_select(0, flat).view(B, n_kv, nb, -1)  # [B, n_kv, nb, d]
+        kmax = self.kmax.index_select(0, flat).view(B, n_kv, nb, -1)
+        bound = torch.matmul(qg.clamp(min=0), kmax.transpose(-1, -2))
+        bound = bound + torch.matmul(qg.clamp(max=0), kmin.transpose(-1, -2))
+        bound = bound.amax(2)  # [B, n_kv, nb]: the best head of each GQA group
+        page_idx = torch.arange(nb)
+        real = page_idx < have[..., None]
+        forced = (page_idx < self.sink_pages) | (page_idx == have[..., None] - 1)
+        bound = bound.masked_fill(~real, float("-inf")).masked_fill(forced & real, float("inf"))
+        top = torch.sort(torch.topk(bound, P, dim=-1).indices, dim=-1).values  # [B, n_kv, P]
+        ok = torch.gather(real, -1, top)
+        self.blocks_read += int(ok.sum())
+        sel_tab = torch.gather(table, -1, top)
+        slot = top[..., None] * self.bs + torch.arange(self.bs)  # [B, n_kv, P, bs]
+        mask = ((slot < lens[..., None, None]) & ok[..., None]).reshape(B, n_kv, 1, -1)
+        # Writes (and any prefill rows) through the backend; the decode rows read only the
+        # chosen pages.
+        if self._plan_src is not plan:  # one stripped plan per step, not per layer
+            self._plan_src = plan
+            self._writes_plan = dataclasses.replace(plan, decode_idx=None)
+        inner.plan = self._writes_plan
         try:
-            return inner.attend(layer, q, k, v)
+            out = inner.attend(layer, q, k, v)
         finally:
             inner.plan = plan
+        kk, vv = inner.pool.gather(sel_tab)  # [B, n_kv, P * bs, d]
+        o = F.scaled_dot_product_attention(qg.to(kk.dtype), kk, vv, attn_mask=mask)
+        out.index_copy_(0, plan.decode_idx, o.reshape(B, -1, o.shape[-1]).to(out.dtype))
+        return out

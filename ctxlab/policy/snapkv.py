@@ -63,7 +63,8 @@ class SnapKVPolicy(ScorerPolicy):
     def score(self, obs: LayerObs) -> torch.Tensor:
         return snap_scores(obs.need("obs_attn"), obs.n_kv, self.kernel, self.pooling)
 
-    def decode_trigger(self) -> int:
+    def decode_trigger(self, block_size: int = 1) -> int:
+        # A re-run is due once a lane has grown `rerun_every` tokens past the budget.
         return (self.rerun_every or 1) - 1
 
     def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:

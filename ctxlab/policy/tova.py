@@ -4,7 +4,10 @@ Oren et al., "Transformers are Multi-State RNNs" (2024, arXiv:2401.06104). Param
 copied: at every step the token with the lowest attention from the current query is
 dropped once the cache is over budget; the score is that step's attention averaged over
 all heads of the layer (the paper's default), so every KV head of a layer keeps the same
-tokens. At the end of prefill the last prompt token plays the current query.
+tokens. At the end of prefill the last prompt token plays the current query. With the
+engine's default per-block schedule a lane is cut once it is a block (less one token) over
+budget, dropping the lowest-attention tokens of that step's query down to the budget;
+`slack=0` is the paper's one-token-per-step schedule.
 """
 
 from __future__ import annotations
