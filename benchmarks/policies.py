@@ -1,12 +1,17 @@
 """KV policies side by side on the default model: decode-step time and resident KV bytes.
 
-    .venv/bin/python benchmarks/policies.py                 # issue 4 sizes: 8 x 4,000 tokens
+    .venv/bin/python benchmarks/policies.py --threads 1     # issue 4 sizes: 8 x 4,000 tokens
     .venv/bin/python benchmarks/policies.py --requests 4 --prompt-tokens 2000   # smaller
 
 One process, one engine per policy, same prompts (different slices of the bundled text, so
-no prefix is shared and prefix caching is off). Every engine first prefills all requests;
-then the engines decode `--decode` tokens one step each in turn (interleaved, so a machine
+the requests share no prefix). The prompts are prefilled once, by an engine whose prefix
+cache then serves every policy's engine (a deep copy with the policy's driver installed;
+see `forked`): each policy computes the last `--tail` prompt tokens itself and runs its own
+prompt-end cut. `--cold` prefills every engine from scratch instead (slower, same decode).
+Then the engines decode `--decode` tokens one step each in turn (interleaved, so a machine
 whose load changes slows every policy alike), and only those decode steps are timed.
+On a CPU shared with other processes use `--threads 1`: with more threads every parallel
+op waits for a descheduled worker thread, and step times grow many times over.
 Resident KV bytes are measured from the pool (blocks in use x bytes per block) at the end of
 decoding. Quest keeps everything and reports the fraction of KV blocks its decode steps
 read. Everything is printed as a ratio against `full`.
@@ -22,6 +27,7 @@ before and after the timed decode, since other processes share its cores.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -74,6 +80,63 @@ def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
     return eng
 
 
+def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str, LLMEngine]:
+    """One engine per policy, all forked from one engine that prefilled the prompts once.
+
+    The base engine (no policy, prefix caching on) runs every prompt but its last
+    `args.tail` tokens, so their full blocks stay in its prefix cache. Each policy gets a
+    deep copy of that engine (the model weights are shared, not copied) with the policy's
+    driver installed, and then the real requests: the prefix cache supplies all but the
+    tail, and the policy's engine computes the tail itself, recording its queries and
+    running its prompt-end cut as in any run with a prefix hit. What is skipped is only
+    the per-chunk cuts of positional policies inside the cached part, which change no
+    decode cost. Prefill is then paid once instead of once per policy.
+    """
+    from ctxlab.policy.driver import build_driver
+
+    total = len(prompts) * (args.prompt_tokens + args.decode + args.block)
+    base = LLMEngine(
+        loaded.model,
+        loaded.config,
+        loaded.tokenizer,
+        kv_pool_tokens=total,
+        block_size=args.block,
+        enable_prefix_caching=True,
+        max_num_batched_tokens=args.chunk,
+        max_num_seqs=len(prompts),
+    )
+    head = SamplingParams(max_tokens=1, ignore_eos=True)
+    for p in prompts:
+        base.add_request(p[: len(p) - args.tail], head)
+    t0 = time.perf_counter()
+    while base.has_unfinished():
+        base.step()
+    print(f"prefilled the shared prefix in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    params = SamplingParams(max_tokens=args.decode + 1, ignore_eos=True)
+    shared = {id(loaded.model): loaded.model, id(loaded.tokenizer): loaded.tokenizer}
+    engines = {}
+    for name in names:
+        eng = copy.deepcopy(base, dict(shared))
+        rope = getattr(loaded.model, "rope", None)
+        policy = build(name, args.budget, args.block)
+        eng.policy, eng.driver = build_driver(policy, None, eng.kv, loaded.config.num_heads, rope)
+        if eng.driver is not None:
+            eng.runner.driver = eng.driver
+            eng.runner.backend = eng.driver.wrap(eng.runner.backend)
+            if hasattr(eng.driver.selector, "rebuild"):
+                eng.driver.selector.rebuild()  # Quest: summaries of the cached keys
+        eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
+        while any(eng.seqs[r].metrics.output_tokens == 0 for r in eng.bench_rids):  # type: ignore[attr-defined]
+            eng.step()
+        hits = eng.kv.stats().prefix_cache_hits
+        print(f"forked {name} (prefix-cache hit tokens {hits:,})", file=sys.stderr, flush=True)
+        sel = eng.driver.selector if eng.driver is not None else None
+        if sel is not None and hasattr(sel, "blocks_read"):
+            sel.blocks_total = sel.blocks_read = 0
+        engines[name] = eng
+    return engines
+
+
 def decode_interleaved(engines: dict[str, LLMEngine]) -> list[dict]:
     """Decode every engine one step at a time, in turn, so a busy machine slows all alike."""
     spent = dict.fromkeys(engines, 0.0)
@@ -113,6 +176,12 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--policies", default="full," + ",".join(EVICTING) + ",quest")
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="prefill every policy's engine from scratch instead of forking one prefilled engine",
+    )
+    ap.add_argument("--tail", type=int, default=64, help="prompt tokens each fork computes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.threads:
@@ -127,10 +196,15 @@ def main() -> None:
     prompts = [
         ids[i * args.prompt_tokens : (i + 1) * args.prompt_tokens] for i in range(args.requests)
     ]
-    engines = {}
-    for name in args.policies.split(","):
-        engines[name] = prefilled(loaded, name, prompts, args)
-        print(f"prefilled {name}", file=sys.stderr, flush=True)
+    names = args.policies.split(",")
+    if args.cold:
+        engines = {}
+        for name in names:
+            t0 = time.perf_counter()
+            engines[name] = prefilled(loaded, name, prompts, args)
+            print(f"prefilled {name} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    else:
+        engines = forked(loaded, names, prompts, args)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     rows = decode_interleaved(engines)

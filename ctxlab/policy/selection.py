@@ -36,6 +36,16 @@ class QuestSelector:
         self._plan_src: Any = None
         self._writes_plan: Any = None
 
+    def rebuild(self) -> None:
+        """Summaries of every block from the keys already in the pool.
+
+        For a selector put on a pool that was filled without it (a benchmark forking one
+        prefilled engine per policy); blocks nobody wrote summarise zeros, harmlessly.
+        """
+        keys = self.kv.pool.k[..., : self.kv.layout.head_dim].float()
+        self.kmin = keys.amin(1)
+        self.kmax = keys.amax(1)
+
     @property
     def read_fraction(self) -> float:
         return self.blocks_read / self.blocks_total if self.blocks_total else 1.0
