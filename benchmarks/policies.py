@@ -115,8 +115,9 @@ def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str
     params = SamplingParams(max_tokens=args.decode + 1, ignore_eos=True)
     shared = {id(loaded.model): loaded.model, id(loaded.tokenizer): loaded.tokenizer}
     engines = {}
-    for name in names:
-        eng = copy.deepcopy(base, dict(shared))
+    for i, name in enumerate(names):
+        # The last policy takes the base engine itself: one pool fewer in memory.
+        eng = base if i == len(names) - 1 else copy.deepcopy(base, dict(shared))
         rope = getattr(loaded.model, "rope", None)
         policy = build(name, args.budget, args.block)
         eng.policy, eng.driver = build_driver(policy, None, eng.kv, loaded.config.num_heads, rope)

@@ -108,6 +108,7 @@ class PolicyDriver:
         # H2O: decode attention computed by the wrapper doubles as the score (no second read).
         self.scores_in_attention = "acc_attn" in needs and self.selector is None
         self.step_probs: list[torch.Tensor | None] = [None] * self.layout.n_layers
+        self.uneven_layers = False  # set once a sequence gets per-layer budgets (PyramidKV)
         self.trigger = (
             policy.decode_trigger(self.layout.block_size) if isinstance(policy, ScorerPolicy) else 0
         )
@@ -303,6 +304,8 @@ class PolicyDriver:
                 )
                 per_layer.append(pol.lane_budget(light))  # type: ignore[attr-defined]
             st.budgets = torch.tensor(per_layer, dtype=torch.int64).repeat_interleave(self.n_kv)
+            # Layers of different budgets: let each layer's decode read only its own width.
+            self.uneven_layers = self.uneven_layers or len(set(per_layer)) > 1
         return st.budgets
 
     def _layers_over(self, it: StepItem, st: SeqState, trigger: int) -> list[int]:

@@ -6,7 +6,9 @@
   policy that accumulates attention every decode step (H2O), the decode attention of a layer
   is computed here for the whole batch at once with an explicit softmax, and those very
   probabilities are the scores: one gather of the cache serves both the output and the
-  score, where scoring separately would read every lane a second time.
+  score, where scoring separately would read every lane a second time. With per-layer
+  budgets (PyramidKV) each layer's decode rows read only as many blocks as its own lanes
+  use (`trimmed_decode`), not the width of the longest layer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 
 class QueryLog:
@@ -78,6 +81,36 @@ def scored_decode(
     return out, p.sum(2)
 
 
+def trimmed_decode(
+    inner: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, writes_plan: Any
+) -> torch.Tensor:
+    """The backend's output with decode rows read over this layer's own longest lane.
+
+    The step's decode table is as wide as the longest lane of any layer; with per-layer
+    budgets (PyramidKV) the bottom layers keep several times what the top ones keep, and
+    every layer would gather (and mask) the bottom layers' width. Here each layer gathers
+    only the blocks its own lanes use.
+    """
+    plan = inner.plan
+    inner.plan = writes_plan
+    try:
+        out = inner.attend(layer, q, k, v)
+    finally:
+        inner.plan = plan
+    lay = inner.pool.layout
+    lanes = lay.lanes_of_layer(layer)
+    mask = plan.decode_mask[:, lanes]  # [B, n_kv, 1, L]
+    n = int(mask.sum(-1).max())
+    nb = -(-n // lay.block_size)
+    kk, vv = inner.pool.gather(plan.decode_table[:, lanes, :nb])  # [B, n_kv, nb * bs, d]
+    qd = q.index_select(0, plan.decode_idx)
+    B, H, d = qd.shape
+    qg = qd.view(B, kk.shape[1], H // kk.shape[1], d)
+    o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=mask[..., : nb * lay.block_size])
+    out.index_copy_(0, plan.decode_idx, o.reshape(B, H, -1).to(out.dtype))
+    return out
+
+
 class PolicyAttention:
     """The engine's attention backend with the driver looking over its shoulder."""
 
@@ -105,11 +138,13 @@ class PolicyAttention:
         if sel is not None:
             return sel.attend(self.inner, layer_idx, q, k, v)
         plan = self.inner.plan
-        if drv.scores_in_attention and plan.decode_idx is not None:
-            if self._plan_src is not plan:  # one stripped plan per step, not per layer
-                self._plan_src = plan
-                self._writes_plan = dataclasses.replace(plan, decode_idx=None)
-            out, probs = scored_decode(self.inner, layer_idx, q, k, v, self._writes_plan)
-            drv.step_probs[layer_idx] = probs
-            return out
-        return self.inner.attend(layer_idx, q, k, v)
+        if plan.decode_idx is None or not (drv.scores_in_attention or drv.uneven_layers):
+            return self.inner.attend(layer_idx, q, k, v)
+        if self._plan_src is not plan:  # one stripped plan per step, not per layer
+            self._plan_src = plan
+            self._writes_plan = dataclasses.replace(plan, decode_idx=None)
+        if not drv.scores_in_attention:
+            return trimmed_decode(self.inner, layer_idx, q, k, v, self._writes_plan)
+        out, probs = scored_decode(self.inner, layer_idx, q, k, v, self._writes_plan)
+        drv.step_probs[layer_idx] = probs
+        return out

@@ -348,3 +348,22 @@ def test_preemption_by_recompute_with_a_policy(name):
     assert eng.scheduler.num_preemptions > 0
     assert all(len(eng.output(r).token_ids) == 60 for r in rids)
     assert eng.stats().blocks_used == 0 and not eng.driver.states
+
+
+def test_pyramidkv_reads_each_layer_at_its_own_width_with_the_same_output():
+    """Per-layer budgets: each layer's decode gathers only its own lanes' blocks, and the
+    tokens are those of the engine's own attention over the full-width (masked) table."""
+    ps = prompts(3, seed=8, lo=60, hi=100)
+
+    def pyramid():
+        return engine(policy=make_policy("pyramidkv", 32, obs_window=8, rerun_every=4))
+
+    eng = pyramid()
+    got = run(eng, ps)
+    assert eng.driver.uneven_layers
+    ref = pyramid()
+    rids = [ref.add_request(p, SamplingParams(max_tokens=N_OUT)) for p in ps]
+    while ref.has_unfinished():
+        ref.driver.uneven_layers = False  # the engine's own decode path
+        ref.step()
+    assert [ref.output(r).token_ids for r in rids] == got
