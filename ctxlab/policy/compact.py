@@ -101,3 +101,16 @@ def compact_lanes(
     seq.n_blocks[lane_t] = new_nb
     seq.lane_len[lane_t] = counts
     seq.lockstep = False
+
+
+def move_rows(values: torch.Tensor, lanes: list[int], keep: list[torch.Tensor]) -> None:
+    """Per-slot values `[n_lanes, capacity]` (H2O's scores) follow a compaction in place:
+    row `lanes[i]` takes its entries at slots `keep[i]`; slots past them start from zero."""
+    lane_t = torch.tensor(lanes, dtype=torch.int64)
+    slots = torch.nn.utils.rnn.pad_sequence(keep, batch_first=True, padding_value=0)
+    counts = torch.tensor([len(k) for k in keep])
+    valid = torch.arange(slots.shape[1])[None, :] < counts[:, None]
+    rows = values.index_select(0, lane_t)
+    moved = torch.zeros_like(rows)
+    moved[:, : slots.shape[1]] = rows.gather(1, slots) * valid
+    values[lane_t] = moved

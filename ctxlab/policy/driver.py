@@ -38,7 +38,7 @@ from ctxlab.policy.base import (
     budget_tokens,
     group_reduce,
 )
-from ctxlab.policy.compact import compact_lanes, keep_to_slots_batched
+from ctxlab.policy.compact import compact_lanes, keep_to_slots_batched, move_rows
 from ctxlab.policy.recall import FarTier, RecallPolicy
 from ctxlab.policy.recall_engine import RecallSelector
 from ctxlab.policy.scoring import PolicyAttention, QueryLog
@@ -346,25 +346,13 @@ class PolicyDriver:
                 keep.append(slots)
         if not lanes:
             return
-        if st.acc is not None:
-            self._reindex_acc(st, lanes, keep)
+        if st.acc is not None:  # scores move with their tokens
+            move_rows(st.acc, lanes, keep)
         cache_slot = self.policy.position_mode == "cache-slot" and self.rope is not None
         compact_lanes(self.kv, it.kv, lanes, keep, self.rope if cache_slot else None)
         self.compactions += len(lanes)
         if cache_slot:
             st.pos_shift = it.start + it.num_new - int(it.kv.lane_len.max())
-
-    def _reindex_acc(self, st: SeqState, lanes: list[int], keep: list[torch.Tensor]) -> None:
-        """Scores move with their tokens; slots past the kept ones start again from zero."""
-        assert st.acc is not None
-        lane_t = torch.tensor(lanes, dtype=torch.int64)
-        slots = torch.nn.utils.rnn.pad_sequence(keep, batch_first=True, padding_value=0)
-        counts = torch.tensor([len(k) for k in keep])
-        valid = torch.arange(slots.shape[1])[None, :] < counts[:, None]
-        rows = st.acc.index_select(0, lane_t)
-        moved = torch.zeros_like(rows)
-        moved[:, : slots.shape[1]] = rows.gather(1, slots) * valid
-        st.acc[lane_t] = moved
 
     def _to_far(self, it: StepItem, lane: int, positions: torch.Tensor, kept: torch.Tensor) -> None:
         """Send the slots of a lane that are about to be dropped to the far tier, by block."""
