@@ -21,72 +21,32 @@ from typing import ClassVar
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.kv.quantize import (
+    FORMATS,
+    SCALE_BYTES,
+    dequantize_asym,
+    dequantize_int8,
+    kv_bytes,
+    pack_bits,
+    quantize_asym,
+    quantize_int8,
+    unpack_bits,
+)
 from ctxlab.policy.base import Policy
 
-FORMATS = ("int8", "kivi4", "kivi2")
-SCALE_BYTES = 4  # float32 scales and zero points
-
-
-def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """uint8 codes < 2**bits, last dim a multiple of 8 // bits -> packed uint8."""
-    per = 8 // bits
-    c = codes.to(torch.uint8).reshape(*codes.shape[:-1], -1, per)
-    out = torch.zeros(c.shape[:-1], dtype=torch.uint8, device=codes.device)
-    for i in range(per):
-        out |= c[..., i] << (i * bits)
-    return out
-
-
-def unpack_bits(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    per = 8 // bits
-    mask = (1 << bits) - 1
-    parts = [(packed >> (i * bits)) & mask for i in range(per)]
-    return torch.stack(parts, dim=-1).reshape(*packed.shape[:-1], -1)
-
-
-def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-vector (last dim) symmetric int8: returns (codes int8, scale float32 [..., 1])."""
-    xf = x.float()
-    scale = xf.abs().amax(dim=-1, keepdim=True) / 127.0
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(xf / safe).clamp(-127, 127).to(torch.int8)
-    return q, scale
-
-
-def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return q.float() * scale
-
-
-def quantize_asym(
-    x: torch.Tensor, bits: int, dim: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Asymmetric min/max quantization reducing over `dim`: (codes uint8, scale, zero)."""
-    xf = x.float()
-    lo = xf.amin(dim=dim, keepdim=True)
-    hi = xf.amax(dim=dim, keepdim=True)
-    levels = (1 << bits) - 1
-    scale = (hi - lo) / levels
-    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round((xf - lo) / safe).clamp(0, levels).to(torch.uint8)
-    return q, scale, lo
-
-
-def dequantize_asym(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
-    return q.float() * scale + zero
-
-
-def kv_bytes(
-    n_tokens: int, d_k: int, d_v: int, fmt: str, group: int = 32, full_dtype_bytes: int = 4
-) -> int:
-    """Exact bytes of `n_tokens` tokens of one lane stored in `fmt` (scales included)."""
-    if fmt == "int8":
-        return n_tokens * (d_k + d_v + 2 * SCALE_BYTES)
-    bits = {"kivi4": 4, "kivi2": 2}[fmt]
-    n_groups, resid = divmod(n_tokens, group)
-    q_tok = n_groups * group
-    k = q_tok * d_k * bits // 8 + n_groups * d_k * 2 * SCALE_BYTES
-    v = q_tok * d_v * bits // 8 + q_tok * (d_v // group) * 2 * SCALE_BYTES
-    return k + v + resid * (d_k + d_v) * full_dtype_bytes
+__all__ = [
+    "FORMATS",
+    "SCALE_BYTES",
+    "QuantKV",
+    "QuantPolicy",
+    "dequantize_asym",
+    "dequantize_int8",
+    "kv_bytes",
+    "pack_bits",
+    "quantize_asym",
+    "quantize_int8",
+    "unpack_bits",
+]
 
 
 @dataclass
