@@ -33,7 +33,7 @@ class Runner:
         self.driver = driver  # a retention/selection policy's hooks (ctxlab.policy.driver)
         if driver is not None:
             self.backend = driver.wrap(self.backend)
-        self.device = kv.pool.data.device
+        self.device = kv.pool.device
 
     def plan(self, batch: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, StepPlan]:
         """Token ids, positions and the attention plan; advances each sequence's lanes."""

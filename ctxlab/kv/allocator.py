@@ -15,7 +15,7 @@ start of a prefix (shared most often) survives longest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.hashing import BlockHash
@@ -31,6 +31,9 @@ class BlockAllocator:
         self.block_hash: list[BlockHash | None] = [None] * num_blocks
         self.cached: dict[BlockHash, tuple[int, ...]] = {}
         self.evicted_groups = 0
+        # Told which blocks just lost their last reference (a quantized pool drops the
+        # full-precision rows of a partially filled block there).
+        self.on_free: Callable[[list[int]], None] | None = None
 
     # -- counts ---------------------------------------------------------------------------
     @property
@@ -75,6 +78,7 @@ class BlockAllocator:
 
     def decref(self, blocks: Iterable[int]) -> None:
         """Drop an owner from each block; blocks reaching zero go to the free queue's tail."""
+        freed = []
         for b in blocks:
             r = self.ref[b]
             if r <= 0:
@@ -82,6 +86,9 @@ class BlockAllocator:
             self.ref[b] = r - 1
             if r == 1:
                 self.free[b] = None
+                freed.append(b)
+        if freed and self.on_free is not None:
+            self.on_free(freed)
 
     # -- prefix cache ---------------------------------------------------------------------
     def lookup(self, h: BlockHash) -> tuple[int, ...] | None:

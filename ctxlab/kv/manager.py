@@ -19,6 +19,7 @@ from ctxlab.kv.allocator import BlockAllocator
 from ctxlab.kv.hashing import BlockHash, hash_blocks
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
+from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import SeqKV
 
 
@@ -58,7 +59,11 @@ class KVCacheManager:
         enable_prefix_caching: bool = True,
         device: str | torch.device = "cpu",
         extra: tuple[str, ...] = (),
+        kv_format: str | None = None,
+        kv_group: int = 32,
     ):
+        """`kv_format` None keeps K/V in the layout dtype; "int8", "kivi4" or "kivi2" stores
+        them quantized (`QuantKVPool`, KIVI key groups of gcd(kv_group, block_size) tokens)."""
         if pool_tokens < layout.block_size:
             raise CtxlabError(
                 f"the KV pool of {pool_tokens} tokens is smaller than one block of "
@@ -67,8 +72,15 @@ class KVCacheManager:
         self.layout = layout
         self.block_size = layout.block_size
         self.n_lanes = layout.n_lanes
-        self.pool = KVPool(layout, layout.blocks_for_tokens(pool_tokens), device)
+        n_blocks = layout.blocks_for_tokens(pool_tokens)
+        self.kv_format = kv_format
+        self.pool: KVPool | QuantKVPool
+        if kv_format is None:
+            self.pool = KVPool(layout, n_blocks, device)
+        else:
+            self.pool = QuantKVPool(layout, n_blocks, kv_format, kv_group, device)
         self.alloc = BlockAllocator(self.pool.num_blocks)
+        self.alloc.on_free = self._released
         self.enable_prefix_caching = enable_prefix_caching
         self.extra = extra  # model identity folded into every first block
         self.prefix_cache_queries = 0
@@ -78,6 +90,9 @@ class KVCacheManager:
     def pool_tokens(self) -> int:
         """Tokens per lane the pool holds."""
         return self.pool.num_blocks // self.n_lanes * self.block_size
+
+    def _released(self, blocks: list[int]) -> None:
+        self.pool.release(blocks)
 
     def new_seq(self) -> SeqKV:
         return SeqKV(self.n_lanes, self.block_size)
@@ -228,8 +243,7 @@ class KVCacheManager:
         nb = int(seq.n_blocks[lane])
         old = seq.table[lane, :nb].clone()
         rows = old[keep // bs] * bs + keep % bs
-        k = self.pool._k_rows[rows].clone()
-        v = self.pool._v_rows[rows].clone()
+        k, v = self.pool.read_rows(rows)  # read before the old blocks are freed
         pos = seq.slot_pos[lane, keep].clone()
         self.alloc.decref(old.flip(0).tolist())
         n = len(keep)
@@ -237,8 +251,7 @@ class KVCacheManager:
         ids = torch.tensor(self.alloc.allocate(new_nb), dtype=torch.int64)
         seq.table[lane, :new_nb] = ids
         new_rows = ids.repeat_interleave(bs)[:n] * bs + torch.arange(n) % bs
-        self.pool._k_rows[new_rows] = k
-        self.pool._v_rows[new_rows] = v
+        self.pool.write_rows(new_rows, k, v)
         seq.slot_pos[lane, :n] = pos
         seq.slot_pos[lane, n:] = -1
         seq.n_blocks[lane] = new_nb
@@ -267,10 +280,16 @@ class KVCacheManager:
 
     # -- measurements ---------------------------------------------------------------------
     def resident_bytes(self, seq: SeqKV | None = None) -> int:
-        """Bytes of blocks held (by `seq`, or by anyone), measured from the allocator."""
+        """Bytes of blocks held (by `seq`, or by anyone), measured from the pool.
+
+        Blocks in use times the pool's bytes per block (a quantized pool: codes, scales and
+        zero points), plus a quantized pool's full-precision rows of partial blocks.
+        """
+        pool = self.pool
         if seq is None:
-            return self.alloc.num_used * self.layout.bytes_per_block
-        return int(seq.n_blocks.sum()) * self.layout.bytes_per_block
+            return self.alloc.num_used * pool.block_bytes + pool.residual_bytes()
+        held = int(seq.n_blocks.sum()) * pool.block_bytes
+        return held + (pool.residual_bytes(seq.held_blocks()) if pool.quantized else 0)
 
     def stats(self) -> KVStats:
         return KVStats(

@@ -3,7 +3,9 @@
 `data[2, num_blocks, block_size, head_dim]`: index 0 holds keys, 1 values, for every
 physical block of every lane. Which block belongs to which lane and sequence is the
 allocator's and the block table's business; the pool only stores, writes and gathers.
-A quantized pool (a later storage format) replaces this class behind the same methods.
+`QuantKVPool` (`ctxlab/kv/quant_pool.py`) stores int8 or KIVI codes behind the same
+methods; code outside `ctxlab/kv` reads and writes rows only through them (`write`,
+`gather`, `read_rows`, `write_rows`, `copy_rows`), never through the tensors.
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ class KVPool:
         self._v_rows = self.data[1].view(-1, width)
 
     @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @property
+    def quantized(self) -> bool:
+        return False
+
+    @property
     def k(self) -> torch.Tensor:
         return self.data[0]
 
@@ -37,6 +47,18 @@ class KVPool:
     def nbytes(self) -> int:
         """Bytes the pool tensor occupies (its capacity, not what is in use)."""
         return self.num_blocks * self.layout.bytes_per_block
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block of one lane (K and V)."""
+        return self.layout.bytes_per_block
+
+    def residual_bytes(self, blocks: object = None) -> int:
+        """Bytes held beside the blocks (a quantized pool's full-precision rows): none."""
+        return 0
+
+    def release(self, blocks: object) -> None:
+        """Called when blocks lose their last reference; a float pool keeps no state."""
 
     def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
@@ -68,3 +90,18 @@ class KVPool:
         if lay.head_dim_v != v.shape[-1]:
             v = v[..., : lay.head_dim_v]
         return k, v
+
+    def read_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K `[*rows.shape, d_k]` and V `[*rows.shape, d_v]` of flat slot rows (copies)."""
+        flat = rows.reshape(-1)
+        k = self._k_rows.index_select(0, flat)[:, : self.layout.head_dim]
+        v = self._v_rows.index_select(0, flat)[:, : self.layout.head_dim_v]
+        return k.reshape(*rows.shape, -1), v.reshape(*rows.shape, -1)
+
+    def write_rows(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.write(rows, k, v)
+
+    def copy_rows(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Rows `src` to rows `dst` (all read before any is written)."""
+        k, v = self.read_rows(src)
+        self.write(dst, k, v)

@@ -67,15 +67,13 @@ def compact_lanes(
     valid = torch.arange(width)[None, :] < counts[:, None]  # [m, K]
     table = seq.table.index_select(0, lane_t)  # [m, cap]
     old_rows = (table.gather(1, slots // bs) * bs + slots % bs)[valid]
-    k = pool._k_rows.index_select(0, old_rows)
-    v = pool._v_rows.index_select(0, old_rows)
+    k, v = pool.read_rows(old_rows)  # copies, read before the old blocks are freed
     pos = seq.slot_pos.index_select(0, lane_t).gather(1, slots)[valid]
     if rope is not None:
         j = torch.arange(width).expand_as(slots)
         delta = (j - slots)[valid]
         if bool((delta != 0).any()):
-            d = kv.layout.head_dim
-            k[:, :d] = rope.shift_keys(k[:, None, :d], delta)[:, 0]
+            k = rope.shift_keys(k[:, None], delta)[:, 0]
     # Free the old blocks (tail first in each lane, as the manager does), then allocate.
     old_nb = seq.n_blocks.index_select(0, lane_t)
     nb_max = int(old_nb.max())
@@ -93,8 +91,7 @@ def compact_lanes(
     seq.table[lane_t] = table
     jt = torch.arange(width).expand_as(slots)
     new_rows = (fresh.gather(1, jt // bs) * bs + jt % bs)[valid]
-    pool._k_rows.index_copy_(0, new_rows, k)
-    pool._v_rows.index_copy_(0, new_rows, v)
+    pool.write_rows(new_rows, k, v)  # a quantized pool quantizes them in their new groups
     sp = torch.full((len(lanes), seq.slot_pos.shape[1]), -1, dtype=torch.int64)
     sp[:, :width][valid] = pos
     seq.slot_pos[lane_t] = sp

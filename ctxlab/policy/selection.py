@@ -42,9 +42,10 @@ class QuestSelector:
         For a selector put on a pool that was filled without it (a benchmark forking one
         prefilled engine per policy); blocks nobody wrote summarise zeros, harmlessly.
         """
-        keys = self.kv.pool.k[..., : self.kv.layout.head_dim].float()
-        self.kmin = keys.amin(1)
-        self.kmax = keys.amax(1)
+        pool = self.kv.pool
+        keys, _ = pool.gather(torch.arange(pool.num_blocks)[:, None])  # [n, bs, d]
+        self.kmin = keys.float().amin(1)
+        self.kmax = keys.float().amax(1)
 
     @property
     def read_fraction(self) -> float:
