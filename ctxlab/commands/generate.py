@@ -32,6 +32,11 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
         policy: str = typer.Option(None, "--policy", help="KV policy (see `ctxlab policies`)."),
         budget: str = typer.Option(None, "--budget", help="Policy budget: tokens or a ratio."),
+        kv_format: str = typer.Option(
+            None,
+            "--kv-format",
+            help="Store the KV pool quantized: int8, kivi4 or kivi2 (with any --policy).",
+        ),
     ) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
         if file is not None:
@@ -53,6 +58,7 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             policy=policy,
             budget=budget,
+            kv_format=kv_format,
         )
         request = [{"role": "user", "content": prompt}] if chat else prompt
         out = llm.generate(request, params)[0]
@@ -69,6 +75,7 @@ def register(app: typer.Typer) -> None:
                 "dtype": dtype,
                 "policy": policy or "full",
                 "budget": budget,
+                "kv_format": llm.engine.kv.kv_format,
             }
             typer.echo(json.dumps(doc))
             return
@@ -79,6 +86,7 @@ def register(app: typer.Typer) -> None:
             f"TPOT {m.tpot * 1e3:.1f} ms, {_rate(m):.1f} tok/s | resident KV "
             f"{m.resident_kv_bytes / 2**20:.2f} MiB | preemptions {m.preemptions}"
             + (f" | policy {policy} budget {budget}" if policy else "")
+            + (f" | KV {llm.engine.kv.kv_format}" if llm.engine.kv.kv_format else "")
             + "]"
         )
 

@@ -34,6 +34,12 @@ def policies(
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in r["params"].items())
         engine = "yes" if r["in_engine"] else "pure code only"
         table.add_row(r["name"], r["layer"], r["paper"], params or "-", engine)
+    table.caption = (
+        "storage formats compose with any policy: --kv-format int8|kivi4|kivi2 (e.g. --policy "
+        "snapkv --budget 256 --kv-format kivi4); --policy quant alone keeps every token, "
+        "quantized. Resident KV is measured from the pool: codes, scales, zero points and "
+        "the full-precision rows of unfinished KIVI groups."
+    )
     Console(width=160).print(table)
 
 

@@ -83,6 +83,7 @@ class LLMEngine:
         policy: Any = None,
         budget: Any = None,
         max_model_len: int | None = None,
+        kv_format: str | None = None,
     ):
         if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
             raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
@@ -102,12 +103,23 @@ class LLMEngine:
             block_size=block_size,
             dtype=dtype,
         )
+        from ctxlab.policy.driver import build_driver
+        from ctxlab.policy.quant import storage_format
+
+        # The pool's storage format: the model dtype, or int8 / KIVI codes (policy "quant",
+        # or kv_format under any other policy).
+        fmt, group = storage_format(policy, budget, kv_format)
         self.kv = KVCacheManager(
-            layout, kv_pool_tokens, enable_prefix_caching, device, extra=(model_id,)
+            layout,
+            kv_pool_tokens,
+            enable_prefix_caching,
+            device,
+            extra=(model_id,),
+            kv_format=fmt,
+            kv_group=group,
         )
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
         windows = tuple(getattr(config, "sliding_windows", ()) or ())
-        from ctxlab.policy.driver import build_driver
 
         self.policy, self.driver = build_driver(
             policy, budget, self.kv, config.num_heads, getattr(model, "rope", None)
@@ -266,7 +278,9 @@ class LLM:
     """Load a model and run requests through the paged engine.
 
     `model` is a model name or path understood by `ctxlab.model.load_model`, or an already
-    loaded `LoadedModel` (tests share one across several engines).
+    loaded `LoadedModel` (tests share one across several engines). `policy`/`budget` pick a
+    KV policy (`ctxlab policies`); `kv_format` ("int8", "kivi4", "kivi2") stores the pool
+    quantized under any policy (`policy="quant"` alone: every token kept, quantized).
     """
 
     def __init__(
@@ -282,6 +296,7 @@ class LLM:
         policy: Any = None,
         budget: Any = None,
         max_model_len: int | None = None,
+        kv_format: str | None = None,
     ):
         if isinstance(model, str):
             from ctxlab.model import load_model
@@ -306,6 +321,7 @@ class LLM:
             policy=policy,
             budget=budget,
             max_model_len=max_model_len,
+            kv_format=kv_format,
         )
 
     def generate(

@@ -362,9 +362,7 @@ class PolicyDriver:
         slots = torch.nonzero(gone).flatten()
         bs = self.layout.block_size
         rows = it.kv.table[lane, slots // bs] * bs + slots % bs
-        pool = self.kv.pool
-        k = pool._k_rows[rows, : self.layout.head_dim]
-        v = pool._v_rows[rows, : self.layout.head_dim_v]
+        k, v = self.kv.pool.read_rows(rows)  # dequantized when the pool is quantized
         size = self.recall.block if self.recall is not None else bs
         for a in range(0, len(slots), size):
             sl = slice(a, a + size)
@@ -377,12 +375,18 @@ def build_driver(
     """(policy, driver) for the engine; `full` and no policy need no driver at all."""
     from ctxlab.errors import CtxlabError
     from ctxlab.policy.full import FullPolicy
+    from ctxlab.policy.quant import QuantPolicy, storage_format
     from ctxlab.policy.registry import make_policy
 
     if policy is None:
         if budget is not None:
             raise CtxlabError("a budget needs a policy; pass policy= (e.g. 'snapkv') as well.")
         return None, None
+    if policy == "quant" or isinstance(policy, QuantPolicy):
+        storage_format(policy, budget, None)  # a budget with quant is a user error
+        if isinstance(policy, str):
+            policy = make_policy("quant", fmt=kv.kv_format or "kivi4")
+        return policy, None  # a storage format: the pool is quantized, nothing to drive
     if isinstance(policy, str):
         extra = {"page": kv.block_size} if policy == "quest" else {}
         policy = make_policy(policy, budget, **extra)
@@ -392,11 +396,6 @@ def build_driver(
         raise CtxlabError("give the budget inside the Policy object or by name, not both.")
     if isinstance(policy, FullPolicy):
         return policy, None
-    if policy.name == "quant":
-        raise CtxlabError(
-            f"the {policy.name} policy is not wired into the engine yet; its pure code lives "
-            f"in ctxlab.policy.{policy.name}."
-        )
     if policy.name == "quest":  # Quest's pages are the pool's blocks
         policy.page = kv.block_size  # type: ignore[attr-defined]
     policy.check()

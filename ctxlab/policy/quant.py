@@ -10,13 +10,18 @@ Two formats:
 
 Codes are bit-packed (two 4-bit or four 2-bit codes per byte); scales and zero points are
 float32. `kv_bytes` is the exact byte formula and `QuantKV.nbytes` measures the tensors, and
-the tests require the two to agree.
+the tests require the two to agree. The arithmetic lives in `ctxlab.kv.quantize`, shared
+with the engine's quantized pool (`ctxlab.kv.quant_pool.QuantKVPool`).
+
+In the engine the format is the pool's: `LLM(policy="quant")` keeps every token in a
+quantized pool, and `LLM(policy="snapkv", budget=256, kv_format="kivi4")` (CLI:
+`--kv-format kivi4`) runs any policy over one. `storage_format` resolves the two spellings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -45,6 +50,7 @@ __all__ = [
     "pack_bits",
     "quantize_asym",
     "quantize_int8",
+    "storage_format",
     "unpack_bits",
 ]
 
@@ -139,7 +145,13 @@ class QuantKV:
 
 @dataclass
 class QuantPolicy(Policy):
-    """Storage format of the pool; with `evict` another policy's keep sets still apply."""
+    """Storage format of the pool: every token kept, stored int8 or KIVI 4/2-bit.
+
+    Alone it is full retention in a quantized pool; to compose it with eviction, give the
+    eviction policy and `kv_format` (`--kv-format`). In the pool, KIVI key groups are
+    gcd(group, block size) tokens (a group never spans two blocks) and value groups
+    gcd(group, head dim) channels.
+    """
 
     name: ClassVar[str] = "quant"
     paper: ClassVar[str] = "int8 per token; KIVI 4/2-bit (Liu et al., ICML 2024)"
@@ -151,3 +163,32 @@ class QuantPolicy(Policy):
         super().check()
         if self.fmt not in FORMATS:
             raise CtxlabError(f"quantization format {self.fmt!r} is unknown; use one of {FORMATS}.")
+        if self.group < 1:
+            raise CtxlabError(f"the quantization group must be at least 1 token, got {self.group}.")
+
+
+def storage_format(policy: Any, budget: Any, kv_format: str | None) -> tuple[str | None, int]:
+    """(pool format or None for the model dtype, KIVI group) from a policy and `kv_format`.
+
+    `policy` "quant" (or a `QuantPolicy`) is full retention in its format; any other policy
+    keeps its own behaviour over a pool in `kv_format`.
+    """
+    if kv_format is not None and kv_format not in FORMATS:
+        raise CtxlabError(
+            f"KV format {kv_format!r} is unknown; use one of {', '.join(FORMATS)} "
+            "(or none for the model's dtype)."
+        )
+    if not (policy == "quant" or isinstance(policy, QuantPolicy)):
+        return kv_format, 32
+    if budget is not None:
+        raise CtxlabError(
+            "quant keeps every token (it is a storage format); to bound the cache give an "
+            "eviction policy and a KV format, e.g. --policy snapkv --budget 256 --kv-format kivi4."
+        )
+    p = policy if isinstance(policy, QuantPolicy) else QuantPolicy(fmt=kv_format or "kivi4")
+    p.check()
+    if kv_format is not None and kv_format != p.fmt:
+        raise CtxlabError(
+            f"the quant policy stores {p.fmt} but kv_format is {kv_format}; give one of them."
+        )
+    return p.fmt, p.group

@@ -42,7 +42,7 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 # Policies whose pure code exists but that the engine cannot run yet (see driver.build_driver).
-NOT_IN_ENGINE = frozenset({"quant"})
+NOT_IN_ENGINE: frozenset[str] = frozenset()
 
 # What "--budget" means for policies whose budget field has another name.
 _BUDGET_FIELD = {"quest": "token_budget"}

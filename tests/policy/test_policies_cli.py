@@ -18,4 +18,7 @@ def test_policies_table_and_json():
     rows = {r["name"]: r for r in json.loads(res.output)["policies"]}
     assert rows["snapkv"]["params"]["kernel"] == 7
     assert rows["quest"]["layer"] == "selection"
-    assert rows["snapkv"]["in_engine"] and not rows["quant"]["in_engine"]
+    assert all(r["in_engine"] for r in rows.values())
+    assert rows["quant"]["layer"] == "storage" and rows["quant"]["params"]["fmt"] == "kivi4"
+    res = runner.invoke(app, ["policies"])
+    assert "--kv-format" in res.output
