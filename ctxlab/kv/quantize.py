@@ -31,11 +31,15 @@ def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def unpack_bits(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """The inverse of `pack_bits`: one shift and one mask over a broadcast of the bytes."""
+    """The inverse of `pack_bits` (no shift for the low codes, no mask for the high ones:
+    a broadcast shift over a new last dim is 4x slower on a CPU)."""
     per = 8 // bits
-    shifts = torch.arange(0, 8, bits, dtype=torch.uint8, device=packed.device)
-    parts = (packed.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
-    return parts.reshape(*packed.shape[:-1], packed.shape[-1] * per)
+    mask = (1 << bits) - 1
+    parts = []
+    for i in range(per):
+        x = packed >> (i * bits) if i else packed
+        parts.append(x & mask if i < per - 1 else x)
+    return torch.stack(parts, dim=-1).reshape(*packed.shape[:-1], packed.shape[-1] * per)
 
 
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
