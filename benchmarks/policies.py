@@ -16,6 +16,12 @@ Resident KV bytes are measured from the pool (blocks in use x bytes per block) a
 decoding. Quest keeps everything and reports the fraction of KV blocks its decode steps
 read. Everything is printed as a ratio against `full`.
 
+Storage formats (`quant`): a name `int8`, `kivi4` or `kivi2` alone is full retention over a
+quantized pool; `POLICY+FORMAT` (e.g. `snapkv+kivi4`) runs the policy over one. A quantized
+fork's pool is a quantized copy of the base engine's prefix cache (`QuantKVPool.from_pool`:
+the same codes a cold run writes, since cached blocks are full); its resident bytes are the
+quantized pool's (codes, scales, zero points, full-precision rows of partial KIVI groups).
+
 Eviction policies run with the engine's default schedule: a lane may grow up to one block
 less one token past its budget before it is cut back, so lanes are compacted once per block
 instead of every step (the resident bound is still budget + one partial block per lane).
@@ -41,24 +47,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from ctxlab.engine import LLMEngine, SamplingParams
+from ctxlab.kv.quant_pool import QuantKVPool
+from ctxlab.kv.quantize import FORMATS
 from ctxlab.model import load_model
 from ctxlab.policy import make_policy
 
 EVICTING = ("window", "streaming", "h2o", "snapkv", "pyramidkv", "tova")
+QUANT = ("int8", "kivi4", "snapkv+int8", "snapkv+kivi4")
 
 
 def build(name: str, budget: int, block: int):
-    if name == "full":
-        return None
-    if name == "quest":
-        return make_policy("quest", budget, page=block)
-    extra = {"rerun_every": block} if name in ("snapkv", "pyramidkv") else {}
-    return make_policy(name, budget, **extra)
+    """(policy, KV storage format) for a benchmark name: `snapkv`, `kivi4`, `snapkv+kivi4`."""
+    base, _, fmt = name.partition("+")
+    if base in FORMATS:
+        return make_policy("quant", fmt=base), base
+    fmt = fmt or None
+    if base == "full":
+        return None, fmt
+    if base == "quest":
+        return make_policy("quest", budget, page=block), fmt
+    extra = {"rerun_every": block} if base in ("snapkv", "pyramidkv") else {}
+    return make_policy(base, budget, **extra), fmt
 
 
 def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
     """An engine for one policy with every request prefilled (first token sampled)."""
     total = len(prompts) * (args.prompt_tokens + args.decode + args.block)
+    policy, fmt = build(name, args.budget, args.block)
     eng = LLMEngine(
         loaded.model,
         loaded.config,
@@ -68,7 +83,8 @@ def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
         enable_prefix_caching=False,
         max_num_batched_tokens=args.chunk,
         max_num_seqs=len(prompts),
-        policy=build(name, args.budget, args.block),
+        policy=policy,
+        kv_format=fmt,
     )
     params = SamplingParams(max_tokens=args.decode + 1, ignore_eos=True)
     eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
@@ -116,10 +132,18 @@ def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str
     shared = {id(loaded.model): loaded.model, id(loaded.tokenizer): loaded.tokenizer}
     engines = {}
     for i, name in enumerate(names):
+        policy, fmt = build(name, args.budget, args.block)
+        memo = dict(shared)
+        pool = None
+        if fmt is not None:  # the fork gets a quantized copy of the pool, not a float one
+            pool = QuantKVPool.from_pool(base.kv.pool, fmt)
+            memo[id(base.kv.pool)] = pool
         # The last policy takes the base engine itself: one pool fewer in memory.
-        eng = base if i == len(names) - 1 else copy.deepcopy(base, dict(shared))
+        eng = base if i == len(names) - 1 else copy.deepcopy(base, memo)
+        if pool is not None:
+            eng.kv.pool = eng.runner.backend.pool = pool
+            eng.kv.kv_format = fmt
         rope = getattr(loaded.model, "rope", None)
-        policy = build(name, args.budget, args.block)
         eng.policy, eng.driver = build_driver(policy, None, eng.kv, loaded.config.num_heads, rope)
         if eng.driver is not None:
             eng.runner.driver = eng.driver
@@ -176,7 +200,7 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=16)
     ap.add_argument("--chunk", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
-    ap.add_argument("--policies", default="full," + ",".join(EVICTING) + ",quest")
+    ap.add_argument("--policies", default=",".join(("full", *EVICTING, "quest", *QUANT)))
     ap.add_argument(
         "--cold",
         action="store_true",
@@ -229,13 +253,13 @@ def main() -> None:
         f"{load_before:.1f} before, {load_after:.1f} after, on {os.cpu_count()} CPUs"
     )
     print(
-        f"{'policy':<10} {'step ms':>9} {'speedup':>8} {'resident KV':>14} {'vs full':>8} "
+        f"{'policy':<13} {'step ms':>9} {'speedup':>8} {'resident KV':>14} {'vs full':>8} "
         f"{'KV read/step':>12}"
     )
     for r in rows:
         read = "" if r["kv_read_fraction"] is None else f"{r['kv_read_fraction']:.1%}"
         print(
-            f"{r['policy']:<10} {r['decode_step_s'] * 1e3:>9.1f} "
+            f"{r['policy']:<13} {r['decode_step_s'] * 1e3:>9.1f} "
             f"{r['step_speedup_vs_full']:>7.2f}x {r['resident_kv_bytes']:>14,} "
             f"{r['resident_vs_full']:>8.1%} {read:>12}"
         )
