@@ -78,12 +78,13 @@ class QuantKVPool:
             self.vs = torch.zeros(num_blocks, bs, dv // self.VG, **f32)
             self.vz = torch.zeros(num_blocks, bs, dv // self.VG, **f32)
         # Residual store (KIVI only): full-precision rows of partially filled blocks.
-        self.res_of = torch.full((num_blocks,), -1, dtype=I64)  # block -> residual slot
-        self.fill = torch.zeros(num_blocks, dtype=I64)  # slots written since slot 0
+        # Bookkeeping lives with the codes; block ids and rows coming in are moved there.
+        self.res_of = torch.full((num_blocks,), -1, dtype=I64, device=device)  # residual slot
+        self.fill = torch.zeros(num_blocks, dtype=I64, device=device)  # slots since slot 0
         self.rk = torch.zeros(0, bs, dk, dtype=layout.dtype, device=device)
         self.rv = torch.zeros(0, bs, dv, dtype=layout.dtype, device=device)
         self._res_free: list[int] = []
-        self._slot_idx = torch.arange(bs)
+        self._slot_idx = torch.arange(bs, device=device)
 
     # -- sizes ----------------------------------------------------------------------------
     @property
@@ -117,7 +118,7 @@ class QuantKVPool:
             return self.residual_blocks * self.residual_block_bytes
         if len(blocks) == 0:
             return 0
-        idx = torch.as_tensor(blocks, dtype=I64)
+        idx = torch.as_tensor(blocks, dtype=I64).to(self.device)
         return int((self.res_of.index_select(0, idx) >= 0).sum()) * self.residual_block_bytes
 
     @property
@@ -140,13 +141,13 @@ class QuantKVPool:
                 setattr(self, name, grown)
             self._res_free.extend(range(new_cap - 1, cap - 1, -1))
         slots = [self._res_free.pop() for _ in range(need)]
-        self.res_of[blocks] = torch.tensor(slots, dtype=I64)
+        self.res_of[blocks] = torch.tensor(slots, dtype=I64, device=self.device)
 
     def release(self, blocks: Any) -> None:
         """Give back the residual buffers of `blocks` (freed, or just filled)."""
         if self.fmt == "int8" or len(blocks) == 0:
             return
-        idx = torch.as_tensor(blocks, dtype=I64)
+        idx = torch.as_tensor(blocks, dtype=I64).to(self.device)
         r = self.res_of.index_select(0, idx)
         held = r >= 0
         if bool(held.any()):
@@ -162,7 +163,7 @@ class QuantKVPool:
     # -- writes ---------------------------------------------------------------------------
     def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
-        flat = rows.reshape(-1)
+        flat = rows.reshape(-1).to(self.device)
         k = k.reshape(-1, self.dk)
         v = v.reshape(-1, self.dv)
         if self.fmt == "int8":
@@ -200,7 +201,8 @@ class QuantKVPool:
         blocks, first, count = blocks[has], first[has], count[has]
         b = blocks.repeat_interleave(count)
         start = (torch.cumsum(count, 0) - count).repeat_interleave(count)
-        g = first.repeat_interleave(count) + torch.arange(int(count.sum())) - start
+        g = first.repeat_interleave(count) - start
+        g += torch.arange(int(count.sum()), device=g.device)
         r = self.res_of.index_select(0, b)
         m = int(b.numel())
         rk = self.rk.view(-1, ng, G, self.dk)[r, g]  # [m, G, dk]
@@ -226,7 +228,7 @@ class QuantKVPool:
     # -- reads ----------------------------------------------------------------------------
     def gather(self, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Dequantized K and V of blocks `block_ids[..., nb]` as `[..., nb * block_size, d]`."""
-        flat = block_ids.reshape(-1)
+        flat = block_ids.reshape(-1).to(self.device)
         n, bs = int(flat.numel()), self.bs
         if self.fmt == "int8":
             k = self.kq.index_select(0, flat).float().mul_(self.ks.index_select(0, flat))
@@ -263,7 +265,7 @@ class QuantKVPool:
 
     def read_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Dequantized K `[*rows.shape, d_k]` and V of flat slot rows (what gather gives)."""
-        flat = rows.reshape(-1)
+        flat = rows.reshape(-1).to(self.device)
         bs = self.bs
         kq = self.kq.view(-1, self.kq.shape[-1]).index_select(0, flat)
         vq = self.vq.view(-1, self.vq.shape[-1]).index_select(0, flat)
@@ -304,9 +306,9 @@ class QuantKVPool:
         out = cls(pool.layout, pool.num_blocks, fmt, group, pool.device)
         bs = pool.layout.block_size
         for a in range(0, pool.num_blocks, chunk):
-            ids = torch.arange(a, min(a + chunk, pool.num_blocks))
+            ids = torch.arange(a, min(a + chunk, pool.num_blocks), device=pool.device)
             k, v = pool.gather(ids[:, None])
-            out.write(ids[:, None] * bs + torch.arange(bs), k, v)
+            out.write(ids[:, None] * bs + torch.arange(bs, device=pool.device), k, v)
         out._shrink()
         return out
 
