@@ -13,6 +13,7 @@ from ctxlab.errors import CtxlabError
 from ctxlab.policy.base import Policy, parse_budget
 from ctxlab.policy.full import FullPolicy
 from ctxlab.policy.h2o import H2OPolicy
+from ctxlab.policy.knorm import KNormPolicy
 from ctxlab.policy.patterns import BigBirdPolicy, LongformerPolicy
 from ctxlab.policy.pyramidkv import PyramidKVPolicy
 from ctxlab.policy.quant import QuantPolicy
@@ -33,6 +34,7 @@ POLICIES: dict[str, type[Policy]] = {
         SnapKVPolicy,
         PyramidKVPolicy,
         TOVAPolicy,
+        KNormPolicy,
         QuantPolicy,
         QuestPolicy,
         RecallPolicy,

@@ -1,0 +1,462 @@
+"""ctxlab's eviction policies side by side with NVIDIA's kvpress (issue 5, "Side by side with
+kvpress"): same model, same generated samples, same prompt ids, greedy, same answer budget,
+scored by the same ctxlab function; accuracy, KV bytes and peak RSS per press x ratio.
+
+    .venv/bin/python benchmarks/vs_kvpress.py --setup      # build the kvpress venv only
+    .venv/bin/python benchmarks/vs_kvpress.py --quick      # small run (a few minutes)
+    .venv/bin/python benchmarks/vs_kvpress.py --json out/vs_kvpress.json
+
+kvpress pins its own transformers (<5.3), so it lives in its own virtual environment,
+`.bench/kvpress-venv` (git-ignored), built on first run (or with `--setup`) and reused
+afterwards. The kvpress side runs in a subprocess with that venv's python
+(`benchmarks/_kvpress_worker.py`): it reads the prompt ids as JSON lines and writes the
+generated ids, the KV bytes it holds and its peak RSS as JSON lines.
+
+Pairs (kvpress press -> ctxlab policy): SnapKVPress -> snapkv, StreamingLLMPress ->
+streaming, ObservedAttentionPress (attention accumulated over the prompt's queries) -> h2o
+(accumulated attention), KnormPress -> knorm. A compression ratio r keeps 1 - r of the
+prompt (ctxlab budget = 1 - r). Both sides compress the whole prompt at prefill (kvpress's
+press as a context manager around the prefill forward, then plain greedy decode with the
+compressed cache). Each side runs its own defaults, which differ: kvpress's SnapKV
+observes 64 queries with an average-pool kernel of 5, ctxlab's 32 with max-pool 7;
+ObservedAttention averages every prompt query's attention and never evicts while decoding,
+ctxlab's h2o keeps half of the budget as a recent window, seeds its scores with the last 32
+prompt queries and keeps evicting while decoding; kvpress's StreamingLLM keeps original
+positions, ctxlab's streaming uses cache-slot positions (the paper's); KNorm is the same
+rule on both sides.
+
+Memory, as measured, per sample (the table shows the mean):
+- KV bytes: kvpress: bytes of the past_key_values tensors when the answer is done (the
+  cache after compression plus the answer's tokens); ctxlab: bytes of the pool blocks the
+  request holds when it finishes (`resident_kv_bytes`, from the allocator). A method that
+  only masks would keep the full size here.
+- peak RSS: the process's peak resident set (resource.getrusage ru_maxrss) while that row
+  ran, the high-water mark reset before each row (/proc/self/clear_refs). The reset only
+  goes down to the current RSS, which holds the float32 weights and whatever heap earlier
+  rows left mapped (ctxlab's engine keeps its peak heap on purpose, see engine/malloc.py),
+  so at these lengths (KV ~45 MiB against ~1.2 GiB of process) it cannot resolve KV
+  differences; it shows the footprint of each runtime, including ctxlab's pool (sized here
+  for one request). Not measured: the KV high-water during prefill, where kvpress (which
+  compresses each layer as soon as that layer's forward is done) holds one full layer at a
+  time and ctxlab holds the whole prompt until its prompt-end cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = ROOT / ".bench" / "kvpress-venv"
+WORKER = Path(__file__).resolve().with_name("_kvpress_worker.py")
+KVPRESS_SPEC = "kvpress>=0.5,<0.6"
+# The default PyPI torch is a multi-GiB CUDA build; the CPU wheel comes from PIP_FIND_LINKS.
+TORCH_SPEC = "torch==2.13.0+cpu"
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def setup_venv(venv: Path, torch_spec: str, kvpress_spec: str) -> None:
+    """Create the kvpress venv (once): kvpress, its transformers, the CPU torch, gguf."""
+    py = venv_python(venv)
+    if py.exists() and _has_kvpress(py):
+        print(f"kvpress venv: {venv} (reused)", file=sys.stderr)
+        return
+    print(
+        f"kvpress venv: building {venv} with {kvpress_spec}, {torch_spec}, gguf "
+        "(one time; a few minutes, about 1.5 GiB on disk) ...",
+        file=sys.stderr,
+    )
+    t0 = time.perf_counter()
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    links = os.environ.get("PIP_FIND_LINKS")
+    if not links and Path("/opt/wheels").is_dir():
+        pip += ["--find-links", "/opt/wheels"]
+    res = subprocess.run([*pip, torch_spec, kvpress_spec, "gguf"], check=False)
+    if res.returncode != 0:
+        sys.exit(
+            f"pip could not install {kvpress_spec} with {torch_spec} into {venv}; see the pip "
+            "output above (pass --torch-spec to choose another torch, e.g. one in "
+            "PIP_FIND_LINKS)."
+        )
+    print(f"kvpress venv ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
+def _has_kvpress(py: Path) -> bool:
+    code = "import kvpress, gguf, transformers"
+    return subprocess.run([str(py), "-c", code], capture_output=True).returncode == 0
+
+
+# kvpress press (the worker's name) -> ctxlab policy; a ratio r keeps 1 - r on both sides.
+PAIRS = {
+    "snapkv": "snapkv",
+    "streaming": "streaming",
+    "observed_attention": "h2o",
+    "knorm": "knorm",
+}
+KVPRESS_CLASS = {
+    "snapkv": "SnapKVPress",
+    "streaming": "StreamingLLMPress",
+    "observed_attention": "ObservedAttentionPress",
+    "knorm": "KnormPress",
+}
+BASELINE = ("none", 0.0)  # no press / no policy: the full cache on both sides
+MIB = 2**20
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's RSS high-water mark (ru_maxrss follows it on Linux)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+# ---------------------------------------------------------------------------- samples
+
+
+def build_samples(tok, tasks: list[str], length: int, n: int, seed: int) -> list[dict]:
+    """ctxlab's generated samples and the prompt ids both sides get (chat + answer prefix)."""
+    from ctxlab.eval.engine_backend import prompt_ids, token_counter
+    from ctxlab.eval.fit import make_sample
+    from ctxlab.eval.tasks import get_task
+
+    count = token_counter(tok)
+    out = []
+    for task in tasks:
+        for k in range(n):
+            s = make_sample(get_task(task), length, None, seed + k, count)
+            ids = prompt_ids(tok, s.instruction, s.answer_prefix)
+            out.append({"index": len(out), "sample": s, "ids": ids})
+    return out
+
+
+# ---------------------------------------------------------------------------- the two sides
+
+
+def run_kvpress(
+    venv: Path, gguf: Path, rows: list[tuple[str, float]], samples: list[dict], eos, threads: int
+) -> subprocess.Popen:
+    """Start the worker on every (row, sample); returns the process (results in .out_path)."""
+    tmp = Path(tempfile.mkdtemp(prefix="vs_kvpress_"))
+    jobs = tmp / "jobs.jsonl"
+    with jobs.open("w") as fh:
+        for row in rows:
+            for smp in samples:
+                job = {
+                    "row": list(row),
+                    "sample": smp["index"],
+                    "ids": smp["ids"],
+                    "max_new_tokens": smp["sample"].max_new_tokens,
+                    "eos": list(eos),
+                }
+                fh.write(json.dumps(job) + "\n")
+    out = tmp / "results.jsonl"
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_VERBOSITY="error",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        TQDM_DISABLE="1",
+    )
+    cmd = [str(venv_python(venv)), str(WORKER), "--gguf", str(gguf), "--jobs", str(jobs)]
+    cmd += ["--out", str(out), "--threads", str(threads)]
+    proc = subprocess.Popen(cmd, env=env)
+    proc.out_path = out  # type: ignore[attr-defined]
+    return proc
+
+
+def read_kvpress(proc: subprocess.Popen) -> tuple[dict, dict, dict]:
+    """(worker info, {(row, sample): record}, {row: peak RSS bytes}) once the worker is done."""
+    if proc.wait() != 0:
+        sys.exit(f"the kvpress worker failed (exit {proc.returncode}); see its output above.")
+    info: dict = {}
+    recs: dict = {}
+    peaks: dict = {}
+    for line in proc.out_path.read_text().splitlines():  # type: ignore[attr-defined]
+        rec = json.loads(line)
+        if "info" in rec:
+            info = rec["info"]
+        elif "peak_rss_bytes" in rec:
+            peaks[(rec["row"][0], float(rec["row"][1]))] = rec["peak_rss_bytes"]
+        else:
+            recs[((rec["row"][0], float(rec["row"][1])), rec["sample"])] = rec
+    return info, recs, peaks
+
+
+def run_ctxlab(loaded, rows, samples: list[dict], block_size: int) -> tuple[dict, dict, dict]:
+    """Same rows and prompts through ctxlab's engine, one request at a time (as kvpress)."""
+    from ctxlab.engine import LLM, SamplingParams
+    from ctxlab.policy import make_policy
+
+    longest = max(len(s["ids"]) + s["sample"].max_new_tokens for s in samples)
+    pool = longest + 2 * block_size  # room for one request: what its pool can ever hold
+    recs: dict = {}
+    peaks: dict = {}
+    info = {"block_size": block_size, "kv_pool_tokens": pool}
+    for row in rows:
+        press, ratio = row
+        gc.collect()
+        reset_peak_rss()
+        policy = None if row == BASELINE else make_policy(PAIRS[press], round(1.0 - ratio, 6))
+        llm = LLM(
+            loaded,
+            kv_pool_tokens=pool,
+            block_size=block_size,
+            max_num_batched_tokens=longest,  # the whole prompt in one prefill, as kvpress
+            policy=policy,
+        )
+        for smp in samples:
+            t = time.perf_counter()
+            params = SamplingParams(max_tokens=smp["sample"].max_new_tokens, temperature=0.0)
+            out = llm.generate([smp["ids"]], params)[0]
+            secs = time.perf_counter() - t
+            recs[(row, smp["index"])] = {
+                "out_ids": list(out.token_ids),
+                "kv_bytes": int(out.metrics.resident_kv_bytes),
+                "seconds": round(secs, 2),
+            }
+            name = policy.name if policy is not None else "full"
+            print(f"ctxlab {name} {ratio} sample {smp['index']}: {secs:.2f} s", file=sys.stderr)
+        peaks[row] = peak_rss_bytes()
+        del llm
+    return info, recs, peaks
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def summarize(rows, samples, tok, kvp: dict, ctx: dict, kvp_peak: dict, ctx_peak: dict):
+    from ctxlab.eval.scoring import string_match
+
+    out = []
+    for row in rows:
+        side: dict = {}
+        for name, recs in (("kvpress", kvp), ("ctxlab", ctx)):
+            scores, kv, preds = [], [], []
+            for smp in samples:
+                rec = recs[(row, smp["index"])]
+                text = tok.decode(rec["out_ids"])
+                s = smp["sample"]
+                scores.append(string_match(text, s.references, s.metric))
+                kv.append(rec["kv_bytes"])
+                preds.append(text)
+            side[name] = {
+                "accuracy": sum(scores) / len(scores),
+                "scores": scores,
+                "kv_bytes_mean": sum(kv) / len(kv),
+                "kv_bytes": kv,
+                "predictions": preds,
+            }
+        side["kvpress"]["peak_rss_bytes"] = kvp_peak[row]
+        side["ctxlab"]["peak_rss_bytes"] = ctx_peak[row]
+        press, ratio = row
+        out.append(
+            {
+                "kvpress_press": "(none)" if row == BASELINE else KVPRESS_CLASS[press],
+                "ctxlab_policy": "full" if row == BASELINE else PAIRS[press],
+                "compression_ratio": ratio,
+                "ctxlab_budget": round(1.0 - ratio, 6),
+                **side,
+            }
+        )
+    return out
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "n/a"
+
+
+def print_table(rows_out: list[dict], header: str) -> None:
+    cols = [
+        ("kvpress press -> ctxlab", 36, "<"),
+        ("r", 4, ">"),
+        ("acc kvp", 7, ">"),
+        ("acc ctx", 7, ">"),
+        ("KV kvp MiB", 10, ">"),
+        ("KV ctx MiB", 10, ">"),
+        ("KV ctx/kvp", 10, ">"),
+        ("RSS kvp MiB", 11, ">"),
+        ("RSS ctx MiB", 11, ">"),
+        ("RSS ctx/kvp", 11, ">"),
+    ]
+    print(header)
+    print("  ".join(f"{name:{al}{w}}" for name, w, al in cols))
+    print("  ".join("-" * w for _, w, _ in cols))
+    for r in rows_out:
+        k, c = r["kvpress"], r["ctxlab"]
+        cells = [
+            f"{r['kvpress_press']} -> {r['ctxlab_policy']}",
+            f"{r['compression_ratio']:.2f}",
+            f"{k['accuracy']:.1f}",
+            f"{c['accuracy']:.1f}",
+            f"{k['kv_bytes_mean'] / MIB:.2f}",
+            f"{c['kv_bytes_mean'] / MIB:.2f}",
+            _ratio(c["kv_bytes_mean"], k["kv_bytes_mean"]),
+            f"{k['peak_rss_bytes'] / MIB:.0f}",
+            f"{c['peak_rss_bytes'] / MIB:.0f}",
+            _ratio(c["peak_rss_bytes"], k["peak_rss_bytes"]),
+        ]
+        print("  ".join(f"{v:{al}{w}}" for v, (_, w, al) in zip(cells, cols, strict=True)))
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--setup", action="store_true", help="build the kvpress venv and exit")
+    ap.add_argument("--quick", action="store_true", help="small run: 1 sample of 512 tokens")
+    ap.add_argument("--json", type=Path, metavar="OUT", help="also write every figure here")
+    ap.add_argument(
+        "--tasks",
+        default="niah_single_essay,niah_multikey,qa",
+        help="ctxlab eval tasks, comma-separated (default: %(default)s)",
+    )
+    ap.add_argument("--length", type=int, default=1024, help="tokens per sample (prompt+answer)")
+    ap.add_argument("--samples", type=int, default=1, help="samples per task (seeds seed..)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ratios", default="0.25,0.5,0.75", help="compression ratios (evicted share)")
+    ap.add_argument("--presses", default=",".join(PAIRS), help="kvpress presses to run")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the full-cache row")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per side")
+    ap.add_argument(
+        "--parallel", action="store_true", help="run both sides at once (2 cores; default: serial)"
+    )
+    ap.add_argument("--block-size", type=int, default=16, help="ctxlab KV block size")
+    ap.add_argument("--venv", type=Path, default=VENV, help="kvpress venv (default %(default)s)")
+    ap.add_argument("--torch-spec", default=TORCH_SPEC, help="torch requirement for the venv")
+    ap.add_argument("--kvpress-spec", default=KVPRESS_SPEC, help="kvpress requirement")
+    args = ap.parse_args()
+
+    setup_venv(args.venv, args.torch_spec, args.kvpress_spec)
+    if args.setup:
+        return
+    if args.quick:
+        args.tasks, args.length, args.samples = "niah_single_essay", 512, 1
+    presses = [p.strip() for p in args.presses.split(",") if p.strip()]
+    unknown = [p for p in presses if p not in PAIRS]
+    if unknown:
+        sys.exit(f"unknown press {unknown[0]!r}; choose from {', '.join(PAIRS)}.")
+    ratios = [float(r) for r in args.ratios.split(",")]
+    if any(not 0.0 < r < 1.0 for r in ratios):
+        sys.exit("compression ratios must lie strictly between 0 and 1.")
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from ctxlab.model import load_model
+    from ctxlab.model.registry import resolve_model_path
+
+    torch.set_num_threads(args.threads)
+    gguf = resolve_model_path("smollm2-135m")
+    t_start = time.perf_counter()
+    loaded = load_model(str(gguf))
+    ctx_rss_loaded = peak_rss_bytes()
+    tok = loaded.tokenizer
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    samples = build_samples(tok, tasks, args.length, args.samples, args.seed)
+    rows = [] if args.no_baseline else [BASELINE]
+    rows += [(p, r) for p in presses for r in ratios]
+    n = len(samples)
+    print(
+        f"{len(rows)} rows x {n} samples x 2 sides, prompts "
+        f"{min(len(s['ids']) for s in samples)}-{max(len(s['ids']) for s in samples)} tokens",
+        file=sys.stderr,
+    )
+    proc = run_kvpress(args.venv, gguf, rows, samples, tok.eos_token_ids, args.threads)
+    if not args.parallel:
+        proc.wait()
+    ctx_info, ctx, ctx_peak = run_ctxlab(loaded, rows, samples, args.block_size)
+    kvp_info, kvp, kvp_peak = read_kvpress(proc)
+    elapsed = time.perf_counter() - t_start
+    rows_out = summarize(rows, samples, tok, kvp, ctx, kvp_peak, ctx_peak)
+
+    lens = sorted({len(s["ids"]) for s in samples})
+    header = (
+        f"SmolLM2-135M-Instruct (GGUF Q4_1, float32), tasks {', '.join(tasks)}, "
+        f"{args.samples} sample(s) each at {args.length} tokens (prompts {lens[0]}-{lens[-1]}), "
+        f"seed {args.seed}, greedy; kvpress {kvp_info.get('kvpress')} (transformers "
+        f"{kvp_info.get('transformers')}), ctxlab block {args.block_size}\n"
+        "acc: ctxlab string-match score 0-100, mean over samples. KV: bytes each side holds "
+        "for the request when its answer is done (kvpress: past_key_values tensors; ctxlab: "
+        "pool blocks held), mean per sample. RSS: process peak resident set during the row "
+        "(getrusage, high-water reset per row to the current RSS: weights and retained heap "
+        "included)."
+    )
+    print_table(rows_out, header)
+    same = 0
+    if not args.no_baseline:
+        same = sum(
+            kvp[(BASELINE, s["index"])]["out_ids"] == ctx[(BASELINE, s["index"])]["out_ids"]
+            for s in samples
+        )
+        print(f"full cache: identical greedy answers on {same}/{n} samples")
+    ctx_info["rss_after_load_bytes"] = ctx_rss_loaded
+    secs = {
+        name: sum(r["seconds"] for r in recs.values()) for name, recs in (("k", kvp), ("c", ctx))
+    }
+    print(
+        f"peak RSS after loading the model: kvpress worker "
+        f"{kvp_info.get('rss_after_load_bytes', 0) / MIB:.0f} MiB, ctxlab "
+        f"{ctx_rss_loaded / MIB:.0f} MiB; generation time kvpress {secs['k']:.0f} s, ctxlab "
+        f"{secs['c']:.0f} s; wall {elapsed:.0f} s "
+        f"({'parallel' if args.parallel else 'serial'}, {args.threads} thread(s) per side)"
+    )
+    if args.json:
+        doc = {
+            "model": "smollm2-135m",
+            "gguf": str(gguf),
+            "tasks": tasks,
+            "length": args.length,
+            "samples_per_task": args.samples,
+            "seed": args.seed,
+            "threads": args.threads,
+            "parallel": args.parallel,
+            "wall_seconds": round(elapsed, 1),
+            "kvpress": kvp_info,
+            "ctxlab": ctx_info,
+            "full_cache_identical_answers": same,
+            "samples": [
+                {
+                    "index": s["index"],
+                    "task": s["sample"].task,
+                    "seed": s["sample"].seed,
+                    "prompt_tokens": len(s["ids"]),
+                    "references": list(s["sample"].references),
+                }
+                for s in samples
+            ],
+            "rows": rows_out,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(doc, indent=2))
+        print(f"json: {args.json}")
+
+
+if __name__ == "__main__":
+    main()

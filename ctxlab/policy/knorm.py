@@ -1,0 +1,50 @@
+"""`knorm`: keep the keys with the lowest L2 norm.
+
+Devoto, Zhao, Scardapane and Minervini, "A Simple and Effective L2 Norm-Based Strategy for KV
+Cache Compression" (EMNLP 2024, arXiv:2406.11430). The paper observes that a cached key with a
+low L2 norm tends to receive high attention, so the score needs no attention at all (it works
+with fused attention kernels): score = -||k||, per KV head, top-k over the budget. Keys are
+scored as the cache holds them (after RoPE, a rotation, so the norm is the same). No sinks
+and no recent window are forced, as in the paper and in kvpress's KnormPress. Run once after
+prefill; optionally re-run during decode whenever a lane has grown `rerun_every` tokens past
+the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ctxlab.errors import CtxlabError
+from ctxlab.policy.base import LayerObs, ScorerPolicy
+
+
+@dataclass
+class KNormPolicy(ScorerPolicy):
+    """Per-KV-head top-k by negated key L2 norm (lowest norms kept)."""
+
+    name: ClassVar[str] = "knorm"
+    paper: ClassVar[str] = "L2 norm of keys (Devoto et al., EMNLP 2024)"
+    needs: ClassVar[frozenset[str]] = frozenset({"keys"})
+    rerun_every: int | None = None
+
+    def check(self) -> None:
+        super().check()
+        if self.rerun_every is not None and self.rerun_every < 1:
+            raise CtxlabError(f"rerun_every must be >= 1 decode tokens, got {self.rerun_every}.")
+
+    def score(self, obs: LayerObs) -> torch.Tensor:
+        return -torch.linalg.vector_norm(obs.need("keys").float(), dim=-1)
+
+    def decode_trigger(self, block_size: int = 1) -> int:
+        return (self.rerun_every or 1) - 1
+
+    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
+        if self.rerun_every is None:
+            return None
+        return self.select(obs, trigger=self.decode_trigger())
+
+    def wants_decode_hook(self, step: int) -> bool:
+        return self.rerun_every is not None
