@@ -11,6 +11,9 @@ pool rows planned for them, then (2) computes attention with torch SDPA:
 - a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
 Per-lane lengths are honoured everywhere, so lanes compacted by a retention policy work.
+A sliding-window layer (Mistral, Gemma local layers) adds `key > query - W` to each of these
+masks; its lanes still hold every token (freeing what falls out of the window is what the
+`window` policy does), and lane index equals position there, so no policy may compact them.
 
 Everything that does not depend on the layer (buckets, per-layer block ids, masks) is built
 once per step, on first use, and cached on the plan; a policy that swaps in a modified plan
@@ -55,6 +58,8 @@ class DecodeBucket:
     n_seqs: int
     n_blocks: int
     length: int  # keys attended (trimmed to the longest lane when the mask is None)
+    lens: torch.Tensor | None = None  # [Bg, n_lanes] keys per lane, for sliding windows
+    _window_masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,8 +109,6 @@ class PagedAttention:
     ) -> torch.Tensor:
         plan = self.plan
         assert plan is not None, "the runner sets a StepPlan before each forward"
-        if self.windows and self.windows[layer_idx] is not None:
-            raise NotImplementedError("sliding-window layers are not supported by the engine yet")
         self.pool.write(plan.rows[layer_idx], k, v)
         T = q.shape[0]
         lanes = self.layout.lanes_of_layer(layer_idx)
@@ -118,10 +121,13 @@ class PagedAttention:
         for item in plan.prefills:
             s, e = item.start, item.end
             if item.fresh:
-                out[s:e] = self._fresh(q[s:e], k[s:e], v[s:e])
+                out[s:e] = self._fresh(q[s:e], k[s:e], v[s:e], self._window(layer_idx))
             else:
-                out[s:e] = self._chunk(q[s:e], item, lanes)
+                out[s:e] = self._chunk(q[s:e], item, lanes, self._window(layer_idx))
         return out
+
+    def _window(self, layer_idx: int) -> int | None:
+        return self.windows[layer_idx] if self.windows else None
 
     # -- decode ---------------------------------------------------------------------------
     def _buckets(self, plan: StepPlan) -> list[DecodeBucket]:
@@ -161,6 +167,7 @@ class PagedAttention:
                     n_seqs=Bg,
                     n_blocks=nbg,
                     length=n0 if dense else nbg * bs,
+                    lens=lg,
                 )
             )
         plan._buckets = buckets
@@ -188,40 +195,70 @@ class PagedAttention:
             kk, vv = kk[:, :, : b.length], vv[:, :, : b.length]
         qg = q.reshape(Bg, self.n_kv, self.group, -1)
         mask = None if b.mask is None else b.mask[layer]
+        window = self._window(layer)
+        if window is not None:
+            mask = self._decode_window_mask(b, layer, window, kk.shape[2])
         o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=mask)
         return o.reshape(Bg, self.n_heads, -1)
 
+    def _decode_window_mask(self, b: DecodeBucket, layer: int, window: int, L: int) -> torch.Tensor:
+        """`[Bg, Hkv, 1, L]`: lane index i is a key of the new token (at index len - 1) when
+        len - window <= i < len; cached per (layer, window) on the bucket."""
+        key = (layer, window)
+        if key not in b._window_masks:
+            assert b.lens is not None
+            lens = b.lens[:, self.layout.lanes_of_layer(layer)].view(b.n_seqs, self.n_kv, 1, 1)
+            idx = torch.arange(L).view(1, 1, 1, L)
+            b._window_masks[key] = (idx < lens) & (idx >= lens - window)
+        return b._window_masks[key]
+
     # -- prefill --------------------------------------------------------------------------
-    def _fresh(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _fresh(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None = None
+    ) -> torch.Tensor:
+        mask = None
+        if window is not None and window < q.shape[0]:
+            pos = torch.arange(q.shape[0])
+            diff = pos.view(-1, 1) - pos.view(1, -1)  # query - key
+            mask = (diff >= 0) & (diff < window)
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
             k.transpose(0, 1).unsqueeze(0),
             v.transpose(0, 1).unsqueeze(0),
-            is_causal=True,
+            attn_mask=mask,
+            is_causal=mask is None,
             enable_gqa=True,
         )
         return o[0].transpose(0, 1)
 
-    def _chunk_mask(self, item: PrefillItem, lanes: slice, n: int, L: int) -> torch.Tensor:
-        """Causal mask offset by the prefix, `[1, Hkv, group * n, L]`; built once per step
-        when every lane holds the same prefix (no policy), else per layer."""
+    def _chunk_mask(
+        self, item: PrefillItem, lanes: slice, n: int, L: int, window: int | None = None
+    ) -> torch.Tensor:
+        """Causal mask offset by the prefix, `[1, Hkv, group * n, L]` (and, for a sliding-window
+        layer, no key `window` or more behind its query); the full-attention mask is built
+        once per step when every lane holds the same prefix (no policy), else per layer."""
         assert item.prev_len is not None
-        if item._mask is not None and item._mask.shape[-1] == L:
+        if window is None and item._mask is not None and item._mask.shape[-1] == L:
             return item._mask
         prev = item.prev_len[lanes].view(self.n_kv, 1, 1, 1)
-        limit = prev + torch.arange(1, n + 1).view(1, 1, n, 1)
-        mask = torch.arange(L).view(1, 1, 1, L) < limit  # [Hkv, 1, n, L]
+        limit = prev + torch.arange(1, n + 1).view(1, 1, n, 1)  # query index + 1
+        idx = torch.arange(L).view(1, 1, 1, L)
+        mask = idx < limit  # [Hkv, 1, n, L]
+        if window is not None:
+            mask &= idx >= limit - window
         mask = mask.expand(self.n_kv, self.group, n, L).reshape(1, self.n_kv, self.group * n, L)
-        if bool((item.prev_len == item.prev_len[0]).all()):
+        if window is None and bool((item.prev_len == item.prev_len[0]).all()):
             item._mask = mask
         return mask
 
-    def _chunk(self, q: torch.Tensor, item: PrefillItem, lanes: slice) -> torch.Tensor:
+    def _chunk(
+        self, q: torch.Tensor, item: PrefillItem, lanes: slice, window: int | None = None
+    ) -> torch.Tensor:
         n = q.shape[0]
         assert item.table is not None
         kk, vv = self.pool.gather(item.table[lanes])  # [Hkv, L, d]
         L = kk.shape[1]
-        mask = self._chunk_mask(item, lanes, n, L)
+        mask = self._chunk_mask(item, lanes, n, L, window)
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
         o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=mask)

@@ -14,6 +14,7 @@ import torch
 from ctxlab.engine.attention import PagedAttention, PrefillItem, StepPlan
 from ctxlab.engine.sampling import sample
 from ctxlab.engine.scheduler import ScheduledSeq
+from ctxlab.errors import CtxlabError
 from ctxlab.kv.manager import KVCacheManager
 
 
@@ -31,6 +32,11 @@ class Runner:
         self.layout = kv.layout
         self.backend: Any = PagedAttention(kv.pool, n_heads, sliding_windows)
         self.driver = driver  # a retention/selection policy's hooks (ctxlab.policy.driver)
+        if driver is not None and any(w is not None for w in sliding_windows):
+            raise CtxlabError(
+                "KV policies are not supported on models with sliding-window layers yet "
+                "(their lanes must keep lane index = position); run with the full cache."
+            )
         if driver is not None:
             self.backend = driver.wrap(self.backend)
         self.device = kv.pool.device
