@@ -7,7 +7,6 @@ its arguments and prints tables, JSON or a plot. Nothing here imports torch.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,31 +16,11 @@ from ctxlab.errors import CtxlabError
 
 
 def _device(name: str, peak_flops: float | None, mem_bandwidth: float | None, memory: str | None):
-    """A named device, optionally with its numbers overridden, or a fully custom one."""
-    from ctxlab.plan.devices import custom_device, get_device
+    from ctxlab.plan.devices import device_from_options
     from ctxlab.plan.units import parse_bytes
 
     memory_bytes = None if memory is None else parse_bytes(memory, "--memory-bytes")
-    if name.strip().lower() == "custom":
-        if peak_flops is None or mem_bandwidth is None or memory_bytes is None:
-            raise CtxlabError(
-                "a custom device needs --peak-flops, --mem-bandwidth and --memory-bytes"
-            )
-        return custom_device(peak_flops, mem_bandwidth, memory_bytes)
-    device = get_device(name)
-    overrides: dict[str, Any] = {}
-    if peak_flops is not None:
-        overrides["peak_flops"] = peak_flops
-    if mem_bandwidth is not None:
-        overrides["mem_bandwidth"] = mem_bandwidth
-    if memory_bytes is not None:
-        overrides["memory_bytes"] = memory_bytes
-    if overrides:
-        device = replace(
-            device, name=f"{device.name} (custom)", source="overridden on the command line"
-        )
-        device = replace(device, **overrides)
-    return device
+    return device_from_options(name, peak_flops, mem_bandwidth, memory_bytes)
 
 
 def _archs(arch: str | None, config: Path | None, gguf: Path | None) -> list:

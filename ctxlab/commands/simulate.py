@@ -6,7 +6,6 @@ Nothing here imports torch; matplotlib is imported only when plots are written.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -34,24 +33,10 @@ _LATENCY = ("ttft", "tpot", "itl", "e2e", "queue")
 
 
 def _device(name: str, flops: float | None, bandwidth: float | None, memory: str | None):
-    """A preset device, its numbers overridden, or `custom` with all three numbers."""
-    from ctxlab.plan.devices import custom_device, get_device
-    from ctxlab.plan.units import parse_bytes
+    from ctxlab.plan.devices import device_from_options
 
-    mem = None if memory is None else parse_bytes(memory, "--device-memory")
-    if name.strip().lower() == "custom":
-        if flops is None or bandwidth is None or mem is None:
-            raise CtxlabError(
-                "a custom device needs --device-flops, --device-bandwidth and --device-memory"
-            )
-        return custom_device(flops, bandwidth, mem)
-    device = get_device(name)
-    changes = {
-        k: v
-        for k, v in (("peak_flops", flops), ("mem_bandwidth", bandwidth), ("memory_bytes", mem))
-        if v is not None
-    }
-    return replace(device, name=f"{device.name} (custom)", **changes) if changes else device
+    flags = ("--device-flops", "--device-bandwidth", "--device-memory")
+    return device_from_options(name, flops, bandwidth, _bytes(memory, "--device-memory"), flags)
 
 
 def _bytes(value: str | None, what: str) -> int | None:

@@ -7,7 +7,7 @@ efficiency factors. Memory is in exact bytes (binary GiB where the product is si
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctxlab.errors import CtxlabError
 
@@ -66,4 +66,37 @@ def get_device(name: str) -> Device:
 def custom_device(peak_flops: float, mem_bandwidth: float, memory_bytes: int) -> Device:
     return Device(
         "custom", peak_flops, mem_bandwidth, memory_bytes, source="given on the command line"
+    )
+
+
+def device_from_options(
+    name: str,
+    peak_flops: float | None = None,
+    mem_bandwidth: float | None = None,
+    memory_bytes: int | None = None,
+    flags: tuple[str, str, str] = ("--peak-flops", "--mem-bandwidth", "--memory-bytes"),
+) -> Device:
+    """A preset device with any of its numbers overridden, or `custom` with all three given
+    (`flags` name the command's options, so the error names what the user must add)."""
+    if name.strip().lower() == "custom":
+        if peak_flops is None or mem_bandwidth is None or memory_bytes is None:
+            raise CtxlabError(f"a custom device needs {', '.join(flags[:2])} and {flags[2]}")
+        return custom_device(peak_flops, mem_bandwidth, memory_bytes)
+    device = get_device(name)
+    changes = {
+        key: value
+        for key, value in (
+            ("peak_flops", peak_flops),
+            ("mem_bandwidth", mem_bandwidth),
+            ("memory_bytes", memory_bytes),
+        )
+        if value is not None
+    }
+    if not changes:
+        return device
+    return replace(
+        device,
+        name=f"{device.name} (custom)",
+        source="overridden on the command line",
+        **changes,
     )
