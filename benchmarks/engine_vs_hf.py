@@ -164,13 +164,25 @@ def decode_step_roofline(llm: LLM, batch: int, prompt_len: int, steps: int, peak
     return {"step_s": step, "median_s": median, "bound_s": bound, "fraction": bound / step}
 
 
+FIGURES = ("w1", "w2", "single", "roofline", "bf16", "prefix")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="scaled-down sizes (a few minutes)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--skip-bf16", action="store_true")
+    ap.add_argument(
+        "--only",
+        default=",".join(FIGURES),
+        help=f"comma list of figures to run (default: all): {','.join(FIGURES)}",
+    )
     args = ap.parse_args()
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - set(FIGURES)
+    if unknown:
+        ap.error(f"unknown figure(s) {', '.join(sorted(unknown))}; known: {', '.join(FIGURES)}")
     if args.threads:
         torch.set_num_threads(args.threads)
     q = args.quick
@@ -206,6 +218,26 @@ def main() -> None:
     w1 = prompts_of(n1, [p1] * n1, seed=1)
     hf_batch(hf, w1[:1], 2)  # warm-up both sides
     ours(llm(), w1[:1], [2])
+    if "w1" in only:
+        w1_row(hf, llm, w1, n1, p1, o1, add)
+    if "w2" in only:
+        w2_row(hf, llm, q, add)
+    if "single" in only:
+        single_row(hf, llm, q, add)
+    if "roofline" in only:
+        roofline_row(llm, dtype, q, add)
+    if "bf16" in only and not args.skip_bf16 and args.dtype == "float32":
+        bf16_row(llm, w1, n1, p1, o1, add)
+    if "prefix" in only:
+        prefix_row(llm, q, add)
+
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, *rows]:
+        print("  ".join(s.ljust(w) for s, w in zip(r, widths, strict=True)))
+
+
+def w1_row(hf, llm, w1, n1: int, p1: int, o1: int, add) -> None:
     c_hf, c_us = Clock(), Clock()
     hf_batch(hf, w1, o1, c_hf)
     e = llm()
@@ -220,7 +252,9 @@ def main() -> None:
         ">= 1.3x",
     )
 
-    # W2: realistic mix; HF static batches of 16 each waiting for its longest output.
+
+def w2_row(hf, llm, q: bool, add) -> None:
+    """Realistic mix; HF static batches of 16 each waiting for its longest output."""
     n2, bs2 = (12, 4) if q else (48, 16)
     rng = random.Random(42)
     plens = [rng.randint(32, 256) if q else rng.randint(64, 1024) for _ in range(n2)]
@@ -241,7 +275,9 @@ def main() -> None:
         ">= 3x",
     )
 
-    # Single request decode tokens/s (best of two runs per side).
+
+def single_row(hf, llm, q: bool, add) -> None:
+    """Single request decode tokens/s (best of two runs per side)."""
     o3 = 32 if q else 64
     one = prompts_of(1, [128], seed=4)
     hf_rate = us_rate = 0.0
@@ -261,7 +297,9 @@ def main() -> None:
         ">= 1.0x",
     )
 
-    # Roofline of the batched decode step.
+
+def roofline_row(llm, dtype: torch.dtype, q: bool, add) -> None:
+    """Roofline of the batched decode step."""
     peaks = measure_peaks(dtype)
     rf = decode_step_roofline(llm(), 16, 256, 8 if q else 16, peaks)
     add(
@@ -274,24 +312,27 @@ def main() -> None:
         ">= 50 %",
     )
 
-    # bf16 vs fp32 in ctxlab, on a quarter of W1 (bf16 has no fast path on most CPUs).
-    if not args.skip_bf16 and args.dtype == "float32":
-        nb = max(1, n1 // 4)
-        other = load_model("smollm2-135m", dtype="bfloat16")
-        b = LLM(other, kv_pool_tokens=16384, max_num_batched_tokens=4096)
-        ours(b, w1[:1], [2])
-        t_bf, _ = ours(b, w1[:nb], [o1] * nb)
-        t_fp, _ = ours(llm(kv_pool_tokens=16384), w1[:nb], [o1] * nb)
-        add(
-            f"ctxlab {nb}x{p1}+{o1} fp32 vs bf16",
-            f"fp32 {t_fp:.2f} s",
-            f"bf16 {t_bf:.2f} s",
-            f"{t_fp / t_bf:.2f}x",
-            "-",
-            "measure",
-        )
 
-    # 2,000-token shared prefix: cold vs warm TTFT.
+def bf16_row(llm, w1, n1: int, p1: int, o1: int, add) -> None:
+    """bf16 vs fp32 in ctxlab, on a quarter of W1 (bf16 has no fast path on most CPUs)."""
+    nb = max(1, n1 // 4)
+    other = load_model("smollm2-135m", dtype="bfloat16")
+    b = LLM(other, kv_pool_tokens=16384, max_num_batched_tokens=4096)
+    ours(b, w1[:1], [2])
+    t_bf, _ = ours(b, w1[:nb], [o1] * nb)
+    t_fp, _ = ours(llm(kv_pool_tokens=16384), w1[:nb], [o1] * nb)
+    add(
+        f"ctxlab {nb}x{p1}+{o1} fp32 vs bf16",
+        f"fp32 {t_fp:.2f} s",
+        f"bf16 {t_bf:.2f} s",
+        f"{t_fp / t_bf:.2f}x",
+        "-",
+        "measure",
+    )
+
+
+def prefix_row(llm, q: bool, add) -> None:
+    """2,000-token shared prefix: cold vs warm TTFT."""
     plen = 500 if q else 2000
     prefix = prompts_of(1, [plen], seed=5)[0]
     eng = llm(kv_pool_tokens=16384)
@@ -306,11 +347,6 @@ def main() -> None:
         "-",
         ">= 10x",
     )
-
-    print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    for r in [head, *rows]:
-        print("  ".join(s.ljust(w) for s, w in zip(r, widths, strict=True)))
 
 
 if __name__ == "__main__":
