@@ -14,20 +14,19 @@ hour of production traffic to seconds of wall time.
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 
 import numpy as np
 
 from ctxlab.errors import CtxlabError
-from ctxlab.plan.units import fmt_bytes
+from ctxlab.sim.admission import Admission
 from ctxlab.sim.config import Setup
-from ctxlab.sim.pool import Entry, PagePool
-from ctxlab.sim.state import DECODE, DONE, PREFILL, WAITING, Counters, Seq, Timeline
+from ctxlab.sim.pool import PagePool
+from ctxlab.sim.state import DECODE, DONE, PREFILL, Counters, Seq, Timeline
 from ctxlab.sim.trace import Request
 
 
-class Simulator:
+class Simulator(Admission):
     """One serving instance replaying jobs (request, arrival time) against a setup."""
 
     def __init__(
@@ -60,159 +59,6 @@ class Simulator:
         self.check = check
         self.link_free = 0.0
         self._admissions = 0
-
-    # -- checks -------------------------------------------------------------------------
-    def check_fits(self, seqs: list[Seq]) -> None:
-        """Name the first request that could never run, before simulating anything."""
-        cap = self.setup.pool_bytes
-        if cap is None:
-            return
-        for s in seqs:
-            tokens = s.req.input_len + (1 if self.prefill_only else s.out - 1)
-            need = -(-tokens // self.P) * self.page_bytes + self.slot_bytes
-            if need > cap:
-                where = f" (line {s.req.line})" if s.req.line else ""
-                raise CtxlabError(
-                    f"request {s.req.index}{where} needs {tokens:,} tokens of cache "
-                    f"({fmt_bytes(need)}), more than the whole pool ({fmt_bytes(cap)})"
-                )
-
-    # -- admission ----------------------------------------------------------------------
-    def _lookup(self, s: Seq) -> tuple[list[tuple[int, Entry | None, int]], int, int, int]:
-        """The prompt's cached prefix in order: (key, device entry or None for a tier hit,
-        pages in the tier) per block; the prompt pages it covers; pages of unreferenced
-        device hits (pinned by admitting); pages to bring back from the tier."""
-        found: list[tuple[int, Entry | None, int]] = []
-        pages = pinned = from_tier = 0
-        if not self.prefix_reuse or s.prefilled:
-            return found, 0, 0, 0
-        L, B, P = s.req.input_len, self.B, self.P
-        per_block = B // P
-        entries, tier_map = self.pool.entries, self.pool.tier
-        for i, key in enumerate(s.req.hash_ids):
-            need = per_block if (i + 1) * B <= L else (L - i * B) // P
-            if need == 0:
-                break
-            entry = entries.get(key)
-            if entry is not None:
-                got = entry.pages
-                found.append((key, entry, 0))
-                if entry.refs == 0:
-                    pinned += got
-            elif key in tier_map:
-                got = tier_map[key]
-                found.append((key, None, got))
-                from_tier += got
-            else:
-                break
-            pages += min(got, need)
-            if got < need:
-                break
-        return found, pages, pinned, from_tier
-
-    def _try_admit(self, s: Seq, now: float) -> bool:
-        """Admit `s` if the pool can hold it; False leaves everything unchanged."""
-        pool, P, B = self.pool, self.P, self.B
-        L = s.req.input_len
-        resumed = s.preemptions > 0
-        target = L + s.generated if resumed else L
-        found, hit_pages, pinned_free, tier_pages = self._lookup(s)
-        total_pages = -(-target // P)
-        # pages not covered by hits are new: private ones or blocks this request will own
-        need_bytes = (total_pages - hit_pages + tier_pages) * self.page_bytes + self.slot_bytes
-        if need_bytes > pool.available() - pinned_free * self.page_bytes:
-            return False
-        new_blocks: list[tuple[int, int]] = []
-        covered = hit_pages
-        if self.prefix_reuse and not s.prefilled:
-            for i in range(len(found), len(s.req.hash_ids)):
-                key = s.req.hash_ids[i]
-                need = B // P if (i + 1) * B <= L else (L - i * B) // P
-                if need == 0 or key in pool.entries or key in pool.tier:
-                    continue  # a block cached without its parent: computed privately
-                new_blocks.append((key, need))
-                covered += need
-        private = total_pages - covered
-        for _, e, _ in found:
-            if e is not None:
-                pool.ref(e)
-        for key, e, _ in found:
-            if e is None:
-                pool.take_from_tier(key)
-        ok = pool.reserve(need_bytes)
-        assert ok, "admission reserved more than was available"
-        s.entries = []
-        s.waits = []
-        for key, e, pages in found:
-            if e is None:
-                e = pool.create(key, pages, None)
-            elif e.owner is not None:
-                s.waits.append(e)
-            s.entries.append(e)
-        s.owned = []
-        for key, need in new_blocks:
-            e = pool.create(key, need, s)
-            s.entries.append(e)
-            s.owned.append(e)
-        s.private = private
-        s.pages = total_pages
-        s.target = target
-        self._admissions += 1
-        s.admit_seq = self._admissions
-        reusable = min(hit_pages * P, ((L - 1) // P) * P)
-        if s.prefilled and not resumed:
-            s.computed, s.state = L, DECODE
-        else:
-            s.computed, s.state = reusable, PREFILL
-        tier_tokens = 0
-        s.ready_at = now
-        if tier_pages:
-            tier_bytes = tier_pages * self.page_bytes
-            s.ready_at = max(now, self.link_free) + tier_bytes / self.setup.config.offload_bandwidth
-            self.link_free = s.ready_at
-            self.counters.transfer_bytes += tier_bytes
-            tier_tokens = min(tier_pages * P, reusable)
-        c = self.counters
-        if s.reused < 0:  # first admission: these are the headline counts
-            s.admitted_at = now
-            if s.prefilled:
-                s.reused = 0
-            else:
-                s.reused = reusable
-                s.reused_tier = tier_tokens
-                c.queried_tokens += L
-                c.reused_tokens += reusable
-                c.reused_tier_tokens += tier_tokens
-                c.computed_tokens += L - reusable
-                c.hit_requests += 1 if reusable > 0 else 0
-        return True
-
-    # -- release ------------------------------------------------------------------------
-    def _release(self, s: Seq) -> None:
-        """Drop the request's hold on the pool; finished blocks stay cached (tail first
-        into the LRU queue, so a chain is evicted from its end)."""
-        pool = self.pool
-        for e in reversed(s.entries):
-            pool.unref(e)
-        for e in s.owned:  # never computed: not a valid cache entry
-            pool.drop(e)
-        pool.release(s.private * self.page_bytes + self.slot_bytes)
-        s.entries, s.owned, s.waits = [], [], []
-        s.private = 0
-        s.pages = 0
-
-    def _preempt(self, s: Seq) -> None:
-        self._release(s)
-        s.state = WAITING
-        s.preemptions += 1
-        self.counters.preemptions += 1
-        bisect.insort(self.resume, s, key=lambda q: q.req.index)
-
-    def _finish(self, s: Seq, now: float) -> None:
-        s.state = DONE
-        s.finish = now
-        self._release(s)
-        self.done.append(s)
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, jobs: list[tuple[Request, float]], prefilled: bool = False) -> list[Seq]:
