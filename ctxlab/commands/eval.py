@@ -121,6 +121,9 @@ def summarize(
     threshold: float = typer.Option(None, "--threshold"),
     relative: float = typer.Option(None, "--relative-threshold"),
     as_json: bool = typer.Option(False, "--json"),
+    compact: bool = typer.Option(
+        False, "--compact", help="Skip the per-cell table; print the policy x length means."
+    ),
 ) -> None:
     """Tables, effective lengths and plots from an existing rows file (no model needed)."""
     from ctxlab.eval.harness import summarize_rows
@@ -128,7 +131,9 @@ def summarize(
 
     if not rows.is_file():
         raise CtxlabError(f"rows file {rows} does not exist")
-    doc = summarize_rows(read_rows(rows), rows.parent, threshold, relative, as_json)
+    doc = summarize_rows(
+        read_rows(rows), rows.parent, threshold, relative, as_json, per_cell=not compact
+    )
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
 

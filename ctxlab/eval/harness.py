@@ -16,7 +16,14 @@ from rich.table import Table
 
 from ctxlab.eval.runner import Grid, PolicyRun, run_grid
 from ctxlab.eval.scoring import RULER_THRESHOLD
-from ctxlab.eval.summary import Row, cells, effective_lengths, plot_heatmaps, plot_score_vs_bytes
+from ctxlab.eval.summary import (
+    Row,
+    cells,
+    effective_lengths,
+    length_means,
+    plot_heatmaps,
+    plot_score_vs_bytes,
+)
 
 
 def pool_tokens_for(grid: Grid, batch_size: int) -> int:
@@ -91,8 +98,10 @@ def summarize_rows(
     threshold: float | None,
     relative: float | None,
     quiet: bool = False,
+    per_cell: bool = True,
 ) -> dict[str, Any]:
-    """Print the task x length x policy table and effective lengths; write summary and plots."""
+    """Print the task x length x policy table (unless `per_cell` is off), the policy x length
+    means and effective lengths; write summary.json and plots."""
     console = Console(stderr=quiet)
     table_cells = cells(rows)
     if relative is not None:
@@ -106,7 +115,9 @@ def summarize_rows(
     for c in table_cells:
         kv = "n/a" if c.kv_bytes is None else f"{c.kv_bytes / 2**20:.2f}"
         table.add_row(c.task, str(c.length), c.policy, f"{c.score:.1f}", kv, str(c.samples))
-    console.print(table)
+    if per_cell:
+        console.print(table)
+    console.print(_length_means_table(rows))
     if no_bytes:
         console.print("KV bytes: not measured (remote backend: its cache is not visible here).")
     eff_table = Table(title="effective context length (mean of all tasks at each length)")
@@ -120,6 +131,10 @@ def summarize_rows(
     plots = plot_heatmaps(rows, out_dir) + plot_score_vs_bytes(rows, out_dir)
     doc: dict[str, Any] = {
         "cells": [c.__dict__ for c in table_cells],
+        "length_means": {
+            p: {str(n): m.__dict__ for n, m in by_len.items()}
+            for p, by_len in length_means(rows).items()
+        },
         "effective_length": {
             p: {
                 "length": e.length,
@@ -135,6 +150,23 @@ def summarize_rows(
     (out_dir / "summary.json").write_text(json.dumps(doc, indent=2))
     console.print(f"summary: {out_dir / 'summary.json'}; plots: {len(plots)} PNG in {out_dir}")
     return doc
+
+
+def _length_means_table(rows: Sequence[Row]) -> Table:
+    means = length_means(rows)
+    lengths = sorted({n for by_len in means.values() for n in by_len})
+    table = Table(title="mean score over tasks (resident KV MiB), per policy and length")
+    table.add_column("policy")
+    for n in lengths:
+        table.add_column(f"{n:,}", justify="right")
+    for policy, by_len in means.items():
+        row = [policy]
+        for n in lengths:
+            m = by_len.get(n)
+            kv = "" if m is None or m.kv_bytes is None else f" ({m.kv_bytes / 2**20:.1f})"
+            row.append("" if m is None else f"{m.score:.1f}{kv}")
+        table.add_row(*row)
+    return table
 
 
 def run_lost_in_middle(

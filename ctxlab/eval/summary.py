@@ -72,6 +72,32 @@ def cells(rows: Iterable[Row]) -> list[Cell]:
     ]
 
 
+@dataclass(frozen=True)
+class LengthMean:
+    """One policy at one length: the mean of its task means, and of its measured KV bytes."""
+
+    score: float
+    kv_bytes: float | None
+    tasks: int
+
+
+def length_means(rows: Iterable[Row]) -> dict[str, dict[int, LengthMean]]:
+    """policy -> length -> mean over tasks (each task weighs the same, however many depths or
+    samples it ran): the compact view of a grid, and what effective length is decided on."""
+    groups: dict[str, dict[int, list[Cell]]] = defaultdict(lambda: defaultdict(list))
+    for c in cells(rows):
+        groups[c.policy][c.length].append(c)
+    out: dict[str, dict[int, LengthMean]] = {}
+    for policy, by_len in sorted(groups.items()):
+        out[policy] = {}
+        for length, group in sorted(by_len.items()):
+            kv = [c.kv_bytes for c in group if c.kv_bytes is not None]
+            out[policy][length] = LengthMean(
+                fmean(c.score for c in group), fmean(kv) if kv else None, len(group)
+            )
+    return out
+
+
 def effective_lengths(
     rows: Sequence[Row], threshold: float = RULER_THRESHOLD, relative: bool = False
 ) -> dict[str, EffectiveLength]:
@@ -81,10 +107,9 @@ def effective_lengths(
     relative=True takes the threshold as a fraction of the full-cache policy's mean score at
     the shortest length (the report says which basis it used).
     """
-    by_policy: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for c in cells(rows):
-        by_policy[c.policy][c.length].append(c.score)
-    means = {p: {n: fmean(v) for n, v in by_len.items()} for p, by_len in by_policy.items()}
+    means = {
+        p: {n: mean.score for n, mean in by_len.items()} for p, by_len in length_means(rows).items()
+    }
     reference = None
     if relative:
         full = next((m for p, m in means.items() if p.split("@")[0] == "full"), None)

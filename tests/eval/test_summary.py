@@ -33,6 +33,28 @@ def test_cells_average_score_and_measured_bytes():
     assert table[("full", 512)].samples == 3
 
 
+def test_length_means_weigh_each_task_once():
+    rows = _rows()
+    # A second task with one sample per length: its mean counts as much as the first task's.
+    for length, score in ((512, 0.0), (1024, 50.0)):
+        rows.append(
+            {
+                "task": "vt",
+                "policy": "full",
+                "budget": None,
+                "length": length,
+                "depth": None,
+                "score": score,
+                "resident_kv_bytes": 2_000_000,
+            }
+        )
+    means = summary.length_means(rows)
+    assert means["full"][512].score == 50.0 and means["full"][512].tasks == 2
+    assert means["full"][1024].score == 75.0
+    assert means["full"][512].kv_bytes == 3_000_000  # mean of the two task cells
+    assert means["snapkv@256"][1024].score == 60.0 and means["snapkv@256"][1024].tasks == 1
+
+
 def test_effective_length_per_policy_absolute_and_relative():
     absolute = summary.effective_lengths(_rows())
     assert absolute["full"].length == 1024 and absolute["snapkv@256"].length == 512
