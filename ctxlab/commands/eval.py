@@ -42,7 +42,9 @@ def _out_dir(out: Path | None, kind: str) -> Path:
 def grid(
     ctx: typer.Context,
     suite: str = typer.Option(
-        "quick", "--suite", help="quick or standard (tasks, lengths, depths)."
+        "quick",
+        "--suite",
+        help="quick, standard or ruler (tasks, lengths, depths; see the README).",
     ),
     policy: str = typer.Option(
         "full", "--policy", help="Comma list, e.g. full,snapkv,h2o,streaming or snapkv@128."

@@ -1,7 +1,10 @@
 """Named grids, so "the quick suite" means the same thing on every machine.
 
-quick: a few minutes on 2 CPU cores with the default model, enough to see a policy lose a
-needle. standard: every task, four lengths, RULER's 11 depths; an hours-long CPU run.
+quick: a few minutes per policy on 2 CPU cores with the default model, enough to see a
+policy lose a needle. standard: every task at 512-2,048 tokens, one needle depth (50 %),
+one sample: ~5 minutes per policy on one such core, so full against every policy at two
+budgets fits an afternoon. ruler: every task, four lengths, RULER's 11 depths, 2 samples;
+hours per policy on a CPU, meant for a bigger machine or a remote backend.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ class Suite:
 
 SUITES: dict[str, Suite] = {
     "quick": Suite(("niah_single_noise", "niah_multikey", "vt", "qa"), (512, 1024), 3, 1),
-    "standard": Suite(tuple(TASKS), (512, 1024, 2048, 4096), 11, 2),
+    "standard": Suite(tuple(TASKS), (512, 1024, 2048), 1, 1),
+    "ruler": Suite(tuple(TASKS), (512, 1024, 2048, 4096), 11, 2),
 }
 
 
