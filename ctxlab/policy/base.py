@@ -258,6 +258,30 @@ class ScorerPolicy(Policy):
         return True
 
 
+class PromptEndCut:
+    """Mixin for scorers that cut once the prompt is complete and, during decode, only when
+    asked: whenever a lane has grown `rerun_every` tokens past its budget (SnapKV's optional
+    re-run, KNorm). The dataclass using it declares `rerun_every: int | None = None`."""
+
+    rerun_every: int | None
+
+    def check(self) -> None:
+        super().check()  # type: ignore[misc]
+        if self.rerun_every is not None and self.rerun_every < 1:
+            raise CtxlabError(f"rerun_every must be >= 1 decode tokens, got {self.rerun_every}.")
+
+    def decode_trigger(self, block_size: int = 1) -> int:
+        return (self.rerun_every or 1) - 1
+
+    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
+        if self.rerun_every is None:
+            return None
+        return self.select(obs, trigger=self.decode_trigger())  # type: ignore[attr-defined]
+
+    def wants_decode_hook(self, step: int) -> bool:
+        return self.rerun_every is not None
+
+
 def keep_to_slots(positions: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Slot indices (in one lane whose real slots hold sorted `positions`) of kept positions."""
     n = int((positions >= 0).sum())

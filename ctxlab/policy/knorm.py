@@ -17,12 +17,11 @@ from typing import ClassVar
 
 import torch
 
-from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, ScorerPolicy
+from ctxlab.policy.base import LayerObs, PromptEndCut, ScorerPolicy
 
 
 @dataclass
-class KNormPolicy(ScorerPolicy):
+class KNormPolicy(PromptEndCut, ScorerPolicy):
     """Per-KV-head top-k by negated key L2 norm (lowest norms kept)."""
 
     name: ClassVar[str] = "knorm"
@@ -30,21 +29,5 @@ class KNormPolicy(ScorerPolicy):
     needs: ClassVar[frozenset[str]] = frozenset({"keys"})
     rerun_every: int | None = None
 
-    def check(self) -> None:
-        super().check()
-        if self.rerun_every is not None and self.rerun_every < 1:
-            raise CtxlabError(f"rerun_every must be >= 1 decode tokens, got {self.rerun_every}.")
-
     def score(self, obs: LayerObs) -> torch.Tensor:
         return -torch.linalg.vector_norm(obs.need("keys").float(), dim=-1)
-
-    def decode_trigger(self, block_size: int = 1) -> int:
-        return (self.rerun_every or 1) - 1
-
-    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
-        if self.rerun_every is None:
-            return None
-        return self.select(obs, trigger=self.decode_trigger())
-
-    def wants_decode_hook(self, step: int) -> bool:
-        return self.rerun_every is not None

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, ScorerPolicy, group_reduce
+from ctxlab.policy.base import LayerObs, PromptEndCut, ScorerPolicy, group_reduce
 
 
 def snap_scores(
@@ -37,7 +37,7 @@ def snap_scores(
 
 
 @dataclass
-class SnapKVPolicy(ScorerPolicy):
+class SnapKVPolicy(PromptEndCut, ScorerPolicy):
     """Per-KV-head top-k by pooled window votes; the window is always kept."""
 
     name: ClassVar[str] = "snapkv"
@@ -57,20 +57,6 @@ class SnapKVPolicy(ScorerPolicy):
             raise CtxlabError(f"the pooling kernel must be a positive odd size, got {self.kernel}.")
         if self.pooling not in ("max", "avg"):
             raise CtxlabError(f"pooling must be 'max' or 'avg', got {self.pooling!r}.")
-        if self.rerun_every is not None and self.rerun_every < 1:
-            raise CtxlabError(f"rerun_every must be >= 1 decode tokens, got {self.rerun_every}.")
 
     def score(self, obs: LayerObs) -> torch.Tensor:
         return snap_scores(obs.need("obs_attn"), obs.n_kv, self.kernel, self.pooling)
-
-    def decode_trigger(self, block_size: int = 1) -> int:
-        # A re-run is due once a lane has grown `rerun_every` tokens past the budget.
-        return (self.rerun_every or 1) - 1
-
-    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
-        if self.rerun_every is None:
-            return None
-        return self.select(obs, trigger=self.decode_trigger())
-
-    def wants_decode_hook(self, step: int) -> bool:
-        return self.rerun_every is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,9 +38,28 @@ def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
+class ToyRope:
+    """What the policy driver needs from a model's RoPE: moving rotated keys by delta positions."""
+
+    def shift_keys(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return rope(k, delta)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Toy tensors are tiny; extra threads only add contention on a shared CPU. Import it
+    into a test module (`from engine_toy_model import one_torch_thread`) to apply it there."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 class ToyModel(nn.Module):
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, with_rope: bool = False):
         super().__init__()
+        if with_rope:
+            self.rope = ToyRope()
         g = torch.Generator().manual_seed(seed)
         c = CFG
         self.cfg = c

@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from engine_toy_model import CFG, ToyModel, oracle_greedy
+from engine_toy_model import CFG, ToyModel, one_torch_thread, oracle_greedy  # noqa: F401
 
 from ctxlab.engine import LLMEngine, SamplingParams
 from ctxlab.errors import CtxlabError
@@ -22,15 +22,6 @@ def prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 70) -> list[list[int]]
 
 PROMPTS = prompts(6)
 EXPECTED = [oracle_greedy(MODEL, p, N_OUT) for p in PROMPTS]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Toy tensors are tiny; extra threads only add contention on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def engine(**kw) -> LLMEngine:

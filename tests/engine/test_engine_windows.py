@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from engine_toy_model import CFG, ToyModel
+from engine_toy_model import CFG, ToyModel, one_torch_thread  # noqa: F401  (fixture)
 
 from ctxlab.engine import LLMEngine, SamplingParams
 from ctxlab.errors import CtxlabError

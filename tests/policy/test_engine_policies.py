@@ -21,32 +21,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from engine_toy_model import CFG, ToyModel, rope
+from engine_toy_model import CFG, ToyModel, one_torch_thread, rope  # noqa: F401  (fixture)
 
 from ctxlab.engine import LLMEngine, SamplingParams
 from ctxlab.policy import make_policy
 from ctxlab.policy.pyramidkv import pyramid_budgets
 
-
-class ToyRope:
-    """What the driver needs from a model's RoPE: moving rotated keys by delta positions."""
-
-    def shift_keys(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rope(k, delta)
-
-
-MODEL = ToyModel()
-MODEL.rope = ToyRope()
+MODEL = ToyModel(with_rope=True)
 BS = 4
 N_OUT = 10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def prompts(n: int, seed: int = 0, lo: int = 40, hi: int = 110) -> list[list[int]]:

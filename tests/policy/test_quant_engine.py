@@ -22,30 +22,15 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from engine_toy_model import CFG, ToyModel, rope
+from engine_toy_model import CFG, ToyModel, one_torch_thread  # noqa: F401  (fixture)
 
 from ctxlab.engine import LLM, LLMEngine, SamplingParams
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.quantize import kv_bytes
 from ctxlab.policy import make_policy
 
-
-class ToyRope:
-    def shift_keys(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rope(k, delta)
-
-
-MODEL = ToyModel()
-MODEL.rope = ToyRope()
+MODEL = ToyModel(with_rope=True)
 BS = 4
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def prompts(n: int, seed: int, lo: int = 40, hi: int = 110) -> list[list[int]]:
