@@ -40,6 +40,7 @@ def parse_policy_runs(spec: str, budget: str | None) -> list[tuple[str, str | No
     """ "full,snapkv@128,h2o" with a default budget -> [(policy, budget or None)].
 
     `full` never takes a budget; every other policy takes its own `@budget` or the default.
+    Every policy is checked here (name, budget), before anything runs.
     """
     runs = []
     for item in (part.strip() for part in spec.split(",")):
@@ -52,6 +53,11 @@ def parse_policy_runs(spec: str, budget: str | None) -> list[tuple[str, str | No
         elif chosen is None:
             raise CtxlabError(f"policy {name!r} needs a budget: add --budget N or write {name}@N")
         runs.append((name, chosen))
+        # Build each policy once now, so a bad name or budget stops the run before the first
+        # sample rather than after an hour of the policies listed before it.
+        from ctxlab.policy import make_policy
+
+        make_policy(name, chosen)
     if not runs:
         raise CtxlabError("--policy names no policy; e.g. --policy full,snapkv")
     return runs

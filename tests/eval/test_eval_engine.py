@@ -57,6 +57,13 @@ def test_policy_list_parsing():
         parse_policy_runs("full,snapkv", None)
 
 
+def test_a_bad_policy_late_in_the_list_stops_the_run_before_it_starts():
+    with pytest.raises(CtxlabError, match="not a ratio"):
+        parse_policy_runs("full,snapkv@0.25,quest@0.25", None)
+    with pytest.raises(CtxlabError, match="unknown"):
+        parse_policy_runs("full,snapkv@128,nosuch@64", None)
+
+
 QUICK_FLOOR = 50.0  # full cache, mean of the quick suite's task means at 512 tokens
 
 
