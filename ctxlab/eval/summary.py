@@ -162,33 +162,64 @@ def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     return written
 
 
-def plot_score_vs_bytes(rows: Sequence[Row], out_dir: Path) -> list[Path]:
-    """Per task: mean score against mean resident KV bytes, one point per policy and length."""
+def _style(policy: str, names: list[str]) -> dict[str, object]:
+    """One colour per policy name, one marker and line style per budget, so 15 series read."""
+    import matplotlib
+
+    name, _, budget = policy.partition("@")
+    colours = matplotlib.colormaps["tab10"].colors
+    budgets = ("", "0.25", "0.5", "0.75")
+    k = budgets.index(budget) if budget in budgets else len(budgets)
+    return {
+        "color": colours[names.index(name) % len(colours)],
+        "marker": "osD^v"[k % 5],
+        "linestyle": ("-", "--", ":", "-.", "-")[k % 5],
+        "label": policy,
+    }
+
+
+def _score_plot(series: dict[str, list[tuple[float, float]]], title: str, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    names = sorted({p.partition("@")[0] for p in series})
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for policy, points in sorted(series.items()):
+        points = sorted(points)
+        ax.plot([p[0] / 2**20 for p in points], [p[1] for p in points], **_style(policy, names))
+    ax.set_xlabel("resident KV (MiB, measured from the pool); one point per length")
+    ax.set_ylabel("score (0-100)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_score_vs_bytes(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    """Per task, and for the mean over tasks: score against mean resident KV bytes, one point
+    per policy and length."""
     written = []
     table = [c for c in cells(rows) if c.kv_bytes is not None]
     for task in sorted({c.task for c in table}):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for policy in sorted({c.policy for c in table if c.task == task}):
-            points = sorted(
-                (c.kv_bytes, c.score)
-                for c in table  # type: ignore[misc]
-                if c.task == task and c.policy == policy
-            )
-            ax.plot([p[0] / 2**20 for p in points], [p[1] for p in points], "o-", label=policy)
-        ax.set_xlabel("resident KV (MiB, measured from the pool)")
-        ax.set_ylabel("score (0-100)")
-        ax.set_title(f"{task}: quality against what it cost")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for c in table:
+            if c.task == task:
+                series[c.policy].append((c.kv_bytes, c.score))  # type: ignore[arg-type]
         path = out_dir / f"score_vs_kv_{_slug(task)}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        written.append(_score_plot(series, f"{task}: quality against what it cost", path))
+    means = {
+        policy: [(m.kv_bytes, m.score) for m in by_len.values() if m.kv_bytes is not None]
+        for policy, by_len in length_means(rows).items()
+    }
+    means = {p: pts for p, pts in means.items() if pts}
+    if means and len({c.task for c in table}) > 1:
+        path = out_dir / "score_vs_kv_all_tasks.png"
+        title = "mean over tasks: quality against what it cost"
+        written.append(_score_plot(means, title, path))  # type: ignore[arg-type]
     return written
 
 
