@@ -16,32 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
 
 import torch
-
-PRESSES = {
-    "snapkv": "SnapKVPress",
-    "streaming": "StreamingLLMPress",
-    "observed_attention": "ObservedAttentionPress",
-    "knorm": "KnormPress",
-}
-
-
-def reset_peak_rss() -> bool:
-    """Reset the kernel's RSS high-water mark (and so ru_maxrss) of this process."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+from _kvpress_env import PRESSES, peak_rss_bytes, reset_peak_rss
 
 
 def cache_bytes(cache) -> tuple[int, int]:

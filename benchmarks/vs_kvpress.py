@@ -47,57 +47,25 @@ import argparse
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV = ROOT / ".bench" / "kvpress-venv"
+from _kvpress_env import (
+    KVPRESS_SPEC,
+    PRESSES,
+    ROOT,
+    TORCH_SPEC,
+    VENV,
+    peak_rss_bytes,
+    reset_peak_rss,
+    setup_venv,
+    venv_python,
+)
+
 WORKER = Path(__file__).resolve().with_name("_kvpress_worker.py")
-KVPRESS_SPEC = "kvpress>=0.5,<0.6"
-# The default PyPI torch is a multi-GiB CUDA build; the CPU wheel comes from PIP_FIND_LINKS.
-TORCH_SPEC = "torch==2.13.0+cpu"
-
-
-def venv_python(venv: Path) -> Path:
-    return venv / "bin" / "python"
-
-
-def setup_venv(venv: Path, torch_spec: str, kvpress_spec: str) -> None:
-    """Create the kvpress venv (once): kvpress, its transformers, the CPU torch, gguf."""
-    py = venv_python(venv)
-    if py.exists() and _has_kvpress(py):
-        print(f"kvpress venv: {venv} (reused)", file=sys.stderr)
-        return
-    print(
-        f"kvpress venv: building {venv} with {kvpress_spec}, {torch_spec}, gguf "
-        "(one time; a few minutes, about 1.5 GiB on disk) ...",
-        file=sys.stderr,
-    )
-    t0 = time.perf_counter()
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(py), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    links = os.environ.get("PIP_FIND_LINKS")
-    if not links and Path("/opt/wheels").is_dir():
-        pip += ["--find-links", "/opt/wheels"]
-    res = subprocess.run([*pip, torch_spec, kvpress_spec, "gguf"], check=False)
-    if res.returncode != 0:
-        sys.exit(
-            f"pip could not install {kvpress_spec} with {torch_spec} into {venv}; see the pip "
-            "output above (pass --torch-spec to choose another torch, e.g. one in "
-            "PIP_FIND_LINKS)."
-        )
-    print(f"kvpress venv ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-
-
-def _has_kvpress(py: Path) -> bool:
-    code = "import kvpress, gguf, transformers"
-    return subprocess.run([str(py), "-c", code], capture_output=True).returncode == 0
-
 
 # kvpress press (the worker's name) -> ctxlab policy; a ratio r keeps 1 - r on both sides.
 PAIRS = {
@@ -106,27 +74,8 @@ PAIRS = {
     "observed_attention": "h2o",
     "knorm": "knorm",
 }
-KVPRESS_CLASS = {
-    "snapkv": "SnapKVPress",
-    "streaming": "StreamingLLMPress",
-    "observed_attention": "ObservedAttentionPress",
-    "knorm": "KnormPress",
-}
 BASELINE = ("none", 0.0)  # no press / no policy: the full cache on both sides
 MIB = 2**20
-
-
-def reset_peak_rss() -> bool:
-    """Reset this process's RSS high-water mark (ru_maxrss follows it on Linux)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 # ---------------------------------------------------------------------------- samples
@@ -271,7 +220,7 @@ def summarize(rows, samples, tok, kvp: dict, ctx: dict, kvp_peak: dict, ctx_peak
         press, ratio = row
         out.append(
             {
-                "kvpress_press": "(none)" if row == BASELINE else KVPRESS_CLASS[press],
+                "kvpress_press": "(none)" if row == BASELINE else PRESSES[press],
                 "ctxlab_policy": "full" if row == BASELINE else PAIRS[press],
                 "compression_ratio": ratio,
                 "ctxlab_budget": round(1.0 - ratio, 6),
