@@ -153,6 +153,8 @@ class PolicyDriver:
             st.next_start = it.start + it.num_new
         self._q_rows = torch.cat(keep_rows) if keep_rows else None
         self.items = items
+        if self.selector is not None:
+            self.selector.items = items
 
     def release(self, seq_id: int) -> None:
         self.states.pop(seq_id, None)

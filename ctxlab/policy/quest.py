@@ -18,7 +18,7 @@ from typing import ClassVar
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy, group_reduce
+from ctxlab.policy.base import Policy, budget_tokens, group_reduce, parse_budget
 
 
 def page_summaries(
@@ -78,21 +78,33 @@ def select_pages(
 
 @dataclass
 class QuestPolicy(Policy):
-    """Reads `token_budget // page` pages per lane per decode step; evicts nothing."""
+    """Reads `token_budget // page` pages per lane per decode step; evicts nothing.
+
+    `token_budget` is tokens (int) or a share of each sequence's prompt (float in (0, 1)),
+    never fewer pages than the sink pages plus the current one."""
 
     name: ClassVar[str] = "quest"
     paper: ClassVar[str] = "Quest: query-aware sparsity (Tang et al., ICML 2024)"
     stack_layer: ClassVar[str] = "selection"
     needs: ClassVar[frozenset[str]] = frozenset({"query"})
-    token_budget: int = 512
+    token_budget: int | float = 512
     page: int = 16
     sink_pages: int = 1
 
-    def pages_per_step(self) -> int:
+    def pages_per_step(self, prompt_len: int | None = None) -> int:
+        """Pages each lane reads per step (a ratio budget needs the sequence's prompt length)."""
+        if isinstance(self.token_budget, float):
+            if prompt_len is None:
+                raise ValueError("a ratio budget needs the prompt length")
+            tokens = budget_tokens(self.token_budget, prompt_len)
+            return max(self.sink_pages + 1, tokens // self.page)
         return max(1, self.token_budget // self.page)
 
     def check(self) -> None:
         super().check()
+        self.token_budget = parse_budget(self.token_budget)
+        if isinstance(self.token_budget, float):
+            return  # sized per sequence, at least the sink pages and the current one
         if self.pages_per_step() < self.sink_pages + 1:
             raise CtxlabError(
                 f"a Quest budget of {self.token_budget} tokens is too small: it must hold "

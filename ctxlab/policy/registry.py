@@ -69,8 +69,6 @@ def make_policy(name: str, budget: int | float | str | None = None, **params: An
         field = _BUDGET_FIELD.get(name, "budget")
         if field in fields:
             b = parse_budget(budget)
-            if field == "token_budget" and not isinstance(b, int):
-                raise CtxlabError("quest takes its budget in tokens read per step, not a ratio.")
             params[field] = b
         elif name in ("longformer", "bigbird"):
             params.setdefault("local", int(parse_budget(budget)) - params.get("n_global", 4))

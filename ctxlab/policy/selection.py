@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ctxlab.kv.manager import KVCacheManager
-from ctxlab.policy.base import Policy
+from ctxlab.policy.base import Policy, budget_tokens
 
 
 class QuestSelector:
@@ -26,7 +26,7 @@ class QuestSelector:
         self.policy = policy
         self.kv = kv
         self.bs = lay.block_size
-        self.n_pages = max(1, int(getattr(policy, "token_budget", 512)) // self.bs)
+        self.items: Any = None  # the step's StepItems (set by the driver): prompt lengths
         self.sink_pages = int(getattr(policy, "sink_pages", 1))
         n = kv.pool.num_blocks
         self.kmin = torch.full((n, lay.head_dim), float("inf"))
@@ -50,6 +50,18 @@ class QuestSelector:
     @property
     def read_fraction(self) -> float:
         return self.blocks_read / self.blocks_total if self.blocks_total else 1.0
+
+    def _pages_per_row(self, n_rows: int) -> torch.Tensor:
+        """Pages per decode row: one count for a token budget; per sequence for a ratio of
+        its prompt (decode rows are the step's one-token items, in batch order)."""
+        budget = getattr(self.policy, "token_budget", 512)
+        if not isinstance(budget, float):
+            return torch.full((n_rows,), max(1, int(budget) // self.bs), dtype=torch.int64)
+        lens = [it.prompt_len for it in self.items if it.num_new == 1]
+        assert len(lens) == n_rows, "decode rows are the one-token items of the step"
+        floor = self.sink_pages + 1
+        pages = [max(floor, budget_tokens(budget, n) // self.bs) for n in lens]
+        return torch.tensor(pages, dtype=torch.int64)
 
     def _update(self, rows: torch.Tensor, k: torch.Tensor) -> None:
         """Fold newly written keys (`rows [T, Hkv]`, `k [T, Hkv, d]`) into block summaries."""
@@ -78,10 +90,11 @@ class QuestSelector:
         have = (lens + self.bs - 1) // self.bs  # [B, n_kv] pages per lane
         n_have = int(have.sum())
         self.blocks_total += n_have
-        P = min(self.n_pages, nb)
-        if nb <= P:
+        per_row = self._pages_per_row(B)  # [B] pages each sequence's lanes may read
+        if nb <= int(per_row.min()):
             self.blocks_read += n_have
             return inner.attend(layer, q, k, v)
+        P = min(int(per_row.max()), nb)
         # Every sequence at once. The bound sum_c max(q_c min_c, q_c max_c) is
         # q+ . max + q- . min (q+ and q- the positive and negative parts of q): two matmuls.
         qd = q.index_select(0, plan.decode_idx).float()
@@ -96,8 +109,10 @@ class QuestSelector:
         real = page_idx < have[..., None]
         forced = (page_idx < self.sink_pages) | (page_idx == have[..., None] - 1)
         bound = bound.masked_fill(~real, float("-inf")).masked_fill(forced & real, float("inf"))
-        top = torch.sort(torch.topk(bound, P, dim=-1).indices, dim=-1).values  # [B, n_kv, P]
-        ok = torch.gather(real, -1, top)
+        top = torch.topk(bound, P, dim=-1).indices  # [B, n_kv, P], best first
+        in_budget = (torch.arange(P) < per_row.view(B, 1, 1)).expand_as(top)
+        top, order = torch.sort(top, dim=-1)
+        ok = torch.gather(real, -1, top) & torch.gather(in_budget, -1, order)
         self.blocks_read += int(ok.sum())
         sel_tab = torch.gather(table, -1, top)
         slot = top[..., None] * self.bs + torch.arange(self.bs)  # [B, n_kv, P, bs]

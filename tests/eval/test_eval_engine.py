@@ -58,8 +58,8 @@ def test_policy_list_parsing():
 
 
 def test_a_bad_policy_late_in_the_list_stops_the_run_before_it_starts():
-    with pytest.raises(CtxlabError, match="not a ratio"):
-        parse_policy_runs("full,snapkv@0.25,quest@0.25", None)
+    with pytest.raises(CtxlabError, match="too small for snapkv"):
+        parse_policy_runs("full,h2o@0.25,snapkv@16", None)
     with pytest.raises(CtxlabError, match="unknown"):
         parse_policy_runs("full,snapkv@128,nosuch@64", None)
 

@@ -242,6 +242,28 @@ def test_quest_reads_fewer_blocks_and_keeps_everything():
     assert run(eng, ps) == base and eng.driver.selector.read_fraction == 1.0
 
 
+def test_quest_ratio_budget_reads_a_share_of_each_prompt():
+    """--budget 0.25 for Quest: each sequence's lanes read a quarter of its own prompt per
+    decode step (in pages of one block, at least the sink page and the current one)."""
+    short, long_ = prompts(1, seed=5, lo=40, hi=40)[0], prompts(1, seed=6, lo=160, hi=160)[0]
+    eng = engine(policy="quest", budget=0.25)
+    rids = [eng.add_request(p, SamplingParams(max_tokens=6)) for p in (short, long_)]
+    sel = eng.driver.selector
+    seen = []
+    inner = sel._pages_per_row
+
+    def spy(n_rows):
+        rows = inner(n_rows)
+        seen.append(rows.tolist())
+        return rows
+
+    sel._pages_per_row = spy
+    eng.run_all(rids)
+    assert [40 // 4 // BS, 160 // 4 // BS] in seen  # 2 and 10 pages of 4 tokens
+    assert 0 < sel.read_fraction < 0.6
+    assert make_policy("quest", budget=0.25).pages_per_step(4000) == 62  # 1,000 tokens / 16
+
+
 def test_h2o_scores_from_the_attention_match_the_per_layer_definition():
     """H2O's decode scores, taken from the batched attention itself (two sequences decoding
     together), equal the slow per-layer definition: this step's softmax of the current

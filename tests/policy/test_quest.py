@@ -63,5 +63,6 @@ def test_quest_budget_must_hold_sinks_and_current_page():
     assert make_policy("quest", budget=512).pages_per_step() == 32
     with pytest.raises(CtxlabError, match="too small"):
         make_policy("quest", budget=16)
-    with pytest.raises(CtxlabError, match="not a ratio"):
-        make_policy("quest", budget=0.5)
+    # A ratio is a share of each prompt, never below the sink page plus the current one.
+    half = make_policy("quest", budget=0.5)
+    assert half.pages_per_step(1024) == 32 and half.pages_per_step(20) == 2
