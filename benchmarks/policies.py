@@ -70,22 +70,25 @@ def build(name: str, budget: int, block: int):
     return make_policy(base, budget, **extra), fmt
 
 
-def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
-    """An engine for one policy with every request prefilled (first token sampled)."""
-    total = len(prompts) * (args.prompt_tokens + args.decode + args.block)
-    policy, fmt = build(name, args.budget, args.block)
-    eng = LLMEngine(
+def bench_engine(loaded, prompts: list[list[int]], args, prefix_caching: bool, **kw) -> LLMEngine:
+    """An engine whose pool holds every request whole (prompt, decode, one spare block)."""
+    return LLMEngine(
         loaded.model,
         loaded.config,
         loaded.tokenizer,
-        kv_pool_tokens=total,
+        kv_pool_tokens=len(prompts) * (args.prompt_tokens + args.decode + args.block),
         block_size=args.block,
-        enable_prefix_caching=False,
+        enable_prefix_caching=prefix_caching,
         max_num_batched_tokens=args.chunk,
         max_num_seqs=len(prompts),
-        policy=policy,
-        kv_format=fmt,
+        **kw,
     )
+
+
+def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
+    """An engine for one policy with every request prefilled (first token sampled)."""
+    policy, fmt = build(name, args.budget, args.block)
+    eng = bench_engine(loaded, prompts, args, False, policy=policy, kv_format=fmt)
     params = SamplingParams(max_tokens=args.decode + 1, ignore_eos=True)
     eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
     while any(eng.seqs[r].metrics.output_tokens == 0 for r in eng.bench_rids):  # type: ignore[attr-defined]
@@ -108,19 +111,9 @@ def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str
     the per-chunk cuts of positional policies inside the cached part, which change no
     decode cost. Prefill is then paid once instead of once per policy.
     """
-    from ctxlab.policy.driver import build_driver
+    from ctxlab.policy.build import build_driver
 
-    total = len(prompts) * (args.prompt_tokens + args.decode + args.block)
-    base = LLMEngine(
-        loaded.model,
-        loaded.config,
-        loaded.tokenizer,
-        kv_pool_tokens=total,
-        block_size=args.block,
-        enable_prefix_caching=True,
-        max_num_batched_tokens=args.chunk,
-        max_num_seqs=len(prompts),
-    )
+    base = bench_engine(loaded, prompts, args, True)
     head = SamplingParams(max_tokens=1, ignore_eos=True)
     for p in prompts:
         base.add_request(p[: len(p) - args.tail], head)

@@ -103,7 +103,7 @@ class LLMEngine:
             block_size=block_size,
             dtype=dtype,
         )
-        from ctxlab.policy.driver import build_driver
+        from ctxlab.policy.build import build_driver
         from ctxlab.policy.quant import storage_format
 
         # The pool's storage format: the model dtype, or int8 / KIVI codes (policy "quant",

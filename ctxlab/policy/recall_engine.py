@@ -12,18 +12,19 @@ holds the base policy's share and the scratch at most the recall share.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ctxlab.policy.recall import FarTier, RecallPolicy
+from ctxlab.policy.scoring import WithoutDecode
 
 
 class RecallSelector:
     def __init__(self, driver: Any, policy: RecallPolicy, tier: FarTier):
         self.driver = driver
+        self._rest = WithoutDecode()
         self.policy = policy
         self.tier = tier
         lay = driver.layout
@@ -78,11 +79,7 @@ class RecallSelector:
         plan = inner.plan
         if plan.decode_idx is None:
             return inner.attend(layer, q, k, v)
-        inner.plan = dataclasses.replace(plan, decode_idx=None)  # writes and prefill only
-        try:
-            out = inner.attend(layer, q, k, v)
-        finally:
-            inner.plan = plan
+        out = self._rest(inner, layer, q, k, v)  # writes and prefill only
         lanes = self.layout.lanes_of_layer(layer)
         kk, vv = inner.pool.gather(plan.decode_table[:, lanes])  # [B, n_kv, L, d]
         mask = plan.decode_mask[:, lanes, 0]  # [B, n_kv, L]

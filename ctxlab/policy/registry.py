@@ -43,7 +43,7 @@ POLICIES: dict[str, type[Policy]] = {
     )
 }
 
-# Policies whose pure code exists but that the engine cannot run yet (see driver.build_driver).
+# Policies whose pure code exists but that the engine cannot run yet (see build.build_driver).
 NOT_IN_ENGINE: frozenset[str] = frozenset()
 
 # What "--budget" means for policies whose budget field has another name.

@@ -51,21 +51,44 @@ class QueryLog:
         return self.q[:, :, idx], self.pos[idx]
 
 
+class WithoutDecode:
+    """Runs the inner backend on the step's plan without its decode rows: it still writes
+    every new K/V and attends for prefill chunks, and the caller computes the decode rows
+    itself. The stripped plan is built once per step, not per layer."""
+
+    def __init__(self) -> None:
+        self._src: Any = None
+        self._stripped: Any = None
+
+    def __call__(
+        self, inner: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        plan = inner.plan
+        if self._src is not plan:
+            self._src = plan
+            self._stripped = dataclasses.replace(plan, decode_idx=None)
+        inner.plan = self._stripped
+        try:
+            return inner.attend(layer, q, k, v)
+        finally:
+            inner.plan = plan
+
+
 def scored_decode(
-    inner: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, writes_plan: Any
+    inner: Any,
+    layer: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rest: WithoutDecode,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The backend's output with decode rows computed here; returns (out, probs `[B, n_kv, L]`).
 
-    `writes_plan` is the step's plan without its decode rows: the inner backend still writes
-    every new K/V and attends for prefill chunks. The probabilities are summed over the
-    query heads of each KV head's group (H2O's per-KV-head score); masked slots get 0.
+    The probabilities are summed over the query heads of each KV head's group (H2O's
+    per-KV-head score); masked slots get 0.
     """
     plan = inner.plan
-    inner.plan = writes_plan
-    try:
-        out = inner.attend(layer, q, k, v)
-    finally:
-        inner.plan = plan
+    out = rest(inner, layer, q, k, v)
     lay = inner.pool.layout
     lanes = lay.lanes_of_layer(layer)
     kk, vv = inner.pool.gather(plan.decode_table[:, lanes])  # [B, n_kv, L, d]
@@ -82,7 +105,7 @@ def scored_decode(
 
 
 def trimmed_decode(
-    inner: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, writes_plan: Any
+    inner: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rest: WithoutDecode
 ) -> torch.Tensor:
     """The backend's output with decode rows read over this layer's own longest lane.
 
@@ -92,11 +115,7 @@ def trimmed_decode(
     only the blocks its own lanes use.
     """
     plan = inner.plan
-    inner.plan = writes_plan
-    try:
-        out = inner.attend(layer, q, k, v)
-    finally:
-        inner.plan = plan
+    out = rest(inner, layer, q, k, v)
     lay = inner.pool.layout
     lanes = lay.lanes_of_layer(layer)
     mask = plan.decode_mask[:, lanes]  # [B, n_kv, 1, L]
@@ -117,8 +136,7 @@ class PolicyAttention:
     def __init__(self, inner: Any, driver: Any):
         self.inner = inner
         self.driver = driver
-        self._plan_src: Any = None
-        self._writes_plan: Any = None
+        self._rest = WithoutDecode()
 
     @property
     def plan(self) -> Any:
@@ -140,11 +158,8 @@ class PolicyAttention:
         plan = self.inner.plan
         if plan.decode_idx is None or not (drv.scores_in_attention or drv.uneven_layers):
             return self.inner.attend(layer_idx, q, k, v)
-        if self._plan_src is not plan:  # one stripped plan per step, not per layer
-            self._plan_src = plan
-            self._writes_plan = dataclasses.replace(plan, decode_idx=None)
         if not drv.scores_in_attention:
-            return trimmed_decode(self.inner, layer_idx, q, k, v, self._writes_plan)
-        out, probs = scored_decode(self.inner, layer_idx, q, k, v, self._writes_plan)
+            return trimmed_decode(self.inner, layer_idx, q, k, v, self._rest)
+        out, probs = scored_decode(self.inner, layer_idx, q, k, v, self._rest)
         drv.step_probs[layer_idx] = probs
         return out

@@ -10,14 +10,14 @@ without selection and the blocks it does read.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ctxlab.kv.manager import KVCacheManager
-from ctxlab.policy.base import Policy, budget_tokens
+from ctxlab.policy.base import Policy
+from ctxlab.policy.scoring import WithoutDecode
 
 
 class QuestSelector:
@@ -33,8 +33,8 @@ class QuestSelector:
         self.kmax = torch.full((n, lay.head_dim), float("-inf"))
         self.blocks_total = 0  # blocks a dense decode would have read
         self.blocks_read = 0
-        self._plan_src: Any = None
-        self._writes_plan: Any = None
+        self._rest = WithoutDecode()
+        self._pages: tuple[Any, torch.Tensor] | None = None  # (items, pages per decode row)
 
     def rebuild(self) -> None:
         """Summaries of every block from the keys already in the pool.
@@ -54,14 +54,19 @@ class QuestSelector:
     def _pages_per_row(self, n_rows: int) -> torch.Tensor:
         """Pages per decode row: one count for a token budget; per sequence for a ratio of
         its prompt (decode rows are the step's one-token items, in batch order)."""
-        budget = getattr(self.policy, "token_budget", 512)
-        if not isinstance(budget, float):
-            return torch.full((n_rows,), max(1, int(budget) // self.bs), dtype=torch.int64)
+        if self._pages is not None and self._pages[0] is self.items:
+            return self._pages[1]  # once per step, not per layer
+        pages = self._count_pages(n_rows)
+        self._pages = (self.items, pages)
+        return pages
+
+    def _count_pages(self, n_rows: int) -> torch.Tensor:
+        pol: Any = self.policy  # its `page` is the pool's block size (build_driver sets it)
+        if not isinstance(pol.token_budget, float):
+            return torch.full((n_rows,), pol.pages_per_step(), dtype=torch.int64)
         lens = [it.prompt_len for it in self.items if it.num_new == 1]
         assert len(lens) == n_rows, "decode rows are the one-token items of the step"
-        floor = self.sink_pages + 1
-        pages = [max(floor, budget_tokens(budget, n) // self.bs) for n in lens]
-        return torch.tensor(pages, dtype=torch.int64)
+        return torch.tensor([pol.pages_per_step(n) for n in lens], dtype=torch.int64)
 
     def _update(self, rows: torch.Tensor, k: torch.Tensor) -> None:
         """Fold newly written keys (`rows [T, Hkv]`, `k [T, Hkv, d]`) into block summaries."""
@@ -119,14 +124,7 @@ class QuestSelector:
         mask = ((slot < lens[..., None, None]) & ok[..., None]).reshape(B, n_kv, 1, -1)
         # Writes (and any prefill rows) through the backend; the decode rows read only the
         # chosen pages.
-        if self._plan_src is not plan:  # one stripped plan per step, not per layer
-            self._plan_src = plan
-            self._writes_plan = dataclasses.replace(plan, decode_idx=None)
-        inner.plan = self._writes_plan
-        try:
-            out = inner.attend(layer, q, k, v)
-        finally:
-            inner.plan = plan
+        out = self._rest(inner, layer, q, k, v)
         kk, vv = inner.pool.gather(sel_tab)  # [B, n_kv, P * bs, d]
         o = F.scaled_dot_product_attention(qg.to(kk.dtype), kk, vv, attn_mask=mask)
         out.index_copy_(0, plan.decode_idx, o.reshape(B, -1, o.shape[-1]).to(out.dtype))
