@@ -10,6 +10,19 @@ from pathlib import Path
 
 import typer
 
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    BudgetOpt,
+    DTypeOpt,
+    EngineOptions,
+    JsonOpt,
+    KVFormatOpt,
+    KVPoolTokensOpt,
+    ModelOpt,
+    NoPrefixCacheOpt,
+    PageSizeOpt,
+    PolicyOpt,
+)
 from ctxlab.errors import CtxlabError
 
 
@@ -19,24 +32,20 @@ def register(app: typer.Typer) -> None:
         prompt: str = typer.Argument(None, help="The prompt text (or use --file)."),
         chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as one user message."),
         file: Path = typer.Option(None, "--file", help="Read the prompt from this file."),
-        model: str = typer.Option("smollm2-135m", "--model", help="Model name, .gguf or folder."),
+        model: ModelOpt = DEFAULT_MODEL,
         max_tokens: int = typer.Option(64, "--max-tokens", help="Tokens to generate."),
         temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-        top_p: float = typer.Option(1.0, "--top-p"),
-        top_k: int = typer.Option(0, "--top-k", help="0 = off."),
+        top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1 = off)."),
+        top_k: int = typer.Option(0, "--top-k", help="Sample from the k likeliest (0 = off)."),
         seed: int = typer.Option(None, "--seed", help="Sampling seed."),
-        kv_pool_tokens: int = typer.Option(16384, "--kv-pool-tokens", help="Pool size, tokens."),
-        block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
-        no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache"),
-        dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-        policy: str = typer.Option(None, "--policy", help="KV policy (see `ctxlab policies`)."),
-        budget: str = typer.Option(None, "--budget", help="Policy budget: tokens or a ratio."),
-        kv_format: str = typer.Option(
-            None,
-            "--kv-format",
-            help="Store the KV pool quantized: int8, kivi4 or kivi2 (with any --policy).",
-        ),
+        kv_pool_tokens: KVPoolTokensOpt = 16384,
+        page_size: PageSizeOpt = 16,
+        no_prefix_cache: NoPrefixCacheOpt = False,
+        dtype: DTypeOpt = "float32",
+        as_json: JsonOpt = False,
+        policy: PolicyOpt = None,
+        budget: BudgetOpt = None,
+        kv_format: KVFormatOpt = None,
     ) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
         if file is not None:
@@ -45,21 +54,22 @@ def register(app: typer.Typer) -> None:
             prompt = file.read_text()
         if not prompt:
             raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
+        options = EngineOptions(
+            model=model,
+            policy=policy,
+            budget=budget,
+            kv_format=kv_format,
+            page_size=page_size,
+            kv_pool_tokens=kv_pool_tokens,
+            dtype=dtype,
+            prefix_cache=not no_prefix_cache,
+        ).check()
         from ctxlab.engine import LLM, SamplingParams
 
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
-        llm = LLM(
-            model=model,
-            kv_pool_tokens=kv_pool_tokens,
-            block_size=block_size,
-            enable_prefix_caching=not no_prefix_cache,
-            dtype=dtype,
-            policy=policy,
-            budget=budget,
-            kv_format=kv_format,
-        )
+        llm = LLM(**options.llm_kwargs())
         request = [{"role": "user", "content": prompt}] if chat else prompt
         out = llm.generate(request, params)[0]
         m = out.metrics
