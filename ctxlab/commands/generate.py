@@ -22,6 +22,7 @@ from ctxlab.commands.options import (
     NoPrefixCacheOpt,
     PageSizeOpt,
     PolicyOpt,
+    WeightsOpt,
 )
 from ctxlab.errors import CtxlabError
 
@@ -46,6 +47,7 @@ def register(app: typer.Typer) -> None:
         policy: PolicyOpt = None,
         budget: BudgetOpt = None,
         kv_format: KVFormatOpt = None,
+        weights: WeightsOpt = "fp32",
     ) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
         if file is not None:
@@ -63,6 +65,7 @@ def register(app: typer.Typer) -> None:
             kv_pool_tokens=kv_pool_tokens,
             dtype=dtype,
             prefix_cache=not no_prefix_cache,
+            weights=weights,
         ).check()
         from ctxlab.engine import LLM, SamplingParams
 
@@ -86,6 +89,7 @@ def register(app: typer.Typer) -> None:
                 "policy": policy or "full",
                 "budget": budget,
                 "kv_format": llm.engine.kv.kv_format,
+                "weights": weights,
             }
             typer.echo(json.dumps(doc))
             return

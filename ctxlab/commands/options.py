@@ -96,6 +96,7 @@ class EngineOptions:
     kv_pool_tokens: int = 16384
     dtype: str = "float32"
     prefix_cache: bool = True
+    weights: str = "fp32"
 
     def check(self) -> EngineOptions:
         """Every check that needs no model, before the model loads; returns self."""
@@ -109,6 +110,10 @@ class EngineOptions:
         if self.dtype not in DTYPES:
             raise CtxlabError(
                 f"--dtype {self.dtype!r} is not supported; use {' or '.join(DTYPES)}."
+            )
+        if self.weights not in WEIGHT_FORMATS:
+            raise CtxlabError(
+                f"--weights {self.weights!r} is unknown; use one of {', '.join(WEIGHT_FORMATS)}."
             )
         if self.kv_format is not None and self.kv_format not in KV_FORMATS:
             raise CtxlabError(
@@ -134,4 +139,17 @@ class EngineOptions:
             "kv_pool_tokens": self.kv_pool_tokens,
             "dtype": self.dtype,
             "enable_prefix_caching": self.prefix_cache,
+            "weights": self.weights,
         }
+
+
+# -- weight formats (the linear layers' storage and kernel; ctxlab/model/weights.py) ---------
+WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")
+WeightsOpt = Annotated[
+    str,
+    typer.Option(
+        "--weights",
+        help="Linear-layer weights: fp32 (reference), bf16, int8 (fbgemm, fastest decode "
+        "here) or int4 (the GGUF's own 4-bit blocks). See docs/decode.md.",
+    ),
+]

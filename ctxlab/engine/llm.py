@@ -281,6 +281,8 @@ class LLM:
     loaded `LoadedModel` (tests share one across several engines). `policy`/`budget` pick a
     KV policy (`ctxlab policies`); `kv_format` ("int8", "kivi4", "kivi2") stores the pool
     quantized under any policy (`policy="quant"` alone: every token kept, quantized).
+    `weights` ("fp32", "bf16", "int8", "int4") stores the linear layers in that format when
+    the model is loaded here (`ctxlab.model.weights`).
     """
 
     def __init__(
@@ -297,15 +299,23 @@ class LLM:
         budget: Any = None,
         max_model_len: int | None = None,
         kv_format: str | None = None,
+        weights: str = "fp32",
     ):
         if isinstance(model, str):
             from ctxlab.model import load_model
 
-            loaded = load_model(model, dtype=dtype, device=device)
-            model_id = model
+            loaded = load_model(model, dtype=dtype, device=device, weights=weights)
+            model_id = model if weights == "fp32" else f"{model}@{weights}"
         else:
+            have = getattr(getattr(model, "model", None), "weight_format", "fp32")
+            if weights not in ("fp32", have):
+                raise CtxlabError(
+                    f"this model is already loaded with {have} weights; load it with "
+                    f"load_model(..., weights={weights!r}) to run {weights}."
+                )
             loaded = model
             model_id = str(getattr(loaded, "source_path", "model"))
+            model_id += "" if have == "fp32" else f"@{have}"
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self.engine = LLMEngine(

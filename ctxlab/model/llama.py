@@ -35,14 +35,19 @@ class LlamaModel(nn.Module):
         self.rope = RotaryEmbedding(
             cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position, rope_freq_factors
         )
+        # Set by `ctxlab.model.weights.convert_weights` when the weights are stored in another
+        # format: the output projection as its own module, then used instead of the table.
+        self.output: nn.Module | None = None
+        self.weight_format = "fp32"
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        """The activation dtype (the norms' dtype; packed weight formats keep their own)."""
+        return self.norm.weight.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.embed_tokens.weight.device
+        return self.norm.weight.device
 
     @property
     def sliding_windows(self) -> tuple[int | None, ...]:
@@ -65,6 +70,8 @@ class LlamaModel(nn.Module):
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [T, vocab] in float32 for hidden states [T, hidden]."""
+        if self.output is not None:
+            return self.output(hidden).float()
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return (hidden @ weight.T).float()
 

@@ -17,10 +17,12 @@ import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.model.config import ModelConfig
+from ctxlab.model.gguf_blocks import unpermute_qk
 from ctxlab.model.gguf_file import read_gguf_file
 from ctxlab.model.llama import LlamaModel
 from ctxlab.model.registry import DEFAULT_MODEL, resolve_model_path
 from ctxlab.model.tokenizer import Tokenizer, load_tokenizer
+from ctxlab.model.weights import DEFAULT_WEIGHTS, check_weights, convert_weights, gguf_codes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -72,10 +74,17 @@ def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def load_model(
-    model: str = DEFAULT_MODEL, dtype: str | torch.dtype = "float32", device: str = "cpu"
+    model: str = DEFAULT_MODEL,
+    dtype: str | torch.dtype = "float32",
+    device: str = "cpu",
+    weights: str = DEFAULT_WEIGHTS,
 ) -> LoadedModel:
-    """Load a registry name (default: smollm2-135m), a .gguf file or an HF safetensors folder."""
+    """Load a registry name (default: smollm2-135m), a .gguf file or an HF safetensors folder.
+
+    `weights` stores the linear layers as fp32, bf16, int8 or int4 (`ctxlab.model.weights`).
+    """
     torch_dtype = parse_dtype(dtype)
+    check_weights(weights)
     path = resolve_model_path(model)
     if path.is_dir():
         cfg, tensors, freq_factors = _read_hf_folder(path)
@@ -88,18 +97,15 @@ def load_model(
     with torch.device("meta"):
         net = LlamaModel(cfg, freq_factors)
     net.load_hf_state_dict(tensors, dtype=torch_dtype, device=device)
+    del tensors
+    if weights != "fp32":
+        codes = gguf_codes(path, cfg) if path.suffix.lower() == ".gguf" else None
+        convert_weights(net, weights, codes)
     net.eval()
     return LoadedModel(model=net, config=cfg, source_path=path)
 
 
 # ---------------------------------------------------------------------- GGUF
-
-
-def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Undo llama.cpp's per-head row interleave of Q/K (rows [h, d/2, 2] -> [h, 2, d/2])."""
-    rows = w.shape[0]
-    half = rows // n_heads // 2
-    return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
 def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.Tensor | None]:

@@ -1,0 +1,247 @@
+"""Linear layers (and the tied embedding) stored in a smaller format than float32.
+
+A batch-1 decode step reads every weight once, so its time is the bytes of the weights over
+the memory bandwidth: float32 weights move 4 bytes per parameter, int8 one, int4 half of one.
+Each class keeps its weights in buffers, never as Parameters, so `next(model.parameters())`
+still gives the model's activation dtype (the engine sizes its KV pool by it).
+
+- `BF16Linear`: bfloat16 weights through `F.linear` (oneDNN uses bf16 dot products on CPUs
+  that have them; elsewhere it converts inside the kernel).
+- `Int8Linear`: int8 codes with one scale per output row, through fbgemm's dynamically
+  quantized linear: the input is quantized per call (one scale for the whole input) and the
+  int32 product rescaled to float. One packed copy of the weights; no float copy is kept.
+- `Int4Linear`: 4-bit codes with a scale and offset per 32 inputs of a row (the layout of
+  GGUF's Q4_0/Q4_1, so their codes are taken as they are) through aten's
+  `_weight_int4pack_mm_for_cpu`, with bfloat16 activations, scales and offsets.
+- `GroupInt8Embedding`: token embedding rows as int8 codes with a scale per 32 values (GGUF
+  Q8_0 exactly); a lookup dequantizes only the rows it reads.
+
+Why these kernels: `benchmarks/weight_formats.py` measures them against float32 on this
+machine; the results and the choice are in docs/decode.md.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ctxlab.errors import CtxlabError
+from ctxlab.model.gguf_blocks import GROUP, GroupCodes
+
+
+class PackedLinear(nn.Module):
+    """What every weight format module shares: sizes, the bytes it holds, an optional bias."""
+
+    fmt = "fp32"
+
+    def __init__(self, in_features: int, out_features: int, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    def weight_bytes(self) -> int:
+        """Bytes of the stored weights (codes, scales, offsets, bias)."""
+        return sum(b.numel() * b.element_size() for b in self.buffers())
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, format={self.fmt}"
+
+    def _out(self, y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y if y.dtype == like.dtype else y.to(like.dtype)
+
+
+class BF16Linear(PackedLinear):
+    fmt = "bf16"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__(weight.shape[1], weight.shape[0], bias)
+        self.register_buffer("weight", weight.detach().to(torch.bfloat16).contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._out(F.linear(x.to(torch.bfloat16), self.weight), x)
+
+
+def _quantized_ops_available() -> bool:
+    try:
+        return "fbgemm" in torch.backends.quantized.supported_engines and hasattr(
+            torch.ops.quantized, "linear_dynamic"
+        )
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def row_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 codes with one scale per output row (what fbgemm's int8 takes)."""
+    w = weight.detach().to(torch.float32)
+    scale = w.abs().amax(1) / 127
+    scale = torch.where(scale > 0, scale, torch.full_like(scale, 1e-8))
+    codes = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return codes, scale
+
+
+class Int8Linear(PackedLinear):
+    """fbgemm dynamic int8: y = dequant(quant(x) @ codes^T), one weight scale per row.
+
+    `reduce_range` quantizes the input to 7 bits, which fbgemm needs on CPUs without VNNI
+    (its AVX2 path sums pairs of u8*s8 products in int16, which can saturate); with VNNI the
+    full 8 bits are exact. `int8_reduce_range()` probes the kernel once to decide.
+    """
+
+    fmt = "int8"
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        super().__init__(weight.shape[1], weight.shape[0], bias)
+        if not _quantized_ops_available():
+            raise CtxlabError(
+                "int8 weights need torch's fbgemm quantized ops, which this torch build lacks; "
+                "use --weights bf16 or fp32."
+            )
+        if weight.device.type != "cpu":
+            raise CtxlabError("int8 weights run on CPU only (fbgemm); use bf16 on other devices.")
+        codes, scale = row_int8(weight)
+        self._packed = _fbgemm_pack(codes, scale)
+        self._bytes = codes.numel() + 4 * scale.numel()
+        self.reduce_range = int8_reduce_range()
+
+    def weight_bytes(self) -> int:
+        return self._bytes + super().weight_bytes()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x if x.dtype == torch.float32 else x.float()
+        if flat.shape[0] == 1:  # one token: the kernel's per-input scale is per token
+            y = torch.ops.quantized.linear_dynamic(flat, self._packed, self.reduce_range)
+            return self._out(y, x)
+        # Several tokens: fbgemm quantizes the whole input with one scale, so one token with
+        # large activations (the first token's, in down_proj) would coarsen every other
+        # token's codes. Each row is scaled to the same range first and the output scaled
+        # back (the product is linear in each row): per-token quantization, same kernel.
+        row_max = flat.abs().amax(1, keepdim=True).clamp_min_(1e-30)
+        y = torch.ops.quantized.linear_dynamic(flat / row_max, self._packed, self.reduce_range)
+        return self._out(y.mul_(row_max), x)
+
+    def __getstate__(self) -> dict:
+        # the packed handle is not picklable as is; keep its codes and scales instead
+        state = self.__dict__.copy()
+        w, _ = torch.ops.quantized.linear_unpack(self._packed)
+        state["_packed"] = (w.int_repr(), w.q_per_channel_scales().float())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        codes, scale = state["_packed"]
+        state["_packed"] = _fbgemm_pack(codes, scale)
+        self.__dict__.update(state)
+
+
+def _fbgemm_pack(codes: torch.Tensor, scale: torch.Tensor):
+    """fbgemm's packed weight for int8 codes [out, in] with per-row scales."""
+    zeros = torch.zeros(codes.shape[0], dtype=torch.int64)
+    previous = torch.backends.quantized.engine
+    with warnings.catch_warnings():
+        # torch 2.13 marks quantized tensors as deprecated; fbgemm's prepack still needs one.
+        warnings.simplefilter("ignore", UserWarning)
+        q = torch._make_per_channel_quantized_tensor(codes, scale.double(), zeros, 0)
+        try:
+            torch.backends.quantized.engine = "fbgemm"
+            return torch.ops.quantized.linear_prepack(q, None)
+        finally:
+            torch.backends.quantized.engine = previous
+
+
+_REDUCE_RANGE: bool | None = None
+
+
+def int8_reduce_range() -> bool:
+    """True when fbgemm's full 8-bit input range saturates on this CPU (no VNNI).
+
+    Probe: 255 * 127 summed in pairs overflows int16; with VNNI (int32 sums) the product is
+    exact. Runs once per process, on a tiny matrix.
+    """
+    global _REDUCE_RANGE
+    if _REDUCE_RANGE is None:
+        k = 256
+        packed = _fbgemm_pack(torch.full((8, k), 127, dtype=torch.int8), torch.full((8,), 1 / 127))
+        x = torch.ones(1, k)
+        x[0, 0] = 0.0  # input range [0, 1]: 1.0 quantizes to 255
+        y = torch.ops.quantized.linear_dynamic(x, packed, False)
+        _REDUCE_RANGE = abs(float(y[0, 0]) - (k - 1)) > 0.01 * k
+    return _REDUCE_RANGE
+
+
+class Int4Linear(PackedLinear):
+    """aten's CPU int4 kernel: 4-bit codes, bf16 scale and offset per 32 inputs of a row.
+
+    value = (code - 8) * scale + offset, exactly the GGUF Q4_0/Q4_1 formula (see
+    `GroupCodes`); the kernel takes scale and offset in bfloat16, which rounds GGUF's fp16
+    scales to 8 significant bits (`rounding_error` reports what that adds).
+    """
+
+    fmt = "int4"
+    inner_k_tiles = 2  # the packing's inner tile count; 2 is what the CPU kernel tiles by
+
+    def __init__(self, codes: GroupCodes, bias: torch.Tensor | None = None) -> None:
+        rows, cols = codes.codes.shape
+        super().__init__(cols, rows, bias)
+        if codes.bits != 4 or codes.code_zero != 8:
+            raise ValueError("Int4Linear takes 4-bit group codes with code zero 8")
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            codes.codes.to(torch.int32).contiguous(), self.inner_k_tiles
+        )
+        scale_offset = torch.stack((codes.scale, codes.offset), -1)  # [rows, groups, 2]
+        self.register_buffer("packed", packed)
+        self.register_buffer(
+            "scale_offset", scale_offset.transpose(0, 1).contiguous().to(torch.bfloat16)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.to(torch.bfloat16), self.packed, GROUP, self.scale_offset
+        )
+        return self._out(y, x)
+
+
+class TableEmbedding(nn.Module):
+    """A float embedding table held as a buffer in its own dtype (bf16 for `--weights bf16`),
+    returned in the model's activation dtype."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = weight.shape
+        self.dtype = dtype
+        self.register_buffer("weight", weight.detach().contiguous())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight).to(self.dtype)
+
+    def weight_bytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+
+class GroupInt8Embedding(nn.Module):
+    """Embedding rows as int8 codes with a scale per 32 values (GGUF Q8_0 held exactly).
+
+    Only looked-up rows are dequantized, so the table costs a quarter of float32's memory
+    and nothing per decode step beyond the rows read.
+    """
+
+    def __init__(self, codes: GroupCodes, dtype: torch.dtype) -> None:
+        super().__init__()
+        if codes.bits != 8 or codes.code_zero != 0:
+            raise ValueError("GroupInt8Embedding takes symmetric 8-bit group codes")
+        self.num_embeddings, self.embedding_dim = codes.codes.shape
+        self.dtype = dtype
+        self.register_buffer("codes", codes.codes.contiguous())
+        self.register_buffer("scale", codes.scale.contiguous())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.codes[ids].view(-1, self.embedding_dim // GROUP, GROUP).float()
+        out = rows * self.scale[ids].view(-1, self.embedding_dim // GROUP, 1)
+        return out.view(*ids.shape, self.embedding_dim).to(self.dtype)
+
+    def weight_bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers())

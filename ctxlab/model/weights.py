@@ -1,0 +1,149 @@
+"""Weight formats: which storage and kernel the linear layers use, chosen at load.
+
+`--weights fp32|bf16|int8|int4` (`load_model(weights=...)`, `LLM(weights=...)`):
+
+| format | linear layers | output head | embedding table |
+|---|---|---|---|
+| fp32 | float32 `nn.Linear` (the parity reference) | float32, tied | float32 |
+| bf16 | bfloat16 `F.linear` | bfloat16, tied (one copy) | bfloat16 |
+| int8 | fbgemm dynamic int8, a scale per row | fbgemm int8 | int8, a scale per 32 values |
+| int4 | aten int4, a scale and offset per 32 values | fbgemm int8 | int8, a scale per 32 values |
+
+Activations, norms, RoPE, attention and the KV cache stay in the model dtype (`--dtype`).
+Where the source is a GGUF whose blocks a format can hold exactly (Q4_0/Q4_1 in int4, Q8_0
+in the int8 embedding table), the file's own codes are used; everything else is quantized
+from the dequantized float weights, which adds a rounding of its own (docs/decode.md states
+it beside the GGUF's). Conversion replaces the modules in place and frees the float copies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ctxlab.errors import CtxlabError
+from ctxlab.model.config import ModelConfig
+from ctxlab.model.gguf_blocks import GroupCodes, decode_blocks, quantize_groups, unpermute_qk
+from ctxlab.model.qlinear import (
+    BF16Linear,
+    GroupInt8Embedding,
+    Int4Linear,
+    Int8Linear,
+    TableEmbedding,
+)
+
+WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")
+DEFAULT_WEIGHTS = "fp32"
+LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+_GGUF_PARTS = {
+    "self_attn.qkv_proj": ("attn_q", "attn_k", "attn_v"),
+    "self_attn.o_proj": ("attn_output",),
+    "mlp.gate_up_proj": ("ffn_gate", "ffn_up"),
+    "mlp.down_proj": ("ffn_down",),
+}
+
+
+def check_weights(name: str) -> str:
+    """The format name, or one sentence naming the allowed ones."""
+    if name not in WEIGHT_FORMATS:
+        raise CtxlabError(
+            f"--weights {name!r} is not a weight format; use one of {', '.join(WEIGHT_FORMATS)}."
+        )
+    return name
+
+
+def gguf_codes(path: Path, cfg: ModelConfig) -> dict[str, GroupCodes]:
+    """The GGUF's own block codes per module of ours ("layers.3.mlp.down_proj", "embed_tokens",
+    "lm_head"), fused and un-permuted as the float loader does; only block types
+    `decode_blocks` reads, and only fused groups whose parts share one format."""
+    from ctxlab.model.gguf_file import read_gguf_file
+
+    tensors = {t.name: t for t in read_gguf_file(path).tensors}
+
+    def codes_of(name: str, heads: int | None = None) -> GroupCodes | None:
+        t = tensors.get(name)
+        c = None if t is None else decode_blocks(t.qtype, t.data)
+        if c is not None and heads is not None and cfg.arch == "llama":
+            c = c.take_rows(unpermute_qk(torch.arange(c.codes.shape[0]), heads))
+        return c
+
+    out: dict[str, GroupCodes] = {}
+    heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}
+    for i in range(cfg.num_layers):
+        for module, parts in _GGUF_PARTS.items():
+            found = [codes_of(f"blk.{i}.{p}.weight", heads.get(p)) for p in parts]
+            usable = [c for c in found if c is not None]
+            if len(usable) == len(parts) and len({(c.bits, c.code_zero) for c in usable}) == 1:
+                out[f"layers.{i}.{module}"] = GroupCodes.cat(usable)
+    for gguf_name, ours in (("token_embd.weight", "embed_tokens"), ("output.weight", "lm_head")):
+        c = codes_of(gguf_name)
+        if c is not None:
+            out[ours] = c
+    return out
+
+
+def _linear(fmt: str, weight: torch.Tensor, bias: torch.Tensor | None, codes: GroupCodes | None):
+    if fmt == "bf16":
+        return BF16Linear(weight, bias)
+    if fmt == "int8":
+        return Int8Linear(weight, bias)
+    if codes is None or codes.bits != 4:
+        codes = quantize_groups(weight, 4)
+    return Int4Linear(codes, bias)
+
+
+def convert_weights(
+    model: nn.Module, fmt: str, codes: dict[str, GroupCodes] | None = None
+) -> nn.Module:
+    """Put `model`'s linear layers, output head and embedding table in format `fmt`, in place.
+
+    `codes` are a GGUF's own block codes (`gguf_codes`), used where the format holds them.
+    """
+    check_weights(fmt)
+    if fmt == "fp32":
+        return model
+    codes = codes or {}
+    dtype = model.dtype
+    for i, layer in enumerate(model.layers):
+        for name in LINEARS:
+            owner_name, attr = name.split(".")
+            owner = getattr(layer, owner_name)
+            old = getattr(owner, attr)
+            source = codes.get(f"layers.{i}.{name}")
+            setattr(owner, attr, _linear(fmt, old.weight, old.bias, source))
+    table = model.embed_tokens.weight
+    head = table if model.lm_head is None else model.lm_head.weight
+    if fmt == "bf16":
+        model.embed_tokens = TableEmbedding(table.to(torch.bfloat16), dtype)
+        tied = model.lm_head is None
+        model.output = BF16Linear(model.embed_tokens.weight if tied else head)
+    else:
+        model.output = Int8Linear(head)
+        source = codes.get("embed_tokens")
+        if source is None or source.bits != 8:
+            source = quantize_groups(table, 8)
+        model.embed_tokens = GroupInt8Embedding(source, dtype)
+    model.lm_head = None
+    model.weight_format = fmt
+    return model
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes held by the model's weights in their stored formats (tied tables counted once)."""
+    seen: set[int] = set()
+    total = 0
+    for module in model.modules():
+        if hasattr(module, "weight_bytes") and module is not model:
+            held = [b for b in module.buffers(recurse=False) if b is not None]
+            if held and all(b.data_ptr() in seen for b in held):
+                continue
+            seen.update(b.data_ptr() for b in held)
+            total += module.weight_bytes()
+            continue
+        for p in module.parameters(recurse=False):
+            if p.data_ptr() not in seen:
+                seen.add(p.data_ptr())
+                total += p.numel() * p.element_size()
+    return total
