@@ -6,9 +6,10 @@
 |---|---|---|---|
 | fp32 | float32 `nn.Linear` (the parity reference) | float32, tied | float32 |
 | bf16 | bfloat16 `F.linear` | bfloat16, tied (one copy) | bfloat16 |
-| int8 | fbgemm dynamic int8, a scale per row | fbgemm int8 | int8, a scale per 32 values |
+| int8 | fbgemm dynamic int8, a scale per row (*) | fbgemm int8 | int8, a scale per 32 values |
 | int4 | aten int4, a scale and offset per 32 values | fbgemm int8 | int8, a scale per 32 values |
 
+(*) on a rotated residual stream (`rotation.py`), so per-token int8 inputs lose little.
 Activations, norms, RoPE, attention and the KV cache stay in the model dtype (`--dtype`).
 Where the source is a GGUF whose blocks a format can hold exactly (Q4_0/Q4_1 in int4, Q8_0
 in the int8 embedding table), the file's own codes are used; everything else is quantized
@@ -33,6 +34,7 @@ from ctxlab.model.qlinear import (
     Int8Linear,
     TableEmbedding,
 )
+from ctxlab.model.rotation import BlockRotation, rotate_residual
 
 WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")
 DEFAULT_WEIGHTS = "fp32"
@@ -100,19 +102,26 @@ def convert_weights(
     """Put `model`'s linear layers, output head and embedding table in format `fmt`, in place.
 
     `codes` are a GGUF's own block codes (`gguf_codes`), used where the format holds them.
+    int8 first rotates the residual stream (`rotation.rotate_residual`): its kernel quantizes
+    activations per token, which outlier channels would otherwise ruin.
     """
     check_weights(fmt)
     if fmt == "fp32":
         return model
     codes = codes or {}
     dtype = model.dtype
+    rotated = rotate_residual(model) if fmt == "int8" else None
+    down_block = int(rotated["down_block"]) if rotated is not None else 0
     for i, layer in enumerate(model.layers):
         for name in LINEARS:
             owner_name, attr = name.split(".")
             owner = getattr(layer, owner_name)
             old = getattr(owner, attr)
-            source = codes.get(f"layers.{i}.{name}")
-            setattr(owner, attr, _linear(fmt, old.weight, old.bias, source))
+            source = None if rotated is not None else codes.get(f"layers.{i}.{name}")
+            new = _linear(fmt, old.weight, old.bias, source)
+            if name == "mlp.down_proj" and down_block:
+                new = BlockRotation(new, down_block)
+            setattr(owner, attr, new)
     table = model.embed_tokens.weight
     head = table if model.lm_head is None else model.lm_head.weight
     if fmt == "bf16":
@@ -120,8 +129,8 @@ def convert_weights(
         tied = model.lm_head is None
         model.output = BF16Linear(model.embed_tokens.weight if tied else head)
     else:
-        model.output = Int8Linear(head)
-        source = codes.get("embed_tokens")
+        model.output = Int8Linear(head if rotated is None else rotated["head"])
+        source = None if rotated is not None else codes.get("embed_tokens")
         if source is None or source.bits != 8:
             source = quantize_groups(table, 8)
         model.embed_tokens = GroupInt8Embedding(source, dtype)
