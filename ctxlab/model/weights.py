@@ -156,3 +156,21 @@ def weight_bytes(model: nn.Module) -> int:
                 seen.add(p.data_ptr())
                 total += p.numel() * p.element_size()
     return total
+
+
+def _module_bytes(module: nn.Module) -> int:
+    if hasattr(module, "weight_bytes"):
+        return module.weight_bytes()
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def step_weight_bytes(model: nn.Module) -> int:
+    """Bytes of weights one decode step reads: every linear layer and the output head (the
+    embedding table's looked-up rows are negligible and not counted)."""
+    total = 0
+    for layer in model.layers:
+        for name in LINEARS:
+            owner, attr = name.split(".")
+            total += _module_bytes(getattr(getattr(layer, owner), attr))
+    head = model.output or model.lm_head or model.embed_tokens
+    return total + _module_bytes(head)
