@@ -17,16 +17,34 @@ from ctxlab.model.config import ModelConfig
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) * weight, normalised in float32 as the reference implementations do."""
+    """x / rms(x) * weight, normalised in float32 as the reference implementations do.
+
+    One float32 token (a batch-1 decode step) goes through `F.layer_norm` of [x, -x]: that
+    vector has mean 0 and variance mean(x^2), so its first half is exactly RMSNorm(x). On CPU
+    `F.rms_norm` runs as five kernels (about 16 us for 576 values here), layer_norm as one
+    (about 7 us); 61 norms per step make that half a millisecond of a ~15 ms step.
+    """
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self._doubled: tuple[tuple[int, int], torch.Tensor] | None = None
+
+    def _doubled_weight(self) -> torch.Tensor:
+        key = (self.weight.data_ptr(), self.weight._version)
+        if self._doubled is None or self._doubled[0] != key:
+            w = self.weight.detach()
+            self._doubled = (key, torch.cat((w, w)))
+        return self._doubled[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:
-            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+            d = x.shape[-1]
+            if x.shape[0] == 1 and x.dim() == 2:
+                both = torch.cat((x, x.neg()), -1)
+                return F.layer_norm(both, (2 * d,), self._doubled_weight(), None, self.eps)[:, :d]
+            return F.rms_norm(x, (d,), self.weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), None, self.eps)
         return self.weight * normed.to(x.dtype)
 
@@ -53,10 +71,13 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         t = x.shape[0]
         nq, nkv = self.num_heads, self.num_kv_heads
-        qkv = self.qkv_proj(x).view(t, nq + 2 * nkv, self.head_dim)
+        # `.forward` on submodules here and below: no hook dispatch, ~1 us per call saved,
+        # some 250 calls per decode step
+        qkv = self.qkv_proj.forward(x).view(t, nq + 2 * nkv, self.head_dim)
         qk, v = qkv[:, : nq + nkv], qkv[:, nq + nkv :]
         if self.q_norm is not None and self.k_norm is not None:
-            qk = torch.cat((self.q_norm(qk[:, :nq]), self.k_norm(qk[:, nq:])), dim=1)
+            q_normed, k_normed = self.q_norm.forward(qk[:, :nq]), self.k_norm.forward(qk[:, nq:])
+            qk = torch.cat((q_normed, k_normed), dim=1)
         # q and k rotated together. `cos`/`sin` come as [T, 1, d] with the sign of
         # rotate_half folded into `sin` (see `rope_tables`), so rotate_half is one flip of
         # the two halves: bit for bit x*cos + rotate_half(x)*sin, with fewer kernels.
@@ -64,7 +85,7 @@ class Attention(nn.Module):
         rot = qk.unflatten(-1, (2, half)).flip(-2).flatten(-2)
         qk = (qk * cos).add_(rot.mul_(sin))
         out = backend.attend(self.layer_idx, qk[:, :nq], qk[:, nq:], v)
-        return self.o_proj(out.reshape(t, nq * self.head_dim))
+        return self.o_proj.forward(out.reshape(t, nq * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -77,8 +98,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(F.silu(gate).mul_(up))
+        gate, up = self.gate_up_proj.forward(x).split(self.intermediate, dim=-1)
+        return self.down_proj.forward(F.silu(gate).mul_(up))
 
 
 def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,5 +123,5 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: AttentionBackend
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, backend)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn.forward(self.input_layernorm.forward(x), cos, sin, backend).add_(x)
+        return self.mlp.forward(self.post_attention_layernorm.forward(x)).add_(x)

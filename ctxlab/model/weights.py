@@ -144,7 +144,7 @@ def weight_bytes(model: nn.Module) -> int:
     seen: set[int] = set()
     total = 0
     for module in model.modules():
-        if hasattr(module, "weight_bytes") and module is not model:
+        if hasattr(module, "weight_bytes"):
             held = [b for b in module.buffers(recurse=False) if b is not None]
             if held and all(b.data_ptr() in seen for b in held):
                 continue
@@ -158,12 +158,6 @@ def weight_bytes(model: nn.Module) -> int:
     return total
 
 
-def _module_bytes(module: nn.Module) -> int:
-    if hasattr(module, "weight_bytes"):
-        return module.weight_bytes()
-    return sum(p.numel() * p.element_size() for p in module.parameters())
-
-
 def step_weight_bytes(model: nn.Module) -> int:
     """Bytes of weights one decode step reads: every linear layer and the output head (the
     embedding table's looked-up rows are negligible and not counted)."""
@@ -171,6 +165,6 @@ def step_weight_bytes(model: nn.Module) -> int:
     for layer in model.layers:
         for name in LINEARS:
             owner, attr = name.split(".")
-            total += _module_bytes(getattr(getattr(layer, owner), attr))
+            total += weight_bytes(getattr(getattr(layer, owner), attr))
     head = model.output or model.lm_head or model.embed_tokens
-    return total + _module_bytes(head)
+    return total + weight_bytes(head)
