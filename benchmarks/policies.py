@@ -201,10 +201,11 @@ def main() -> None:
     )
     ap.add_argument("--tail", type=int, default=64, help="prompt tokens each fork computes")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--weights", default="fp32", help="fp32, bf16, int8 or int4 linear layers")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = load_model()
+    loaded = load_model(weights=args.weights)
     tok = loaded.tokenizer
     text = resources.files("ctxlab").joinpath("data/tinyshakespeare.txt").read_text()
     ids = tok.encode(text[: args.requests * args.prompt_tokens * 6])
@@ -238,7 +239,7 @@ def main() -> None:
         return
     print(
         f"{args.requests} requests x {args.prompt_tokens} prompt tokens, {args.decode} decode "
-        f"tokens together, budget {args.budget}, block {args.block}, "
+        f"tokens together, budget {args.budget}, block {args.block}, weights {args.weights}, "
         f"torch threads {torch.get_num_threads()}"
     )
     print(

@@ -13,6 +13,9 @@ median of `--reps`; the ratio is float32's time over the kernel's (above 1 = fas
 error: for each format, the rounding it adds to the weights the GGUF decodes to (RMS over
 RMS of the weights), beside the GGUF's own rounding estimated from its blocks (step/sqrt 12
 per value, the error of rounding to a grid of that step).
+decode: batch-1 decode step of the engine after 512 and 4,096 prompt tokens, per weight
+format and KV format (none = the pool in float32, int8, kivi4), interleaved: at long context
+the KV read rivals the weights.
 cold: wall time of `ctxlab generate "Hello" --max-tokens 8` in a fresh process, per format.
 """
 
@@ -237,10 +240,56 @@ def bench_cold(formats: list[str]) -> None:
         print(f"| {fmt} | {wall:.2f} | {cpu:.2f} | {load()} |")
 
 
+def bench_decode(model: str, weights: list[str], kv_formats: list[str], contexts: list[int]):
+    from ctxlab.engine import LLM, SamplingParams
+
+    print("\n## Batch-1 decode step, ms (CPU best / wall median), by weights and KV format")
+    loaded = {w: load_model(model, weights=w) for w in weights}
+    print("| context | " + " | ".join(f"{w} weights" for w in weights) + " | KV format | load |")
+    print("|---|" + "---|" * len(weights) + "---|---|")
+    g = torch.Generator().manual_seed(0)
+    for ctx in contexts:
+        prompt = torch.randint(1000, 48000, (ctx,), generator=g).tolist()
+        engines, rids = {}, {}
+        for w in weights:
+            for kv in kv_formats:
+                llm = LLM(
+                    loaded[w],
+                    kv_pool_tokens=ctx + 1024,
+                    enable_prefix_caching=False,
+                    kv_format=None if kv == "none" else kv,
+                )
+                eng = llm.engine
+                params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+                rids[(w, kv)] = eng.add_request(prompt, params)
+                while eng.seqs[rids[(w, kv)]].metrics.output_tokens == 0:
+                    eng.step()
+                engines[(w, kv)] = eng
+        cpu: dict[tuple, list[float]] = {}
+        wall: dict[tuple, list[float]] = {}
+        for _ in range(3):
+            for key, eng in engines.items():
+                c, t = time.process_time(), time.perf_counter()
+                for _ in range(32):
+                    eng.step()
+                cpu.setdefault(key, []).append((time.process_time() - c) / 32)
+                wall.setdefault(key, []).append((time.perf_counter() - t) / 32)
+        for kv in kv_formats:
+            cells = [
+                f"{min(cpu[(w, kv)]) * 1e3:.1f} / {statistics.median(wall[(w, kv)]) * 1e3:.1f}"
+                for w in weights
+            ]
+            print(f"| {ctx} | " + " | ".join(cells) + f" | {kv} | {load()} |")
+        del engines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--only", default="kernels,error,memory,cold")
+    parser.add_argument("--only", default="kernels,error,memory,decode,cold")
+    parser.add_argument("--contexts", default="512,4096", help="decode: prompt lengths")
+    parser.add_argument("--decode-weights", default="fp32,int8,int4")
+    parser.add_argument("--kv-formats", default="none,int8,kivi4")
     parser.add_argument("--ms", default="1,16,256", help="token counts M per sweep")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--kernels", default=None, help="comma list of name parts to keep")
@@ -261,6 +310,10 @@ def main() -> None:
     del loaded
     if "memory" in only:
         bench_memory(args.model)
+    if "decode" in only:
+        contexts = [int(c) for c in args.contexts.split(",")]
+        kv_formats = args.kv_formats.split(",")
+        bench_decode(args.model, args.decode_weights.split(","), kv_formats, contexts)
     if "cold" in only:
         bench_cold(list(WEIGHT_FORMATS))
 

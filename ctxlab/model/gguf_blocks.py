@@ -47,16 +47,6 @@ class GroupCodes:
         q = self.codes.to(torch.float32).sub_(self.code_zero).view(rows, cols // GROUP, GROUP)
         return (q * self.scale[..., None] + self.offset[..., None]).view(rows, cols)
 
-    def take_rows(self, index: torch.Tensor) -> GroupCodes:
-        return GroupCodes(
-            self.codes[index],
-            self.scale[index],
-            self.offset[index],
-            self.code_zero,
-            self.bits,
-            self.source,
-        )
-
     @staticmethod
     def cat(parts: list[GroupCodes]) -> GroupCodes:
         """Row-wise concatenation (fused q|k|v and gate|up projections)."""

@@ -22,7 +22,7 @@ from ctxlab.model.gguf_file import read_gguf_file
 from ctxlab.model.llama import LlamaModel
 from ctxlab.model.registry import DEFAULT_MODEL, resolve_model_path
 from ctxlab.model.tokenizer import Tokenizer, load_tokenizer
-from ctxlab.model.weights import DEFAULT_WEIGHTS, check_weights, convert_weights, gguf_codes
+from ctxlab.model.weights import DEFAULT_WEIGHTS, check_weights, convert_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -99,8 +99,7 @@ def load_model(
     net.load_hf_state_dict(tensors, dtype=torch_dtype, device=device)
     del tensors
     if weights != "fp32":
-        codes = gguf_codes(path, cfg) if path.suffix.lower() == ".gguf" else None
-        convert_weights(net, weights, codes)
+        convert_weights(net, weights, path if path.suffix.lower() == ".gguf" else None)
     net.eval()
     return LoadedModel(model=net, config=cfg, source_path=path)
 

@@ -34,7 +34,7 @@ from ctxlab.model.qlinear import (
     Int8Linear,
     TableEmbedding,
 )
-from ctxlab.model.rotation import BlockRotation, rotate_residual
+from ctxlab.model.rotation import RotateInput, RotateOutput, rotate_residual
 
 WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")
 DEFAULT_WEIGHTS = "fp32"
@@ -56,10 +56,12 @@ def check_weights(name: str) -> str:
     return name
 
 
-def gguf_codes(path: Path, cfg: ModelConfig) -> dict[str, GroupCodes]:
+def gguf_codes(
+    path: Path, cfg: ModelConfig, wanted: set[str] | None = None
+) -> dict[str, GroupCodes]:
     """The GGUF's own block codes per module of ours ("layers.3.mlp.down_proj", "embed_tokens",
-    "lm_head"), fused and un-permuted as the float loader does; only block types
-    `decode_blocks` reads, and only fused groups whose parts share one format."""
+    "lm_head"; only those in `wanted` when given), fused and un-permuted as the float loader
+    does; only block types `decode_blocks` reads, and fused groups whose parts share one."""
     from ctxlab.model.gguf_file import read_gguf_file
 
     tensors = {t.name: t for t in read_gguf_file(path).tensors}
@@ -67,20 +69,29 @@ def gguf_codes(path: Path, cfg: ModelConfig) -> dict[str, GroupCodes]:
     def codes_of(name: str, heads: int | None = None) -> GroupCodes | None:
         t = tensors.get(name)
         c = None if t is None else decode_blocks(t.qtype, t.data)
-        if c is not None and heads is not None and cfg.arch == "llama":
-            c = c.take_rows(unpermute_qk(torch.arange(c.codes.shape[0]), heads))
-        return c
+        if c is None or heads is None or cfg.arch != "llama":
+            return c
+        return GroupCodes(
+            unpermute_qk(c.codes, heads),
+            unpermute_qk(c.scale, heads),
+            unpermute_qk(c.offset, heads),
+            c.code_zero,
+            c.bits,
+            c.source,
+        )
 
     out: dict[str, GroupCodes] = {}
     heads = {"attn_q": cfg.num_heads, "attn_k": cfg.num_kv_heads}
     for i in range(cfg.num_layers):
         for module, parts in _GGUF_PARTS.items():
+            if wanted is not None and f"layers.{i}.{module}" not in wanted:
+                continue
             found = [codes_of(f"blk.{i}.{p}.weight", heads.get(p)) for p in parts]
             usable = [c for c in found if c is not None]
             if len(usable) == len(parts) and len({(c.bits, c.code_zero) for c in usable}) == 1:
                 out[f"layers.{i}.{module}"] = GroupCodes.cat(usable)
     for gguf_name, ours in (("token_embd.weight", "embed_tokens"), ("output.weight", "lm_head")):
-        c = codes_of(gguf_name)
+        c = codes_of(gguf_name) if wanted is None or ours in wanted else None
         if c is not None:
             out[ours] = c
     return out
@@ -96,31 +107,36 @@ def _linear(fmt: str, weight: torch.Tensor, bias: torch.Tensor | None, codes: Gr
     return Int4Linear(codes, bias)
 
 
-def convert_weights(
-    model: nn.Module, fmt: str, codes: dict[str, GroupCodes] | None = None
-) -> nn.Module:
+def _int8_table(table: torch.Tensor, codes: dict[str, GroupCodes], dtype: torch.dtype):
+    source = codes.get("embed_tokens")
+    if source is None or source.bits != 8:
+        source = quantize_groups(table, 8)
+    return GroupInt8Embedding(source, dtype)
+
+
+def convert_weights(model: nn.Module, fmt: str, gguf: Path | None = None) -> nn.Module:
     """Put `model`'s linear layers, output head and embedding table in format `fmt`, in place.
 
-    `codes` are a GGUF's own block codes (`gguf_codes`), used where the format holds them.
+    `gguf`: the file the model came from, whose own block codes are used where the format
+    holds them exactly (int4: Q4_0/Q4_1 layers; int8 and int4: a Q8_0 embedding table).
     int8 first rotates the residual stream (`rotation.rotate_residual`): its kernel quantizes
     activations per token, which outlier channels would otherwise ruin.
     """
     check_weights(fmt)
     if fmt == "fp32":
         return model
-    codes = codes or {}
+    wanted = {"embed_tokens"} if fmt == "int8" else None
+    codes = gguf_codes(gguf, model.config, wanted) if gguf is not None and fmt != "bf16" else {}
     dtype = model.dtype
     rotated = rotate_residual(model) if fmt == "int8" else None
-    down_block = int(rotated["down_block"]) if rotated is not None else 0
     for i, layer in enumerate(model.layers):
         for name in LINEARS:
             owner_name, attr = name.split(".")
             owner = getattr(layer, owner_name)
             old = getattr(owner, attr)
-            source = None if rotated is not None else codes.get(f"layers.{i}.{name}")
-            new = _linear(fmt, old.weight, old.bias, source)
-            if name == "mlp.down_proj" and down_block:
-                new = BlockRotation(new, down_block)
+            new = _linear(fmt, old.weight, old.bias, codes.get(f"layers.{i}.{name}"))
+            if name == "mlp.down_proj" and rotated is not None and rotated["down"] is not None:
+                new = RotateInput(new, rotated["down"])
             setattr(owner, attr, new)
     table = model.embed_tokens.weight
     head = table if model.lm_head is None else model.lm_head.weight
@@ -128,12 +144,12 @@ def convert_weights(
         model.embed_tokens = TableEmbedding(table.to(torch.bfloat16), dtype)
         tied = model.lm_head is None
         model.output = BF16Linear(model.embed_tokens.weight if tied else head)
+    elif fmt == "int8":
+        model.output = Int8Linear(rotated["head"])
+        model.embed_tokens = RotateOutput(_int8_table(table, codes, dtype), rotated["residual"])
     else:
-        model.output = Int8Linear(head if rotated is None else rotated["head"])
-        source = None if rotated is not None else codes.get("embed_tokens")
-        if source is None or source.bits != 8:
-            source = quantize_groups(table, 8)
-        model.embed_tokens = GroupInt8Embedding(source, dtype)
+        model.output = Int8Linear(head)
+        model.embed_tokens = _int8_table(table, codes, dtype)
     model.lm_head = None
     model.weight_format = fmt
     return model

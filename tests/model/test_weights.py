@@ -16,7 +16,7 @@ from ctxlab.errors import CtxlabError  # noqa: E402
 from ctxlab.model import DenseBackend, load_model  # noqa: E402
 from ctxlab.model.gguf_blocks import Q4_0, Q4_1, Q8_0, decode_blocks, quantize_groups  # noqa: E402
 from ctxlab.model.qlinear import BF16Linear, Int4Linear, Int8Linear  # noqa: E402
-from ctxlab.model.rotation import BlockRotation, hadamard, rotate_residual  # noqa: E402
+from ctxlab.model.rotation import RotateInput, RotateOutput, hadamard, rotate_residual  # noqa: E402
 from ctxlab.model.weights import (  # noqa: E402
     LINEARS,
     WEIGHT_FORMATS,
@@ -141,10 +141,10 @@ def test_rotating_the_residual_stream_keeps_the_logits():
     rotated = rotate_residual(model)
     model.output = torch.nn.Linear(128, 200, bias=False)
     model.output.weight.data = rotated["head"]
-    block = int(rotated["down_block"])
-    assert block > 0
+    model.embed_tokens = RotateOutput(model.embed_tokens, rotated["residual"])
+    assert rotated["down"] is not None
     for layer in model.layers:
-        layer.mlp.down_proj = BlockRotation(layer.mlp.down_proj, block)
+        layer.mlp.down_proj = RotateInput(layer.mlp.down_proj, rotated["down"])
     assert torch.allclose(_logits(model, ids), before, atol=1e-4, rtol=1e-4)
 
 
