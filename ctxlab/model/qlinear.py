@@ -79,9 +79,9 @@ def _quantized_ops_available() -> bool:
 def row_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 codes with one scale per output row (what fbgemm's int8 takes)."""
     w = weight.detach().to(torch.float32)
-    scale = w.abs().amax(1) / 127
+    scale = torch.maximum(w.amax(1), w.amin(1).neg()).div_(127)
     scale = torch.where(scale > 0, scale, torch.full_like(scale, 1e-8))
-    codes = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    codes = torch.div(w, scale[:, None]).round_().clamp_(-127, 127).to(torch.int8)
     return codes, scale
 
 
