@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "generate",
     "eval",
     "profile",
+    "workshop",
 )
 
 app = typer.Typer(
