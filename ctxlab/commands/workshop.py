@@ -70,7 +70,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Run the workshop: predictions, seven demonstrations, one report with verdicts."""
-        from ctxlab.workshop.config import load_config
+        from ctxlab.workshop.config_file import load_config
         from ctxlab.workshop.default_config import DEFAULT_TOML
 
         if print_config:
