@@ -287,6 +287,9 @@ class WorkshopConfig(_Strict):
             "page_size.pair_tokens": self.page_size.pair_tokens + 1,
             "page_size.request_tokens": max(self.page_size.request_tokens) + 1,
             "eviction": request,
+            "useful_context.lengths": max(self.useful_context.lengths),
+            "recurrent_vs_kv.engine_long": self.recurrent_vs_kv.engine_long.input_tokens
+            + self.recurrent_vs_kv.engine_long.output_tokens,
         }
         for what, need in sizes.items():
             if need > limit:

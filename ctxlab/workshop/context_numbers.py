@@ -77,18 +77,12 @@ def context_numbers(
         )
     else:
         eff = useful["effective_length"]
-        shortest = min(int(n) for n in useful["mean_by_length"])
-        rows.append(
-            {
-                "name": "measured useful context",
-                "tokens": eff,
-                "source": f"effective length of the eval below at threshold "
-                f"{fmt(useful['threshold'], 1)}"
-                + (
-                    ""
-                    if eff is not None
-                    else f": no tested length reached it, so it is below {fmt(shortest)} tokens"
-                ),
-            }
-        )
+        tested = sorted(int(n) for n in useful["mean_by_length"])
+        source = f"effective length of the eval below at threshold {fmt(useful['threshold'], 1)}"
+        if eff is None:
+            source += f": no tested length reached it, so it is below {fmt(tested[0])} tokens"
+        elif eff == tested[-1]:
+            source += ": the longest tested length passed, so the model may do more; "
+            source += "only this much is measured"
+        rows.append({"name": "measured useful context", "tokens": eff, "source": source})
     return rows

@@ -263,7 +263,10 @@ def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: d
             f"in the same pool {f.say('kv_short_conc', ks['concurrency'])} short requests ran at "
             f"once on {cfg.kv_arch} and {f.say('rec_short_conc', rs['concurrency'])} on "
             f"{cfg.recurrent_arch}; p99 TTFT {f.say('kv_short_p99', ks['ttft_p99_ms'], 1)} ms "
-            f"against {f.say('rec_short_p99', rs['ttft_p99_ms'], 1)} ms; with long requests "
+            f"(p50 {f.say('kv_short_p50', ks['ttft_p50_ms'], 1)} ms, "
+            f"{f.say('kv_short_preemptions', ks['preemptions'])} preemptions: requests waited "
+            f"for room in the pool) against {f.say('rec_short_p99', rs['ttft_p99_ms'], 1)} ms; "
+            "with long requests "
             f"{f.say('kv_long_conc', kl['concurrency'])} against "
             f"{f.say('rec_long_conc', rl['concurrency'])} at once",
         )
