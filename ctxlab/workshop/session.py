@@ -92,16 +92,25 @@ class Session:
     # -- the planner's view of the same model ---------------------------------------------
     def arch(self) -> Any:
         """The architecture for plan and simulate, its cache at the engine's dtype width."""
-        from ctxlab.arch import resolve_arch
+        from ctxlab.workshop.config import arch_from
 
         name = self.cfg.model.arch
-        if name:
-            arch = resolve_arch(name=name)
-        else:
+        if not name:
             source = Path(self.loaded.source_path)
-            if source.is_dir():
-                arch = resolve_arch(config=source / "config.json")
-            else:
-                arch = resolve_arch(gguf=source)
+            name = str(source / "config.json") if source.is_dir() else str(source)
         width = 4 if self.cfg.model.dtype == "float32" else 2
-        return arch.with_cache_dtype(width)
+        return arch_from(name).with_cache_dtype(width)
+
+    def check_arch(self) -> None:
+        """model.arch must describe the engine's model: one token must cost the same bytes in
+        the plan as in the engine's pool, or every planner-beside-pool figure is meaningless."""
+        from ctxlab.errors import CtxlabError
+
+        llm = self.llm(pool_tokens=64, warm_up=False)
+        plan, pool = self.arch().kv_bytes_per_token(), self.slot_bytes(llm)
+        if plan != pool:
+            raise CtxlabError(
+                f"model.arch {self.cfg.model.arch or '(read from the model file)'} does not "
+                f"describe model.source {self.cfg.model.source}: one token costs {plan:,} bytes "
+                f"in the plan and {pool:,} in the engine's pool."
+            )

@@ -71,6 +71,8 @@ BAD = [
     ("[compaction]\nstrategies = []\n", ["compaction.strategies"]),
     ("[recurrent_vs_kv]\nrecurrent_arch = 'llama-3.1-8b'\n", ["recurrent_arch", "no recurrent"]),
     ("[recurrent_vs_kv]\nkv_arch = 'gpt-5'\n", ["kv_arch", "not a preset"]),
+    ("[recurrent_vs_kv]\nkv_arch = 'absent/config.json'\n", ["kv_arch", "absent/config.json"]),
+    ("[model]\narch = 'gpt-5'\n", ["model.arch", "not a preset"]),
     ("[recurrent_vs_kv]\ndevice = 'tpu'\n", ["device", "not a device"]),
     ("[recurrent_vs_kv]\nshort = { requests = 0 }\n", ["recurrent_vs_kv.short.requests"]),
     ("[recurrent_vs_kv]\nengine_long = { input_tokens = 9000 }\n", ["engine_long", "does not fit"]),

@@ -129,3 +129,18 @@ def test_useful_context_comes_from_the_eval(tiny_run) -> None:
     assert numbers["prompt budget after reserved output"] == 960
     assert numbers["advertised window"] == 8192
     assert numbers["resident cache tokens"] > 0
+
+
+def test_an_arch_that_is_not_the_engine_model_is_refused(loaded, tiny_config, tmp_path) -> None:
+    from ctxlab.errors import CtxlabError
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.session import Session
+
+    mine = tmp_path / "other.toml"
+    mine.write_text(
+        tiny_config.read_text().replace("[model]\n", "[model]\narch = 'llama-3.1-8b'\n")
+    )
+    session = Session(load_config(mine), loaded, tmp_path)
+    with pytest.raises(CtxlabError, match=r"does not describe model\.source"):
+        session.check_arch()
+    Session(load_config(tiny_config), loaded, tmp_path).check_arch()  # the file's own view
