@@ -69,7 +69,7 @@ repeats = 5                   # cold and warm requests each, interleaved, to sho
 # -- 3: page size ----------------------------------------------------------------------------
 [page_size]
 page_sizes = [1, 16, 64, 256]
-request_tokens = [200, 700, 1100]  # requests held at once; waste = allocated - held slots
+request_tokens = [100, 300, 700]   # requests held at once; waste = allocated - held slots
 pair_tokens = 1200            # two prompts of this length ...
 divergence_at = 1000          # ... identical up to this token (not a multiple of most pages)
 
@@ -77,7 +77,7 @@ divergence_at = 1000          # ... identical up to this token (not a multiple o
 [eviction]
 groups = 4                    # prefix groups (e.g. four tenants' system prompts)
 requests_per_group = 4
-prefix_tokens = 512           # a whole number of pages of [engine] page_size
+prefix_tokens = 384           # a whole number of pages of [engine] page_size
 suffix_tokens = 40
 output_tokens = 4
 pool_share = 0.6              # the pool holds this share of the groups' prefixes (< 1: eviction)
@@ -108,9 +108,9 @@ pool_gib = 16.0               # equal memory: the same KV pool for both, in GiB
 # many short requests and a few long ones, arriving evenly at `rate` per second (0: at once)
 short = { requests = 256, input_tokens = 2048, output_tokens = 512, rate = 8.0 }
 long = { requests = 16, input_tokens = 32768, output_tokens = 256, rate = 0.5 }
-engine_pool_tokens = 4096     # the real engine's pool for its KV-heavy contrast
+engine_pool_tokens = 2560     # the real engine's pool for its KV-heavy contrast
 engine_short = { requests = 16, input_tokens = 128, output_tokens = 8 }
-engine_long = { requests = 4, input_tokens = 1536, output_tokens = 8 }
+engine_long = { requests = 4, input_tokens = 1024, output_tokens = 8 }
 
 # -- measured useful context (the sixth context number; a small eval) ------------------------
 [useful_context]

@@ -111,3 +111,10 @@ def test_each_mistake_is_one_sentence_naming_key_and_file(
 def test_a_missing_file_is_one_sentence(tmp_path: Path) -> None:
     with pytest.raises(CtxlabError, match="does not exist"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_docs_list_every_metric() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "workshop.md").read_text()
+    for demo in DEMOS:
+        for name in demo.metric_names:
+            assert f"`{name}`" in text, name
