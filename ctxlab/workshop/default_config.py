@@ -64,7 +64,7 @@ repeats = 3                   # each case is sent this many times (a new token v
 prefix_tokens = 768           # the shared prefix (a system prompt, a document)
 suffix_tokens = 32            # each request's own question after it
 output_tokens = 32            # enough tokens to measure inter-token latency
-repeats = 5                   # cold and warm requests each, interleaved, to show the spread
+repeats = 6                   # cold and warm requests each, alternating, to show the spread
 
 # -- 3: page size ----------------------------------------------------------------------------
 [page_size]

@@ -30,6 +30,7 @@ class Verdict:
     baseline: float | int | None
     observed: float | int | None
     change_pct: float | None  # (observed - baseline) / |baseline| in percent
+    noise_pct: float | None  # the baseline's spread over its repeats, when repeated
     verdict: VerdictKind
     reason: str
     digits: int = 0
@@ -45,6 +46,7 @@ class Verdict:
             "baseline": self.baseline,
             "observed": self.observed,
             "change_pct": None if self.change_pct is None else round(self.change_pct, 1),
+            "noise_pct": self.noise_pct,
             "verdict": self.verdict,
             "reason": self.reason,
             "digits": self.digits,
@@ -68,6 +70,12 @@ def _digits(x: float) -> int:
     return 0 if float(x).is_integer() else 2
 
 
+def _noise_pct(obs: Observation | None) -> float | None:
+    if obs is None or obs.noise is None or not math.isfinite(obs.noise):
+        return None
+    return round(obs.noise * 100, 1)
+
+
 def judge(
     demo: int,
     key: str,
@@ -89,6 +97,7 @@ def judge(
             None if obs is None else obs.baseline,
             None if obs is None else obs.observed,
             change,
+            _noise_pct(obs),
             kind,
             reason,
             0 if obs is None else obs.digits,
@@ -121,4 +130,7 @@ def judge(
         ok = ok and inside
     if math.isnan(delta):
         return make("not measurable", "a value came out undefined")
+    noise = _noise_pct(obs)
+    if noise is not None:
+        why += f"; the baseline's repeats scatter by {fmt(noise, 1)}%"
     return make("held" if ok else "failed", why, change)

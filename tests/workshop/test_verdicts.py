@@ -48,11 +48,13 @@ def test_not_measurable_says_why() -> None:
     assert nan.verdict == "not measurable"
 
 
-def test_a_failed_verdict_keeps_its_numbers() -> None:
+def test_a_failed_verdict_keeps_its_numbers_and_the_noise() -> None:
     p = Prediction(direction="unchanged", tolerance=0.25)
-    v = judge(2, "warm_prefix", "tpot_ms", p, Observation("tpot_ms", 93.27, 157.83, digits=2))
+    seen = Observation("tpot_ms", 93.27, 157.83, digits=2, noise=0.812)
+    v = judge(2, "warm_prefix", "tpot_ms", p, seen)
     assert v.verdict == "failed"
     assert "93.27 -> 157.83" in v.reason and round(v.change_pct, 1) == 69.2
+    assert v.noise_pct == 81.2 and "scatter by 81.2%" in v.reason
     assert describe(p) == "unchanged within 25.0%"
 
 
