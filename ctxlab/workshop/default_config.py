@@ -132,7 +132,8 @@ reused_tokens_last_block = { direction = "unchanged", tolerance = 0.0 }
 recomputed_tokens_at_token0 = { direction = "up", range = [1024, 1024] }
 ttft_ms_at_token0 = { direction = "up" }
 ttft_ms_mid = { direction = "up" }
-ttft_ms_last_block = { direction = "unchanged", tolerance = 0.5 }
+# 16 tokens computed on both sides; single TTFTs of ~150 ms scatter widely on a shared CPU
+ttft_ms_last_block = { direction = "unchanged", tolerance = 1.0 }
 reused_tokens_other_tenant = { direction = "down", range = [0, 0] }
 
 [predictions.warm_prefix]     # baseline: cold prefix; observed: warm prefix

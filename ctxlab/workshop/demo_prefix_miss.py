@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ctxlab.progress import Tracker
 from ctxlab.workshop.catalog import BY_KEY
-from ctxlab.workshop.measure import Sent, median, send
+from ctxlab.workshop.measure import Sent, median, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
 
@@ -65,10 +65,11 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     recomputed = {k: int(median([s.recomputed for s in v])) for k, v in runs.items()}
     ttft = {k: median([s.ttft_ms for s in v]) for k, v in runs.items()}
     _tables(res, runs, where, reused, recomputed, ttft, cfg.prompt_tokens, page)
+    noise = spread([s.ttft_ms for s in runs["exact resend"]])
     for key, case in (("at_token0", "token 0"), ("mid", "middle"), ("last_block", "last block")):
         res.observe(f"reused_tokens_{key}", reused["exact resend"], reused[case])
         res.observe(f"recomputed_tokens_{key}", recomputed["exact resend"], recomputed[case])
-        res.observe(f"ttft_ms_{key}", ttft["exact resend"], ttft[case], digits=1)
+        res.observe(f"ttft_ms_{key}", ttft["exact resend"], ttft[case], 1, noise=noise)
     res.observe("reused_tokens_other_tenant", reused["exact resend"], reused["other tenant"])
     _explain(res, reused, recomputed, ttft, where, cfg.prompt_tokens)
     return res
