@@ -10,6 +10,7 @@ are shared here too. Nothing here imports torch at module level.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -245,6 +246,24 @@ def device_from_flags(
         memory_bytes,
         ("--device-flops", "--device-bandwidth", "--device-memory"),
     )
+
+
+def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int) -> None:
+    """The sampling flags' rules (as `SamplingParams` has them), without importing torch."""
+    if max_tokens <= 0:
+        raise CtxlabError(f"--max-tokens must be a positive whole number, got {max_tokens}.")
+    if not 0 <= temperature < math.inf:
+        raise CtxlabError(f"--temperature must be 0 (greedy) or positive, got {temperature}.")
+    if not 0 < top_p <= 1:
+        raise CtxlabError(f"--top-p must be in (0, 1], got {top_p}.")
+    if top_k < -1:
+        raise CtxlabError(f"--top-k must be 0 (off) or a positive whole number, got {top_k}.")
+
+
+def whole_budget(budget: str | None) -> int | None:
+    """A budget written as a whole number of tokens, else None (a ratio, or no budget)."""
+    text = (budget or "").strip()
+    return int(text) if text.isdigit() else None
 
 
 @dataclass

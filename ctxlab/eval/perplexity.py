@@ -46,6 +46,11 @@ class StreamResult:
     segment_ppl: list[float] = field(default_factory=list)
     overall_ppl: float = math.nan
     resident_kv_bytes: int = 0
+    curve_ends: list[int] = field(default_factory=list)  # a finer segmentation for the plot
+    curve_ppl: list[float] = field(default_factory=list)
+
+
+CURVE_POINTS = 32  # points per line in the plot, whatever the table's segment
 
 
 def segment_perplexity(logprobs: Sequence[float], segment: int) -> tuple[list[int], list[float]]:
@@ -69,6 +74,16 @@ def text_ids(tokenizer: Any, tokens: int, offset_chars: int = 0) -> list[int]:
     return ids[:tokens]
 
 
+def check_stream_args(tokens: int, cache_tokens: int, chunk: int, segment: int) -> None:
+    """Every check that needs no model, so `ctxlab eval perplexity` fails before loading."""
+    if cache_tokens <= 4 or chunk <= 0 or segment <= 0:
+        raise CtxlabError("cache must exceed 4 tokens; chunk and segment must be positive")
+    if tokens <= cache_tokens:
+        raise CtxlabError(
+            f"the text ({tokens} tokens) must be longer than the cache ({cache_tokens})"
+        )
+
+
 def streaming_perplexity(
     loaded: Any,
     ids: list[int],
@@ -82,12 +97,7 @@ def streaming_perplexity(
     from ctxlab.engine.sampling import SamplingParams
     from ctxlab.policy.registry import make_policy
 
-    if cache_tokens <= 4 or chunk <= 0 or segment <= 0:
-        raise CtxlabError("cache must exceed 4 tokens; chunk and segment must be positive")
-    if len(ids) <= cache_tokens:
-        raise CtxlabError(
-            f"the text ({len(ids)} tokens) must be longer than the cache ({cache_tokens})"
-        )
+    check_stream_args(len(ids), cache_tokens, chunk, segment)
     results = []
     for run in runs:
         policy = None
@@ -108,6 +118,7 @@ def streaming_perplexity(
         if len(scored) != len(ids) - 1:
             raise RuntimeError(f"{run.label}: scored {len(scored)} of {len(ids) - 1} tokens")
         ends, ppl = segment_perplexity(scored, segment)
+        fine_ends, fine_ppl = segment_perplexity(scored, max(1, len(scored) // CURVE_POINTS))
         results.append(
             StreamResult(
                 label=run.label,
@@ -118,6 +129,8 @@ def streaming_perplexity(
                 segment_ppl=ppl,
                 overall_ppl=math.exp(-sum(scored) / len(scored)),
                 resident_kv_bytes=out.metrics.resident_kv_bytes,
+                curve_ends=fine_ends,
+                curve_ppl=fine_ppl,
             )
         )
         if on_chunk:
@@ -126,24 +139,42 @@ def streaming_perplexity(
 
 
 def plot_streaming(
-    results: Sequence[StreamResult], trained_length: int | None, cache_tokens: int, path: Path
+    results: Sequence[StreamResult],
+    trained_length: int | None,
+    cache_tokens: int,
+    path: Path,
+    kv_dtype: str = "float32",
 ) -> Path:
+    """Perplexity along the stream, one line per run, about CURVE_POINTS points each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    from ctxlab.plan.units import short_tokens
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for r in results:
         kv = r.resident_kv_bytes / 2**20
-        ax.plot(r.segment_ends, r.segment_ppl, "o-", label=f"{r.label} ({kv:.1f} MiB KV at end)")
-    ax.axvline(cache_tokens, color="grey", ls=":", label=f"cache size {cache_tokens}")
+        ends, ppl = (r.curve_ends, r.curve_ppl) if r.curve_ends else (r.segment_ends, r.segment_ppl)
+        ax.plot(
+            ends,
+            ppl,
+            ".-",
+            label=f"{r.label}, {r.position_mode} positions ({kv:.2f} MiB KV at end)",
+        )
+    ax.axvline(cache_tokens, color="grey", ls=":", label=f"cache size ({cache_tokens} tokens)")
     if trained_length and trained_length <= max(results[0].segment_ends):
-        ax.axvline(trained_length, color="black", ls="--", label=f"trained length {trained_length}")
+        ax.axvline(
+            trained_length, color="black", ls="--", label=f"trained length ({trained_length:,})"
+        )
+    width = (results[0].curve_ends or results[0].segment_ends)[0]
     ax.set_yscale("log")
-    ax.set_xlabel("tokens streamed")
-    ax.set_ylabel("perplexity of the segment (log scale)")
-    ax.set_title("streaming perplexity: why sinks matter")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: short_tokens(v)))
+    ax.set_xlabel("tokens streamed (K = 1,024)")
+    ax.set_ylabel(f"perplexity of each {width}-token window (log)")
+    ax.set_title(f"Streaming perplexity: why sinks matter ({kv_dtype} KV cache)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
