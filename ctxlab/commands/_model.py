@@ -1,32 +1,14 @@
-"""Loading the model and running one request with progress, for the engine commands.
+"""Running one request with progress, for the engine commands.
 
-`open_model` shows a spinner while the weights load and while the tokenizer is built (a
-cached tokenizer takes half a second, a first build about ten). `run_one` drives the engine
-step by step so a long prompt shows its prefill advancing, then the decode.
+`run_one` drives the engine step by step so a long prompt shows its prefill advancing, then
+the decode (`ctxlab.model.open_model` shows the model and tokenizer loading).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ctxlab.commands.options import DEFAULT_MODEL, DEFAULT_MODEL_LABEL
 from ctxlab.progress import progress
-
-
-def model_label(model: str) -> str:
-    """The readable name of a model argument (the default's full name)."""
-    return DEFAULT_MODEL_LABEL if model == DEFAULT_MODEL else model
-
-
-def open_model(model: str, dtype: str = "float32", *, enabled: bool = True) -> Any:
-    """A `LoadedModel` with its tokenizer built, both under progress."""
-    from ctxlab.model import load_model
-
-    with progress(f"loading {model_label(model)} ({dtype})", enabled=enabled):
-        loaded = load_model(model, dtype=dtype)
-    with progress("loading the tokenizer", enabled=enabled):
-        _ = loaded.tokenizer
-    return loaded
 
 
 def run_one(engine: Any, request: Any, params: Any, *, enabled: bool = True) -> Any:

@@ -72,8 +72,9 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             prefix_cache=not no_prefix_cache,
         ).check()
-        from ctxlab.commands._model import open_model, run_one
+        from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams
+        from ctxlab.model.open_model import open_model
 
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed

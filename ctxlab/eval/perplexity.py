@@ -46,8 +46,9 @@ class StreamResult:
     segment_ppl: list[float] = field(default_factory=list)
     overall_ppl: float = math.nan
     resident_kv_bytes: int = 0
-    curve_ends: list[int] = field(default_factory=list)  # a finer segmentation for the plot
+    curve_ends: list[int] = field(default_factory=list)  # the plot's sliding windows: ends
     curve_ppl: list[float] = field(default_factory=list)
+    curve_window: int = 0  # tokens in each sliding window
 
 
 CURVE_POINTS = 32  # points per line in the plot, whatever the table's segment
@@ -61,6 +62,22 @@ def segment_perplexity(logprobs: Sequence[float], segment: int) -> tuple[list[in
         ends.append(start + len(part))
         ppl.append(math.exp(-sum(part) / len(part)))
     return ends, ppl
+
+
+def sliding_perplexity(
+    logprobs: Sequence[float], window: int, points: int
+) -> tuple[list[int], list[float]]:
+    """Perplexity of the last `window` tokens at about `points` evenly spaced positions.
+
+    Overlapping windows give a smooth curve with many points where disjoint segments give
+    few (or noisy, short) ones; every value covers exactly `window` tokens."""
+    n = len(logprobs)
+    window = max(1, min(window, n))
+    step = max(1, (n - window) // max(1, points - 1))
+    ends = list(range(window, n + 1, step))
+    if ends[-1] != n:
+        ends.append(n)
+    return ends, [math.exp(-sum(logprobs[e - window : e]) / window) for e in ends]
 
 
 def text_ids(tokenizer: Any, tokens: int, offset_chars: int = 0) -> list[int]:
@@ -118,7 +135,8 @@ def streaming_perplexity(
         if len(scored) != len(ids) - 1:
             raise RuntimeError(f"{run.label}: scored {len(scored)} of {len(ids) - 1} tokens")
         ends, ppl = segment_perplexity(scored, segment)
-        fine_ends, fine_ppl = segment_perplexity(scored, max(1, len(scored) // CURVE_POINTS))
+        window = max(32, len(scored) // 8)
+        fine_ends, fine_ppl = sliding_perplexity(scored, window, CURVE_POINTS)
         results.append(
             StreamResult(
                 label=run.label,
@@ -131,6 +149,7 @@ def streaming_perplexity(
                 resident_kv_bytes=out.metrics.resident_kv_bytes,
                 curve_ends=fine_ends,
                 curve_ppl=fine_ppl,
+                curve_window=window,
             )
         )
         if on_chunk:
@@ -169,11 +188,11 @@ def plot_streaming(
         ax.axvline(
             trained_length, color="black", ls="--", label=f"trained length ({trained_length:,})"
         )
-    width = (results[0].curve_ends or results[0].segment_ends)[0]
+    width = results[0].curve_window or results[0].segment_ends[0]
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: short_tokens(v)))
     ax.set_xlabel("tokens streamed (K = 1,024)")
-    ax.set_ylabel(f"perplexity of each {width}-token window (log)")
+    ax.set_ylabel(f"perplexity of the last {width} tokens (log)")
     ax.set_title(f"Streaming perplexity: why sinks matter ({kv_dtype} KV cache)")
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -77,6 +77,12 @@ def test_plots_are_written(tmp_path):
 
 def test_bad_jsonl_line_is_named(tmp_path):
     path = tmp_path / "rows.jsonl"
-    path.write_text(json.dumps({"a": 1}) + "\n{oops\n")
+    path.write_text(json.dumps(_rows()[0]) + "\n{oops\n")
     with pytest.raises(CtxlabError, match="line 2"):
+        summary.read_rows(path)
+    path.write_text(json.dumps(_rows()[0]) + "\n" + json.dumps({"a": 1}) + "\n")
+    with pytest.raises(CtxlabError, match="line 2 has no valid 'task'"):
+        summary.read_rows(path)
+    path.write_text("\n\n")
+    with pytest.raises(CtxlabError, match="holds no rows"):
         summary.read_rows(path)
