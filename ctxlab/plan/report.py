@@ -259,7 +259,7 @@ def build_plan(
             f"{arch.name}'s trained length of {trained:,} tokens: the bytes and times are "
             "arithmetic; the model was not trained to use that much context."
         )
-    if gpus_source != "given":
+    if gpus_source != "given" and gpus > 1:
         notes.append(f"Planned on {gpus} x {one_device.name}: {gpus_source}.")
     notes.append(
         "Times are rooflines at the device's peak FLOP/s and memory bandwidth: lower bounds."

@@ -47,11 +47,13 @@ def header_lines(plan: dict[str, Any]) -> list[str]:
     dtype = inputs["cache_dtype"] or f"{arch['cache_dtype_bytes']:g} bytes/element"
     trained = arch.get("trained_length") or 0
     chosen = inputs.get("gpus_source", "given")
-    gpus = (
-        " (the fewest that hold the weights plus the reserve, tensor parallel)"
-        if chosen != "given"
-        else (" (tensor parallel)" if inputs["gpus"] > 1 else "")
-    )
+    gpus = ""
+    if inputs["gpus"] > 1:
+        gpus = (
+            " (tensor parallel; the fewest that hold the weights plus the reserve)"
+            if chosen != "given"
+            else " (tensor parallel)"
+        )
     return [
         f"[bold]{arch['name']}[/bold]: {arch['n_layers']} layers ({kinds}); "
         f"{arch['params']:,} parameters"
@@ -173,15 +175,14 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
         plan, "compute", ["context", "weights read", "cache read", "bytes/step", "time/token"]
     )
     t.title = f"Decode at roofline on {device}  [dim](layer: compute)[/dim]"
-    t.caption = (
-        f"one request alone; a step of all {n} together takes "
-        + ", ".join(
+    t.caption = "one request alone"
+    if n > 1:
+        t.caption += f"; a step of all {n} together takes " + ", ".join(
             f"{fmt_seconds(r['decode_batch_seconds_per_step'])} at "
             f"{fmt_tokens(r['context_tokens'])}"
             for r in comp["rows"]
         )
-        + " tokens"
-    )
+        t.caption += " tokens"
     for i, r in enumerate(comp["rows"]):
         t.add_row(
             _context(plan, i),
