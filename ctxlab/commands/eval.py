@@ -101,6 +101,7 @@ def grid(
         raise CtxlabError(f"unknown backend {backend!r}; use ctxlab or openai")
     if backend == "openai" and not base_url:
         raise CtxlabError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
+    grid_lengths = _ints(lengths, "--lengths") if lengths else list(chosen.lengths)
     runs = [PolicyRun(name, b) for name, b in parse_policy_runs(policy, budget)]
     if backend == "openai" and any(r.policy != "full" for r in runs):
         raise CtxlabError(
@@ -108,7 +109,7 @@ def grid(
         )
     grid_spec = Grid(
         tasks=task_names,
-        lengths=_ints(lengths, "--lengths") if lengths else list(chosen.lengths),
+        lengths=grid_lengths,
         depths=depth_grid(depths or chosen.depths),
         samples=samples or chosen.samples,
         seed=seed,

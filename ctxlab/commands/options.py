@@ -296,6 +296,9 @@ class EngineOptions:
             raise CtxlabError(
                 f"--kv-format {self.kv_format!r} is unknown; use one of {', '.join(KV_FORMATS)}."
             )
+        from ctxlab.model.registry import resolve_model_path  # torch-free
+
+        resolve_model_path(self.model)  # a missing model file is one sentence, now
         if self.policy is None and self.budget is not None:
             raise CtxlabError("--budget needs a --policy (e.g. --policy snapkv --budget 256).")
         if self.policy is not None:

@@ -236,6 +236,10 @@ def _score_plot(series: dict[str, list[tuple[float, float]]], title: str, path: 
         points = sorted(points)
         ax.plot([max(p[0], 1) for p in points], [p[1] for p in points], **_style(policy, names))
     ax.set_xscale("log", base=2)
+    xs = [max(p[0], 1) for points in series.values() for p in points]
+    if xs:  # at least an octave each side, so the axis has labelled ticks
+        ax.set_xlim(min(xs) / 2, max(xs) * 2)
+    ax.set_ylim(-5, 105)
     plain_axes(ax, x="bytes", y=None)
     ax.set_xlabel("resident KV measured from the pool (log scale); one point per length")
     ax.set_ylabel("score (0-100)")
