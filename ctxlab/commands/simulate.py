@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
             None,
             help="A Mooncake .jsonl or a .csv trace, or synthetic:key=value,... "
             "(docs/simulate.md).",
+            metavar="TRACE",
             show_default=False,
         ),
         preset: PresetArg = None,

@@ -66,8 +66,9 @@ def packaged_path(entry: PackagedModel) -> Path:
 
 def resolve_model_path(model: str) -> Path:
     """A registry name, a .gguf file or a Hugging Face folder -> an existing path."""
-    if model in REGISTRY:
-        return packaged_path(REGISTRY[model])
+    by_label = {entry.label.lower(): entry for entry in REGISTRY.values() if entry.label}
+    if model in REGISTRY or model.lower() in by_label:
+        return packaged_path(REGISTRY.get(model) or by_label[model.lower()])
     path = Path(model).expanduser()
     if not path.exists():
         known = ", ".join(sorted(REGISTRY))
