@@ -169,7 +169,7 @@ def plot_streaming(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     from ctxlab.plan.units import short_tokens
 
@@ -191,11 +191,14 @@ def plot_streaming(
     width = results[0].curve_window or results[0].segment_ends[0]
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: short_tokens(v)))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
     ax.set_xlabel("tokens streamed (K = 1,024)")
     ax.set_ylabel(f"perplexity of the last {width} tokens (log)")
     ax.set_title(f"Streaming perplexity: why sinks matter ({kv_dtype} KV cache)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -139,7 +139,7 @@ def short_tokens(n: float) -> str:
     for unit, size in (("M", 1024**2), ("K", 1024)):
         if abs(n) >= size:
             return f"{n / size:.3g}{unit}"
-    return f"{n:.3g}"
+    return f"{n:.0f}" if n == int(n) else f"{n:.3g}"
 
 
 def short_bytes(n: float) -> str:

@@ -71,3 +71,20 @@ def test_cost_rows_carry_the_currency():
     plan = build_plan("llama-3.1-8b", [4096], prices=HostedPrices(3, 15), currency="EUR")
     assert plan["inputs"]["currency"] == "EUR"
     assert plan["sections"]["cost"]["summary"]["currency"] == "EUR"
+
+
+def test_axis_labels_read_in_plain_units():
+    from ctxlab.plan.units import short_bytes, short_tokens
+
+    assert [short_tokens(n) for n in (256, 1000, 4096, 131072, 1048576)] == [
+        "256",
+        "1000",
+        "4K",
+        "128K",
+        "1M",
+    ]
+    assert [short_bytes(n) for n in (512 * 2**20, 2**30, 1.5 * 2**40)] == [
+        "512 MiB",
+        "1 GiB",
+        "1.5 TiB",
+    ]
