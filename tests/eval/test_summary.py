@@ -97,4 +97,5 @@ def test_sliding_perplexity_gives_enough_full_windows():
     ends, ppl = sliding_perplexity(logprobs, 63, CURVE_POINTS)
     assert len(ends) >= CURVE_POINTS - 1 and ends[-1] == 511
     assert ends[0] == 63 and all(abs(p - 2.0) < 1e-9 for p in ppl)
-    assert sliding_perplexity(logprobs[:10], 63, CURVE_POINTS) == ([10], [ppl[0]])
+    short_ends, short_ppl = sliding_perplexity(logprobs[:10], 63, CURVE_POINTS)
+    assert short_ends == [10] and abs(short_ppl[0] - 2.0) < 1e-9  # a window of what there is
