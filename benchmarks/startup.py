@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -32,7 +33,14 @@ def _ctxlab() -> list[str]:
     return [sys.executable, "-c", "from ctxlab.cli import main; main()"]
 
 
-def run_once(cache: Path) -> float:
+def _phase(stderr: str, name: str) -> float:
+    """Seconds a phase took, from its plain progress line ("NAME: done (N s)"); a phase
+    under a second prints no line, and counts as 0.5."""
+    found = re.findall(rf"^{re.escape(name)}.*: done \((\d+) s\)$", stderr, re.M)
+    return float(found[-1]) if found else 0.5
+
+
+def run_once(cache: Path) -> tuple[float, float, float]:
     env = {**os.environ, "CTXLAB_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
     start = time.perf_counter()
     proc = subprocess.run(
@@ -41,7 +49,7 @@ def run_once(cache: Path) -> float:
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"ctxlab generate failed:\n{proc.stderr}")
-    return elapsed
+    return elapsed, _phase(proc.stderr, "loading SmolLM2"), _phase(proc.stderr, "loading the tok")
 
 
 def main() -> None:
@@ -49,13 +57,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="cold/warm pairs to run")
     args = parser.parse_args()
     load_before = Path("/proc/loadavg").read_text().split()[:3]
-    cold, warm = [], []
+    cold, warm, cold_tok, warm_tok, load = [], [], [], [], []
     root = Path(tempfile.mkdtemp(prefix="ctxlab-startup-"))
     try:
         for i in range(args.repeats):
             cache = root / f"run{i}"
-            cold.append(run_once(cache))  # empty cache: builds and saves the tokenizer
-            warm.append(run_once(cache))  # the same cache: loads tokenizer.json
+            total, weights, tok = run_once(cache)  # empty cache: builds and saves the tokenizer
+            cold.append(total)
+            cold_tok.append(tok)
+            load.append(weights)
+            total, weights, tok = run_once(cache)  # the same cache: loads tokenizer.json
+            warm.append(total)
+            warm_tok.append(tok)
+            load.append(weights)
             print(f"pair {i + 1}: cold {cold[-1]:.1f} s, warm {warm[-1]:.1f} s", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -65,6 +79,11 @@ def main() -> None:
     print(f"cold start (tokenizer built from the GGUF): median {c:.1f} s of {len(cold)}")
     print(f"warm start (tokenizer.json from the cache):  median {w:.1f} s of {len(warm)}")
     print(f"cold / warm: {c / w:.2f}x; saved {c - w:.1f} s per process")
+    print(
+        f"tokenizer phase: cold median {statistics.median(cold_tok):.0f} s, warm median "
+        f"{statistics.median(warm_tok):.1f} s; weights phase median "
+        f"{statistics.median(load):.0f} s (from the plain progress lines; 0.5 = under a second)"
+    )
     print(f"load average before {' '.join(load_before)}, after {' '.join(load_after)}")
 
 
