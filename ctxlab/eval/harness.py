@@ -217,12 +217,14 @@ def run_lost_in_middle(
         range(1, documents + 1),
         by_pos,
         "o-",
-        label=f"mean score over {samples} seed(s), {backend.kv_dtype} KV",
+        label=f"mean score over {samples} seed(s) at each position",
     )
     ax.set_xlabel("position of the gold document (1 = first)")
     ax.set_ylabel("score (0-100)")
     ax.set_ylim(-5, 105)
-    ax.set_title(f"lost in the middle: {documents} documents, {samples} seeds")
+    ax.set_title(
+        f"lost in the middle: {documents} documents, {samples} seeds ({backend.kv_dtype} KV)"
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     png = out_dir / "lost_in_middle.png"
