@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from ctxlab.commands.options import JsonOpt, output_dir
+from ctxlab.commands.options import JsonOpt, input_file, output_dir
 from ctxlab.errors import CtxlabError
 
 DEFAULT_OUT = Path("out/workshop")
@@ -53,16 +53,25 @@ def register(app: typer.Typer) -> None:
     @app.command("workshop")
     def workshop(
         config: Path = typer.Argument(
-            None, help="Experiment config (TOML); keys left out keep the embedded default."
+            None,
+            help="Experiment config (TOML); keys left out keep the embedded default.",
+            metavar="CONFIG.toml",
+            show_default=False,
         ),
         out: Path = typer.Option(
-            DEFAULT_OUT, "--out", help="Folder for report.md, report.html, results.json, plots."
+            DEFAULT_OUT,
+            "--out",
+            help="Folder for report.md, report.html, results.json, plots.",
+            metavar="DIR",
         ),
         quick: bool = typer.Option(
             False, "--quick", help="The same demonstrations at the config's \\[quick] sizes (CI)."
         ),
         only: str = typer.Option(
-            None, "--only", help="Run only these demonstrations, e.g. 1,3,6 (skips the eval)."
+            None,
+            "--only",
+            help="Run only these demonstrations, e.g. 1,3,6 (skips the eval).",
+            metavar="N,N",
         ),
         print_config: bool = typer.Option(
             False, "--print-config", help="Print the default config, commented, and exit."
@@ -77,6 +86,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(DEFAULT_TOML, nl=False)
             return
         picked = parse_only(only)
+        if config is not None:
+            input_file(config, "the workshop config", "TOML file")
         cfg = load_config(config, quick=quick)
         _check_profile(cfg, picked)
         folder = output_dir(out)
