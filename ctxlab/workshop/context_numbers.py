@@ -78,7 +78,11 @@ def context_numbers(
     else:
         eff = useful["effective_length"]
         tested = sorted(int(n) for n in useful["mean_by_length"])
-        source = f"effective length of the eval below at threshold {fmt(useful['threshold'], 1)}"
+        tasks = ", ".join(sorted({r["task"] for r in useful["rows"]}))
+        source = (
+            f"effective length of the eval below at threshold {fmt(useful['threshold'], 1)}, "
+            f"on {tasks} only (RULER averages all its tasks: `ctxlab eval --suite standard`)"
+        )
         if eff is None:
             source += f": no tested length reached it, so it is below {fmt(tested[0])} tokens"
         elif eff == tested[-1]:
