@@ -29,6 +29,13 @@ Prompt = str | list[int] | list[dict[str, str]]
 
 @dataclass
 class RequestOutput:
+    """One finished request.
+
+    `token_ids` are every generated id, the end-of-sequence id included when generation
+    stopped on it (`finish_reason == "stop"`); `text` is those ids decoded with special
+    tokens skipped, so the end-of-sequence token never shows in it.
+    """
+
     request_id: int
     prompt_token_ids: list[int]
     text: str

@@ -11,24 +11,22 @@ from ctxlab.policy.base import (
     Policy,
     ScorerPolicy,
     attention_probs,
-    budget_tokens,
     group_reduce,
     keep_to_slots,
-    parse_budget,
 )
+from ctxlab.policy.budget import Budget
 from ctxlab.policy.registry import POLICIES, describe_policies, make_policy, policy_names
 
 __all__ = [
     "POLICIES",
+    "Budget",
     "LayerObs",
     "Policy",
     "ScorerPolicy",
     "attention_probs",
-    "budget_tokens",
     "describe_policies",
     "group_reduce",
     "keep_to_slots",
     "make_policy",
-    "parse_budget",
     "policy_names",
 ]

@@ -7,20 +7,23 @@ the accumulated attention during decode, the keys, the query) and the policy ans
 lane (KV head of that layer), the sorted original positions to keep. The engine does the
 compaction and the freeing, so what a policy says is dropped is really gone from the pool.
 
-`ScorerPolicy` owns the part every eviction paper shares: a budget in tokens or as a ratio,
+`ScorerPolicy` owns the part every eviction paper shares: a `Budget` (tokens or a share of
+the prompt, parsed once),
 tokens that are always kept (attention sinks, the observation / recent window) and a per-lane
 top-k; a concrete policy only writes `score`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.policy.budget import TOKENS_256, Budget
 
 PositionMode = Literal["original", "cache-slot"]
 StackLayer = Literal["retention", "selection", "storage"]
@@ -28,42 +31,6 @@ POSITION_MODES: tuple[str, ...] = ("original", "cache-slot")
 
 # What a hook can carry; a policy lists the ones it reads so the engine computes no more.
 NEEDS = ("obs_attn", "step_attn", "acc_attn", "keys", "query")
-
-
-def parse_budget(value: int | float | str) -> int | float:
-    """A budget in tokens (int >= 1) or as a ratio of the prompt (float in (0, 1))."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = int(text) if text.isdigit() else float(text)
-        except ValueError:
-            raise CtxlabError(
-                f"budget {text!r} is neither a token count (e.g. 256) nor a ratio (e.g. 0.25)."
-            ) from None
-    if isinstance(value, bool):
-        raise CtxlabError(f"budget must be a token count or a ratio, got {value!r}.")
-    if isinstance(value, int):
-        if value < 1:
-            raise CtxlabError(f"a token budget must be at least 1, got {value}.")
-        return value
-    if isinstance(value, float):
-        if value.is_integer() and value >= 1:
-            return int(value)
-        if not 0.0 < value < 1.0:
-            raise CtxlabError(
-                f"a ratio budget must lie strictly between 0 and 1, got {value}; "
-                "give a token count as an integer."
-            )
-        return value
-    raise CtxlabError(f"budget must be a token count or a ratio, got {value!r}.")
-
-
-def budget_tokens(budget: int | float, prompt_len: int) -> int:
-    """Tokens per lane a budget allows for a prompt of `prompt_len` tokens."""
-    b = parse_budget(budget)
-    if isinstance(b, int):
-        return b
-    return max(1, math.floor(b * prompt_len))
 
 
 @dataclass
@@ -149,6 +116,23 @@ class Policy:
     needs: ClassVar[frozenset[str]] = frozenset()
     position_mode: PositionMode = "original"
 
+    @classmethod
+    def from_budget(cls, budget: Budget | None = None, **params: Any) -> Policy:
+        """The policy with `budget` put where this class keeps it (its `budget` field here).
+
+        A class whose budget means something else (Longformer's window) overrides this, so
+        building a policy by name needs no name checks. A budget given to a policy that
+        takes none is one sentence, not silently ignored.
+        """
+        if budget is not None:
+            if "budget" not in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
+                raise CtxlabError(
+                    f"{cls.name} takes no budget; drop the budget or choose a policy that "
+                    "evicts or selects (e.g. snapkv)."
+                )
+            params["budget"] = budget
+        return cls(**params)
+
     @property
     def evicts(self) -> bool:
         return self.stack_layer == "retention"
@@ -184,8 +168,11 @@ class ScorerPolicy(Policy):
     one-token-per-step schedule.
     """
 
-    budget: int | float = 256
+    budget: Budget = TOKENS_256
     slack: int | None = None
+
+    def __post_init__(self) -> None:
+        self.budget = Budget.parse(self.budget)  # `H2OPolicy(budget=256)` works too
 
     def n_sinks(self) -> int:
         return 0
@@ -195,7 +182,7 @@ class ScorerPolicy(Policy):
 
     def lane_budget(self, obs: LayerObs) -> int:
         """Tokens each lane of this layer may keep (PyramidKV varies it with depth)."""
-        return budget_tokens(self.budget, obs.prompt_len)
+        return self.budget.tokens_for(obs.prompt_len)
 
     def score(self, obs: LayerObs) -> torch.Tensor:
         """`[n_kv, L]`: higher means keep; padding and forced slots are handled for you."""
@@ -203,11 +190,10 @@ class ScorerPolicy(Policy):
 
     def check(self) -> None:
         super().check()
-        b = parse_budget(self.budget)
         if self.slack is not None and self.slack < 0:
             raise CtxlabError(f"slack must be >= 0 tokens, got {self.slack}.")
-        if isinstance(b, int):
-            self.check_budget(b)
+        if self.budget.tokens is not None:
+            self.check_budget(self.budget.tokens)
 
     def check_budget(self, lane_budget: int) -> None:
         forced = self.n_sinks() + self.n_recent(lane_budget)

@@ -35,7 +35,6 @@ from ctxlab.policy.base import (
     Policy,
     ScorerPolicy,
     attention_probs,
-    budget_tokens,
     group_reduce,
 )
 from ctxlab.policy.compact import compact_lanes, keep_to_slots_batched, move_rows
@@ -80,7 +79,7 @@ class PolicyDriver:
 
             self.recall: RecallPolicy | None = policy
             self.tier = FarTier(policy.tier, policy.path)
-            policy = make_policy(policy.base, policy.budget - policy.recall_tokens())
+            policy = make_policy(policy.base, policy.base_budget())
         else:
             self.recall = None
         self.policy = policy
@@ -125,7 +124,8 @@ class PolicyDriver:
         """Tokens per lane one request can hold at once under this policy (admission check)."""
         if not self.positional:
             return need
-        cap = budget_tokens(getattr(self.policy, "budget", need), prompt_len)
+        budget = getattr(self.policy, "budget", None)
+        cap = need if budget is None else budget.tokens_for(prompt_len)
         return min(need, cap + self.trigger + chunk)
 
     # -- hooks ----------------------------------------------------------------------------

@@ -16,12 +16,13 @@ set of earlier tokens fixed once, since an evicted token cannot come back).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, ScorerPolicy
+from ctxlab.policy.base import LayerObs, Policy, ScorerPolicy
+from ctxlab.policy.budget import Budget
 
 
 def position_noise(positions: torch.Tensor, seed: int) -> torch.Tensor:
@@ -40,7 +41,32 @@ class LongformerPolicy(ScorerPolicy):
     n_global: int = 4
 
     def __post_init__(self) -> None:
-        self.budget = self.local + self.n_global
+        self.budget = Budget(tokens=max(1, self.fixed_tokens() + self.local))
+
+    def fixed_tokens(self) -> int:
+        """Tokens of the budget that are not the local window."""
+        return self.n_global
+
+    @classmethod
+    def from_budget(cls, budget: Budget | None = None, **params: Any) -> Policy:
+        """A budget of B tokens is the global tokens plus a local window of the rest."""
+        if budget is None:
+            return cls(**params)
+        if "local" in params:
+            raise CtxlabError(f"give {cls.name} a budget or a local window, not both.")
+        if budget.tokens is None:
+            raise CtxlabError(
+                f"{cls.name} takes its budget in tokens (its window is fixed), not as a share "
+                "of the prompt."
+            )
+        probe = cls(local=1, **params)  # the fixed part with these parameters
+        local = budget.tokens - probe.fixed_tokens()
+        if local < 1:
+            raise CtxlabError(
+                f"a budget of {budget} tokens is too small for {cls.name}: its fixed tokens "
+                f"alone take {probe.fixed_tokens()}."
+            )
+        return cls(local=local, **params)
 
     def n_sinks(self) -> int:
         return self.n_global
@@ -73,8 +99,8 @@ class BigBirdPolicy(LongformerPolicy):
     n_random: int = 64
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        self.budget = self.local + self.n_global + self.n_random
+    def fixed_tokens(self) -> int:
+        return self.n_global + self.n_random
 
     def n_recent(self, lane_budget: int) -> int:
         return self.local

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, budget_tokens
+from ctxlab.policy.base import LayerObs
 from ctxlab.policy.snapkv import SnapKVPolicy
 
 
@@ -49,5 +49,5 @@ class PyramidKVPolicy(SnapKVPolicy):
     beta: float = 20.0
 
     def lane_budget(self, obs: LayerObs) -> int:
-        avg = budget_tokens(self.budget, obs.prompt_len)
+        avg = self.budget.tokens_for(obs.prompt_len)
         return pyramid_budgets(avg, obs.n_layers, self.obs_window, self.beta)[obs.layer]

@@ -38,6 +38,7 @@ from ctxlab.kv.quantize import (
     unpack_bits,
 )
 from ctxlab.policy.base import Policy
+from ctxlab.policy.budget import Budget
 
 __all__ = [
     "FORMATS",
@@ -53,6 +54,12 @@ __all__ = [
     "storage_format",
     "unpack_bits",
 ]
+
+
+QUANT_BUDGET = (
+    "quant keeps every token (it is a storage format) and takes no budget; to bound the cache "
+    "give an eviction policy and a KV format, e.g. --policy snapkv --budget 256 --kv-format kivi4."
+)
 
 
 @dataclass
@@ -159,6 +166,12 @@ class QuantPolicy(Policy):
     fmt: str = "kivi4"
     group: int = 32
 
+    @classmethod
+    def from_budget(cls, budget: Budget | None = None, **params: Any) -> Policy:
+        if budget is not None:
+            raise CtxlabError(QUANT_BUDGET)
+        return cls(**params)
+
     def check(self) -> None:
         super().check()
         if self.fmt not in FORMATS:
@@ -181,10 +194,7 @@ def storage_format(policy: Any, budget: Any, kv_format: str | None) -> tuple[str
     if not (policy == "quant" or isinstance(policy, QuantPolicy)):
         return kv_format, 32
     if budget is not None:
-        raise CtxlabError(
-            "quant keeps every token (it is a storage format); to bound the cache give an "
-            "eviction policy and a KV format, e.g. --policy snapkv --budget 256 --kv-format kivi4."
-        )
+        raise CtxlabError(QUANT_BUDGET)
     p = policy if isinstance(policy, QuantPolicy) else QuantPolicy(fmt=kv_format or "kivi4")
     p.check()
     if kv_format is not None and kv_format != p.fmt:

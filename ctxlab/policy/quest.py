@@ -6,7 +6,7 @@ maximum of its keys; for a query q, sum_c max(q_c * min_c, q_c * max_c) is an up
 q . k for every key k of the page; each decode step attends only to the top pages by that
 bound. Here pages are the pool's blocks, the bound is taken per KV head (the max over the
 query heads of its GQA group, so every head's best page counts), and the first page (the
-sinks) and the current (last) page are always read. `token_budget` is the tokens read per
+sinks) and the current (last) page are always read. `budget` is the tokens read per
 step per lane.
 """
 
@@ -18,7 +18,8 @@ from typing import ClassVar
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy, budget_tokens, group_reduce, parse_budget
+from ctxlab.policy.base import Policy, group_reduce
+from ctxlab.policy.budget import TOKENS_512, Budget
 
 
 def page_summaries(
@@ -78,36 +79,38 @@ def select_pages(
 
 @dataclass
 class QuestPolicy(Policy):
-    """Reads `token_budget // page` pages per lane per decode step; evicts nothing.
+    """Reads `budget // page` pages per lane per decode step; evicts nothing.
 
-    `token_budget` is tokens (int) or a share of each sequence's prompt (float in (0, 1)),
-    never fewer pages than the sink pages plus the current one."""
+    `budget` is tokens or a share of each sequence's prompt, never fewer pages than the
+    sink pages plus the current one."""
 
     name: ClassVar[str] = "quest"
     paper: ClassVar[str] = "Quest: query-aware sparsity (Tang et al., ICML 2024)"
     stack_layer: ClassVar[str] = "selection"
     needs: ClassVar[frozenset[str]] = frozenset({"query"})
-    token_budget: int | float = 512
+    budget: Budget = TOKENS_512
     page: int = 16
     sink_pages: int = 1
 
+    def __post_init__(self) -> None:
+        self.budget = Budget.parse(self.budget)
+
     def pages_per_step(self, prompt_len: int | None = None) -> int:
         """Pages each lane reads per step (a ratio budget needs the sequence's prompt length)."""
-        if isinstance(self.token_budget, float):
+        if self.budget.is_ratio:
             if prompt_len is None:
                 raise ValueError("a ratio budget needs the prompt length")
-            tokens = budget_tokens(self.token_budget, prompt_len)
+            tokens = self.budget.tokens_for(prompt_len)
             return max(self.sink_pages + 1, tokens // self.page)
-        return max(1, self.token_budget // self.page)
+        return max(1, self.budget.tokens_for(0) // self.page)
 
     def check(self) -> None:
         super().check()
-        self.token_budget = parse_budget(self.token_budget)
-        if isinstance(self.token_budget, float):
+        if self.budget.is_ratio:
             return  # sized per sequence, at least the sink pages and the current one
         if self.pages_per_step() < self.sink_pages + 1:
             raise CtxlabError(
-                f"a Quest budget of {self.token_budget} tokens is too small: it must hold "
+                f"a Quest budget of {self.budget} tokens is too small: it must hold "
                 f"{self.sink_pages} sink page(s) and the current page of {self.page} tokens."
             )
 

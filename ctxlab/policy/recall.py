@@ -24,6 +24,7 @@ import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.policy.base import Policy
+from ctxlab.policy.budget import TOKENS_256, Budget
 from ctxlab.policy.quest import page_bound
 
 
@@ -155,23 +156,31 @@ class RecallPolicy(Policy):
     stack_layer: ClassVar[str] = "selection"
     needs: ClassVar[frozenset[str]] = frozenset({"query"})
     base: str = "h2o"
-    budget: int | float = 256
+    budget: Budget = TOKENS_256
     recall_blocks: int = 8
     block: int = 8
     every: int = 1
     tier: str = "memory"
     path: str | None = None
 
+    def __post_init__(self) -> None:
+        self.budget = Budget.parse(self.budget)
+
     def recall_tokens(self) -> int:
         return self.recall_blocks * self.block
+
+    def base_budget(self) -> Budget:
+        """What the base policy keeps: the budget less the recalled blocks' share."""
+        assert self.budget.tokens is not None
+        return Budget(tokens=self.budget.tokens - self.recall_tokens())
 
     def check(self) -> None:
         super().check()
         if self.every < 1:
             raise CtxlabError(f"recall every must be >= 1 decode steps, got {self.every}.")
-        if not isinstance(self.budget, int):
-            raise CtxlabError("recall takes its budget in tokens, not as a ratio.")
-        if self.budget <= self.recall_tokens():
+        if self.budget.tokens is None:
+            raise CtxlabError("recall takes its budget in tokens, not as a share of the prompt.")
+        if self.budget.tokens <= self.recall_tokens():
             raise CtxlabError(
                 f"a budget of {self.budget} tokens is too small for recall: its "
                 f"{self.recall_blocks} recalled blocks alone take {self.recall_tokens()} tokens."

@@ -10,7 +10,8 @@ import dataclasses
 from typing import Any
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy, parse_budget
+from ctxlab.policy.base import Policy
+from ctxlab.policy.budget import Budget
 from ctxlab.policy.full import FullPolicy
 from ctxlab.policy.h2o import H2OPolicy
 from ctxlab.policy.knorm import KNormPolicy
@@ -46,16 +47,19 @@ POLICIES: dict[str, type[Policy]] = {
 # Policies whose pure code exists but that the engine cannot run yet (see build.build_driver).
 NOT_IN_ENGINE: frozenset[str] = frozenset()
 
-# What "--budget" means for policies whose budget field has another name.
-_BUDGET_FIELD = {"quest": "token_budget"}
-
 
 def policy_names() -> list[str]:
     return list(POLICIES)
 
 
-def make_policy(name: str, budget: int | float | str | None = None, **params: Any) -> Policy:
-    """Build and check a policy by name; unknown names/params are one-sentence errors."""
+def make_policy(
+    name: str, budget: Budget | int | float | str | None = None, **params: Any
+) -> Policy:
+    """Build and check a policy by name; unknown names/params and bad budgets are one sentence.
+
+    The budget is parsed once here (`Budget.parse`); each class's `from_budget` says where
+    it goes, so no policy is special-cased by name.
+    """
     cls = POLICIES.get(name)
     if cls is None:
         raise CtxlabError(f"policy {name!r} is unknown; choose one of {', '.join(POLICIES)}.")
@@ -65,14 +69,7 @@ def make_policy(name: str, budget: int | float | str | None = None, **params: An
             raise CtxlabError(
                 f"policy {name!r} has no parameter {key!r}; it takes {', '.join(sorted(fields))}."
             )
-    if budget is not None:
-        field = _BUDGET_FIELD.get(name, "budget")
-        if field in fields:
-            b = parse_budget(budget)
-            params[field] = b
-        elif name in ("longformer", "bigbird"):
-            params.setdefault("local", int(parse_budget(budget)) - params.get("n_global", 4))
-    policy = cls(**params)
+    policy = cls.from_budget(None if budget is None else Budget.parse(budget), **params)
     policy.check()
     return policy
 

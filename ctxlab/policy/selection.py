@@ -62,7 +62,7 @@ class QuestSelector:
 
     def _count_pages(self, n_rows: int) -> torch.Tensor:
         pol: Any = self.policy  # its `page` is the pool's block size (build_driver sets it)
-        if not isinstance(pol.token_budget, float):
+        if not pol.budget.is_ratio:
             return torch.full((n_rows,), pol.pages_per_step(), dtype=torch.int64)
         lens = [it.prompt_len for it in self.items if it.num_new == 1]
         assert len(lens) == n_rows, "decode rows are the one-token items of the step"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -10,26 +12,75 @@ from ctxlab.policy import make_policy
 from ctxlab.policy.base import (
     LayerObs,
     attention_probs,
-    budget_tokens,
     group_reduce,
     keep_to_slots,
-    parse_budget,
 )
+from ctxlab.policy.budget import Budget
 
 
-def test_parse_budget_tokens_and_ratio():
-    assert parse_budget(256) == 256
-    assert parse_budget("256") == 256
-    assert parse_budget("0.25") == 0.25
-    assert parse_budget(256.0) == 256
-    assert budget_tokens(0.25, 1000) == 250
-    assert budget_tokens(0.001, 10) == 1
+def test_budget_tokens_and_ratio_are_told_apart_by_spelling():
+    assert Budget.parse(256) == Budget.parse("256") == Budget(tokens=256)
+    assert Budget.parse("0.25") == Budget.parse(0.25) == Budget(ratio=0.25)
+    # A trailing ".0" never turns a ratio into a token count: 1.0 is the whole prompt.
+    assert Budget.parse(1.0) == Budget.parse("1.0") == Budget(ratio=1.0)
+    assert Budget.parse(1) == Budget(tokens=1)
+    assert Budget(ratio=1.0).tokens_for(1000) == 1000
+    assert Budget(ratio=0.25).tokens_for(1000) == 250
+    assert Budget(ratio=0.001).tokens_for(10) == 1
+    assert Budget(tokens=64).tokens_for(10) == 64
+    assert str(Budget(tokens=64)) == "64" and str(Budget(ratio=0.5)) == "0.5"
 
 
-@pytest.mark.parametrize("bad", [0, -3, 1.5, 0.0, "abc", "-1", True])
-def test_parse_budget_rejects(bad):
-    with pytest.raises(CtxlabError):
-        parse_budget(bad)
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        (0, "positive"),
+        (-5, "positive"),
+        ("-5", "positive"),
+        ("-0.5", "positive"),
+        ("0.0", "positive"),
+        ("2.0", "decimal point"),
+        (2.0, "decimal point"),
+        (256.0, "decimal point"),
+        (1.5, "decimal point"),
+        ("abc", "neither"),
+        (True, "token count"),
+    ],
+)
+def test_bad_budgets_are_one_sentence(bad, says):
+    with pytest.raises(CtxlabError, match=says) as err:
+        Budget.parse(bad)
+    text = str(err.value)
+    assert not re.search(r"\.\s+[A-Z]", text) and text.endswith("."), "one sentence"
+    if says == "positive":
+        assert text.startswith("budgets are positive"), "not a sentence about ratios"
+
+
+@pytest.mark.parametrize("name", ["full", "quant"])
+def test_a_policy_without_a_budget_refuses_one(name):
+    with pytest.raises(CtxlabError, match="no budget"):
+        make_policy(name, 256)
+    make_policy(name)  # and builds without one
+
+
+def test_knorm_at_ratio_one_keeps_the_whole_prompt(lockstep_obs):
+    """The case that went wrong: 1.0 read as one token kept a single key per lane."""
+    pol = make_policy("knorm", "1.0")
+    obs = lockstep_obs(2, 100, keys=torch.randn(2, 100, 8))
+    assert pol.on_prefill(obs) is None  # nothing over budget: every prompt token stays
+    keep = make_policy("knorm", "0.5").on_prefill(obs)
+    assert keep is not None and [len(k) for k in keep] == [50, 50]
+
+
+def test_budgets_of_window_patterns_are_the_whole_budget():
+    lf = make_policy("longformer", 100)
+    assert (lf.local, lf.budget) == (96, Budget(tokens=100))
+    bb = make_policy("bigbird", 100)
+    assert bb.local + bb.n_global + bb.n_random == 100 and bb.budget == Budget(tokens=100)
+    with pytest.raises(CtxlabError, match="too small for bigbird"):
+        make_policy("bigbird", 60)
+    with pytest.raises(CtxlabError, match="in tokens"):
+        make_policy("longformer", 0.5)
 
 
 def test_budget_too_small_for_window_is_one_sentence():

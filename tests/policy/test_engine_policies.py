@@ -149,7 +149,7 @@ def sinks_and_recent(n_sinks, n_recent):
 def test_positional_policies_match_dense_reference(name, params, keep, cache_slot, slack):
     chunk = 13
     policy = make_policy(name, slack=slack, **params)
-    budget, trigger = policy.budget, BS - 1 if slack is None else slack
+    budget, trigger = policy.budget.tokens, BS - 1 if slack is None else slack
     for p in prompts(3, seed=5):
         eng = engine(max_num_batched_tokens=chunk, policy=policy)
         got = run(eng, [p])[0]
@@ -203,7 +203,7 @@ def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(
         per_layer = pyramid_budgets(32, lay.n_layers, 8)
         bound_blocks = sum(lay.n_kv_heads * (-(-b // BS) + 1) for b in per_layer)
     else:
-        b = 32 if "budget" in EVICTING[name] else policy.budget
+        b = 32 if "budget" in EVICTING[name] else policy.budget.tokens
         bound_blocks = lay.n_lanes * (-(-b // BS) + 1)
     while eng.has_unfinished():
         eng.step()
