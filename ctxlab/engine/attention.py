@@ -1,12 +1,14 @@
 """The paged attention backend: the model's `attend` over the head-granular pool.
 
-Per step the runner fills a `StepPlan`; per layer `attend` (1) writes the new K/V into the
-pool rows planned for them, then (2) computes attention with torch SDPA:
-- decode tokens (1 new token per sequence) are batched: each sequence's lanes of this layer
-  are gathered from the pool into `[B, Hkv, L, d]` with a length mask per (sequence, lane);
-  the query heads sharing a KV head ride as extra query rows, so K/V are never repeated.
-  Sequences of very different lengths are split into length buckets (`decode_buckets`) so
-  a short sequence does not gather and attend over the padding of the longest one;
+Per step the runner fills a `StepPlan`, the one thing attention reads (as nano-vllm's
+`Context`). Per layer `attend` (1) writes the new K/V into the pool rows planned for them,
+then (2) computes attention:
+- decode tokens (1 new token per sequence) go through `decode_attention`, the one decode
+  attention function: a block table per (sequence, lane), a mask, optional extra K/V rows
+  and optionally the probabilities. The query heads sharing a KV head ride as extra query
+  rows, so K/V are never repeated. Without a policy, sequences of very different lengths
+  are split into length buckets (`decode_buckets`) so a short sequence does not attend over
+  the padding of the longest one;
 - a prefill chunk with nothing cached before it attends causally to its own K/V directly;
 - a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
@@ -15,14 +17,20 @@ A sliding-window layer (Mistral, Gemma local layers) adds `key > query - W` to e
 masks; its lanes still hold every token (freeing what falls out of the window is what the
 `window` policy does), and lane index equals position there, so no policy may compact them.
 
+What a policy's runtime adds to the plan (it never wraps attention): rows whose queries it
+keeps, whether decode probabilities are wanted (H2O's scores), whether each layer reads
+only its own longest lane (PyramidKV), a page reader that narrows each layer's decode table
+to chosen pages (Quest) and extra K/V rows per layer (recall's far tier). Attention fills
+the plan's `queries` and `probs`; the runtime reads them after the forward.
+
 Everything that does not depend on the layer (buckets, per-layer block ids, masks) is built
-once per step, on first use, and cached on the plan; a policy that swaps in a modified plan
-(`dataclasses.replace`) gets a fresh cache because those fields are not init fields.
+once per step, on first use, and cached on the plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +41,25 @@ from ctxlab.kv.pool import KVPool
 # gathering and attending over this many extra (sequence, block) pairs (a gather, an SDPA
 # call and an index copy ~ 100-150 us on a CPU core; one padded block ~ 4-5 us).
 BUCKET_OVERHEAD_BLOCKS = 32
+
+# Extra rows of a decode step: K and V `[B, n_kv, E, d]` and their mask `[B, n_kv, E]`.
+ExtraRows = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class PageReader(Protocol):
+    """Narrows a layer's decode reads to chosen pages (engine side of a selection policy)."""
+
+    def record(self, rows: torch.Tensor, k: torch.Tensor) -> None: ...
+
+    def narrow(
+        self, layer: int, q: torch.Tensor, table: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None: ...
+
+
+class ExtraReader(Protocol):
+    """Extra K/V rows each decode row attends to beside its lanes (recall's far tier)."""
+
+    def rows(self, layer: int, q: torch.Tensor) -> ExtraRows: ...
 
 
 @dataclass
@@ -69,7 +96,68 @@ class StepPlan:
     decode_table: torch.Tensor | None = None  # [Bd, n_lanes, nb]
     decode_mask: torch.Tensor | None = None  # [Bd, n_lanes, 1, L] bool
     prefills: list[PrefillItem] = field(default_factory=list)
+    # -- what a policy's runtime adds (see the module docstring) ---------------------------
+    keep_queries: torch.Tensor | None = None  # flat rows whose queries are kept per layer
+    want_probs: bool = False  # decode attention returns its probabilities (H2O)
+    own_width: bool = False  # each layer's decode reads only its own longest lane
+    pages: PageReader | None = None  # Quest: narrows each layer's decode table
+    extra: ExtraReader | None = None  # recall: extra K/V rows per decode row and layer
+    # -- filled by attention, read by the runtime after the forward -----------------------
+    queries: list[torch.Tensor | None] = field(default_factory=list)  # per layer
+    probs: list[torch.Tensor | None] = field(default_factory=list)  # per layer [B, n_kv, g, L]
     _buckets: list[DecodeBucket] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def shaped_decode(self) -> bool:
+        """A policy shapes decode reads: one batch at full width, not length buckets."""
+        return self.want_probs or self.own_width or self.pages is not None or self.extra is not None
+
+
+def decode_attention(
+    q: torch.Tensor,
+    pool: Any,
+    table: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    length: int | None = None,
+    extra: ExtraRows | None = None,
+    want_probs: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Attention of decode queries over paged lanes: THE decode attention of the engine.
+
+    q `[B, n_kv, g, d]` (the g query heads of each KV head as rows); `table [B, n_kv, nb]`
+    block ids; `mask [B, n_kv, 1, L]` which of the first L gathered slots are keys (None:
+    the first `length` slots, or every slot). `extra` adds K/V rows `[B, n_kv, E, d]` with
+    their mask `[B, n_kv, E]` to the same softmax (recall's far blocks). Returns the output
+    `[B, n_kv, g, dv]` and, with `want_probs`, the probabilities `[B, n_kv, g, L]` over the
+    table's own keys (extra rows excluded from their denominator: what a lane's tokens
+    received among the lane), else None.
+    """
+    kk, vv = pool.gather(table)  # [B, n_kv, nb * bs, d]
+    width = mask.shape[-1] if mask is not None else length
+    if width is not None and width < kk.shape[2]:
+        kk, vv = kk[:, :, :width], vv[:, :, :width]
+    n_own = kk.shape[2]
+    if extra is not None:
+        ek, ev, em = extra
+        kk = torch.cat((kk, ek.to(kk.dtype)), 2)
+        vv = torch.cat((vv, ev.to(vv.dtype)), 2)
+        own = (
+            mask[:, :, 0]
+            if mask is not None
+            else torch.ones_like(em[..., :1]).expand(*em.shape[:2], n_own)
+        )
+        mask = torch.cat((own, em), 2).unsqueeze(2)
+    if not want_probs:
+        o = F.scaled_dot_product_attention(q.to(kk.dtype), kk, vv, attn_mask=mask)
+        return o, None
+    d = q.shape[-1]
+    logits = torch.matmul(q, kk.transpose(-1, -2)).float() * d**-0.5
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(logits, dim=-1)
+    o = torch.matmul(p.to(vv.dtype), vv)
+    probs = p if extra is None else torch.softmax(logits[..., :n_own], dim=-1)
+    return o, probs
 
 
 def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -> list[list[int]]:
@@ -96,7 +184,7 @@ def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -
 
 class PagedAttention:
     def __init__(self, pool: KVPool, n_heads: int, sliding_windows: tuple[int | None, ...] = ()):
-        self.pool = pool
+        self.pool: Any = pool
         self.layout = pool.layout
         self.n_heads = n_heads
         self.n_kv = self.layout.n_kv_heads
@@ -110,6 +198,10 @@ class PagedAttention:
         plan = self.plan
         assert plan is not None, "the runner sets a StepPlan before each forward"
         self.pool.write(plan.rows[layer_idx], k, v)
+        if plan.keep_queries is not None:
+            plan.queries[layer_idx] = q.index_select(0, plan.keep_queries)
+        if plan.pages is not None:
+            plan.pages.record(plan.rows[layer_idx], k)
         T = q.shape[0]
         lanes = self.layout.lanes_of_layer(layer_idx)
         if plan.decode_idx is not None and not plan.prefills and plan.decode_idx.numel() == T:
@@ -117,7 +209,7 @@ class PagedAttention:
         out = q.new_empty(T, self.n_heads, v.shape[-1])
         if plan.decode_idx is not None:
             dec = self._decode(q.index_select(0, plan.decode_idx), plan, layer_idx)
-            out.index_copy_(0, plan.decode_idx, dec)
+            out.index_copy_(0, plan.decode_idx, dec.to(out.dtype))
         for item in plan.prefills:
             s, e = item.start, item.end
             if item.fresh:
@@ -130,6 +222,50 @@ class PagedAttention:
         return self.windows[layer_idx] if self.windows else None
 
     # -- decode ---------------------------------------------------------------------------
+    def _decode(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor:
+        """Attention of one new token per sequence; q is `[B, H, d]` in decode-batch order."""
+        if plan.shaped_decode:
+            out = self._decode_shaped(q, plan, layer)
+            if out is not None:
+                return out
+        buckets = self._buckets(plan)
+        if len(buckets) == 1:
+            return self._decode_bucket(q, buckets[0], layer)
+        out = None
+        for b in buckets:
+            assert b.rows is not None
+            o = self._decode_bucket(q.index_select(0, b.rows), b, layer)
+            if out is None:
+                out = o.new_empty(q.shape[0], *o.shape[1:])
+            out.index_copy_(0, b.rows, o)
+        assert out is not None
+        return out
+
+    def _decode_shaped(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor | None:
+        """The whole decode batch at once, read as the policy's runtime asked; None when the
+        page reader reads everything anyway (then the plain path runs)."""
+        assert plan.decode_table is not None and plan.decode_mask is not None
+        lanes = self.layout.lanes_of_layer(layer)
+        table, mask = plan.decode_table[:, lanes], plan.decode_mask[:, lanes]
+        B, H, d = q.shape
+        qg = q.view(B, self.n_kv, self.group, d)
+        if plan.pages is not None:
+            narrowed = plan.pages.narrow(layer, qg, table, mask)
+            if narrowed is None:
+                return None
+            table, mask = narrowed
+        if plan.own_width:  # this layer's longest lane, not the longest of any layer
+            n = int(mask.sum(-1).max())
+            nb = -(-n // self.layout.block_size)
+            table, mask = table[..., :nb], mask[..., : nb * self.layout.block_size]
+        extra = plan.extra.rows(layer, q) if plan.extra is not None else None
+        o, probs = decode_attention(
+            qg, self.pool, table, mask, extra=extra, want_probs=plan.want_probs
+        )
+        if probs is not None:
+            plan.probs[layer] = probs
+        return o.reshape(B, H, -1)
+
     def _buckets(self, plan: StepPlan) -> list[DecodeBucket]:
         if plan._buckets is not None:
             return plan._buckets
@@ -173,32 +309,16 @@ class PagedAttention:
         plan._buckets = buckets
         return buckets
 
-    def _decode(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor:
-        """Attention of one new token per sequence; q is `[B, H, d]` in decode-batch order."""
-        buckets = self._buckets(plan)
-        if len(buckets) == 1:
-            return self._decode_bucket(q, buckets[0], layer)
-        out = None
-        for b in buckets:
-            assert b.rows is not None
-            o = self._decode_bucket(q.index_select(0, b.rows), b, layer)
-            if out is None:
-                out = o.new_empty(q.shape[0], *o.shape[1:])
-            out.index_copy_(0, b.rows, o)
-        assert out is not None
-        return out
-
     def _decode_bucket(self, q: torch.Tensor, b: DecodeBucket, layer: int) -> torch.Tensor:
         Bg = b.n_seqs
-        kk, vv = self.pool.gather(b.ids[layer].view(Bg, self.n_kv, b.n_blocks))
-        if b.mask is None and b.length < kk.shape[2]:
-            kk, vv = kk[:, :, : b.length], vv[:, :, : b.length]
+        table = b.ids[layer].view(Bg, self.n_kv, b.n_blocks)
         qg = q.reshape(Bg, self.n_kv, self.group, -1)
         mask = None if b.mask is None else b.mask[layer]
         window = self._window(layer)
         if window is not None:
-            mask = self._decode_window_mask(b, layer, window, kk.shape[2])
-        o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=mask)
+            length = b.length if b.mask is None else b.n_blocks * self.layout.block_size
+            mask = self._decode_window_mask(b, layer, window, length)
+        o, _ = decode_attention(qg, self.pool, table, mask, length=b.length)
         return o.reshape(Bg, self.n_heads, -1)
 
     def _decode_window_mask(self, b: DecodeBucket, layer: int, window: int, L: int) -> torch.Tensor:

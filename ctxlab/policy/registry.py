@@ -11,11 +11,12 @@ from typing import Any
 
 from ctxlab.errors import CtxlabError
 from ctxlab.policy.base import Policy
+from ctxlab.policy.bigbird import BigBirdPolicy
 from ctxlab.policy.budget import Budget
 from ctxlab.policy.full import FullPolicy
 from ctxlab.policy.h2o import H2OPolicy
 from ctxlab.policy.knorm import KNormPolicy
-from ctxlab.policy.patterns import BigBirdPolicy, LongformerPolicy
+from ctxlab.policy.longformer import LongformerPolicy
 from ctxlab.policy.pyramidkv import PyramidKVPolicy
 from ctxlab.policy.quant import QuantPolicy
 from ctxlab.policy.quest import QuestPolicy
@@ -44,7 +45,7 @@ POLICIES: dict[str, type[Policy]] = {
     )
 }
 
-# Policies whose pure code exists but that the engine cannot run yet (see build.build_driver).
+# Policies whose pure code exists but that the engine cannot run yet.
 NOT_IN_ENGINE: frozenset[str] = frozenset()
 
 
@@ -78,10 +79,13 @@ def describe_policies() -> list[dict[str, Any]]:
     """One row per policy: name, stack layer, paper, parameters with their defaults."""
     rows = []
     for name, cls in POLICIES.items():
-        params = {}
+        params: dict[str, Any] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             if f.default is not dataclasses.MISSING:
                 params[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+                params[f.name] = value.name if isinstance(value, Policy) else value
         rows.append(
             {
                 "name": name,

@@ -39,7 +39,6 @@ PARAMS: dict[str, dict[str, Any]] = {
     "pyramidkv": {"obs_window": 8, "rerun_every": BLOCK},
     "recall": {"recall_blocks": 2, "block": 4},
     "bigbird": {"n_random": 4},
-    "quest": {"page": BLOCK},  # (the engine sets it to the block size anyway)
 }
 # Two budgets per policy: tokens and a share of the prompt, or two token counts where the
 # policy takes tokens only.

@@ -6,16 +6,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from policy_cases import build, evicting_names
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy import make_policy
-from ctxlab.policy.base import (
-    LayerObs,
-    attention_probs,
-    group_reduce,
-    keep_to_slots,
-)
+from ctxlab.kv.manager import KVCacheManager
+from ctxlab.policy import PolicyWrapper, ScorerPolicy, make_policy
 from ctxlab.policy.budget import Budget
+from ctxlab.policy.observation import LayerObs, attention_probs, group_reduce
 
 
 def test_budget_tokens_and_ratio_are_told_apart_by_spelling():
@@ -113,19 +110,18 @@ def test_attention_probs_causal_and_padding():
     torch.testing.assert_close(p.sum(-1), torch.ones(2, 2))
 
 
-def test_keep_to_slots_maps_positions_of_a_compacted_lane():
-    pos = torch.tensor([0, 3, 7, 9, -1, -1])
-    assert keep_to_slots(pos, torch.tensor([3, 9])).tolist() == [1, 3]
-    with pytest.raises(RuntimeError):
-        keep_to_slots(pos, torch.tensor([4]))
-
-
-NAMES = ["window", "streaming", "h2o", "snapkv", "pyramidkv", "tova", "longformer", "bigbird"]
+def test_slots_of_maps_positions_of_a_compacted_lane():
+    pos = torch.tensor([[0, 3, 7, 9, -1, -1], [1, 2, 5, 6, 8, 11]])
+    got = KVCacheManager.slots_of(pos, [torch.tensor([3, 9]), torch.tensor([1, 6, 11])])
+    assert [g.tolist() for g in got] == [[1, 3], [0, 3, 5]]
+    for bad in ([torch.tensor([4]), torch.tensor([1])], [torch.tensor([3]), torch.tensor([12])]):
+        with pytest.raises(RuntimeError):
+            KVCacheManager.slots_of(pos, bad)
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    name=st.sampled_from(NAMES),
+    name=st.sampled_from(evicting_names()),
     n_kv=st.integers(1, 3),
     group=st.integers(1, 3),
     length=st.integers(1, 300),
@@ -134,9 +130,9 @@ NAMES = ["window", "streaming", "h2o", "snapkv", "pyramidkv", "tova", "longforme
     seed=st.integers(0, 2**16),
 )
 def test_keep_sets_respect_budget_and_forced_tokens(name, n_kv, group, length, budget, layer, seed):
+    """Every registered policy that evicts, shown every tensor a layer view can carry."""
     torch.manual_seed(seed)
-    params = {"local": budget - 8, "n_global": 4} if name in ("longformer", "bigbird") else {}
-    pol = make_policy(name, None if params else budget, **params)
+    pol = build(name, budget)
     n_heads = n_kv * group
     obs = LayerObs(
         layer=layer,
@@ -145,22 +141,26 @@ def test_keep_sets_respect_budget_and_forced_tokens(name, n_kv, group, length, b
         positions=torch.arange(length).repeat(n_kv, 1),
         seq_len=length,
         prompt_len=length,
+        keys=torch.randn(n_kv, length, 8),
         obs_attn=torch.softmax(torch.randn(n_heads, 32, length), -1),
         acc_attn=torch.rand(n_kv, length),
     )
     keep = pol.on_prefill(obs)
     lane_budget = pol.lane_budget(obs)
+    assert lane_budget is not None
     if length <= lane_budget:
         assert keep is None
         return
     assert keep is not None and len(keep) == n_kv
+    scorer = pol.base if isinstance(pol, PolicyWrapper) else pol
+    assert isinstance(scorer, ScorerPolicy)
     for k in keep:
         assert len(k) <= lane_budget
         assert torch.all(k[1:] > k[:-1]), "kept positions are sorted and distinct"
         assert int(k.min()) >= 0 and int(k.max()) < length
         kept = set(k.tolist())
-        sinks = set(range(min(pol.n_sinks(), length)))
-        recent = set(range(max(0, length - pol.n_recent(lane_budget)), length))
+        sinks = set(range(min(scorer.n_sinks(), length)))
+        recent = set(range(max(0, length - scorer.n_recent(lane_budget)), length))
         assert sinks <= kept and recent <= kept
-        if name not in ("longformer", "bigbird"):
+        if name not in ("longformer", "bigbird"):  # their local window is the budget's rest
             assert len(k) == lane_budget
