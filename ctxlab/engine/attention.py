@@ -29,135 +29,20 @@ once per step, on first use, and cached on the plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ctxlab.engine.decode_attention import decode_attention
+from ctxlab.engine.lane_runs import plan_runs
+from ctxlab.engine.step_plan import DecodeBucket, PrefillItem, StepPlan
 from ctxlab.kv.pool import KVPool
 
 # Padding cost model of `decode_buckets`: one more bucket costs, per layer, about as much as
 # gathering and attending over this many extra (sequence, block) pairs (a gather, an SDPA
 # call and an index copy ~ 100-150 us on a CPU core; one padded block ~ 4-5 us).
 BUCKET_OVERHEAD_BLOCKS = 32
-
-# Extra rows of a decode step: K and V `[B, n_kv, E, d]` and their mask `[B, n_kv, E]`.
-ExtraRows = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-class PageReader(Protocol):
-    """Narrows a layer's decode reads to chosen pages (engine side of a selection policy)."""
-
-    def record(self, rows: torch.Tensor, k: torch.Tensor) -> None: ...
-
-    def narrow(
-        self, layer: int, q: torch.Tensor, table: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor] | None: ...
-
-
-class ExtraReader(Protocol):
-    """Extra K/V rows each decode row attends to beside its lanes (recall's far tier)."""
-
-    def rows(self, layer: int, q: torch.Tensor) -> ExtraRows: ...
-
-
-@dataclass
-class PrefillItem:
-    start: int  # first index of this sequence's tokens in the flat batch
-    end: int
-    fresh: bool  # nothing of this sequence was in the cache before this chunk
-    table: torch.Tensor | None = None  # [n_lanes, nb]
-    prev_len: torch.Tensor | None = None  # [n_lanes] tokens before the chunk
-    first_pos: int = 0
-    _mask: torch.Tensor | None = field(default=None, init=False, repr=False)
-
-
-@dataclass
-class DecodeBucket:
-    """Decode sequences attended together: their rows in the decode batch and, per layer,
-    their block ids `[n_layers, Bg * Hkv * nb]` and mask `[n_layers, Bg, Hkv, 1, nb * bs]`
-    (None when every lane holds exactly `length` tokens)."""
-
-    rows: torch.Tensor | None  # [Bg] rows of the decode batch; None = all, in order
-    ids: torch.Tensor
-    mask: torch.Tensor | None
-    n_seqs: int
-    n_blocks: int
-    length: int  # keys attended (trimmed to the longest lane when the mask is None)
-    lens: torch.Tensor | None = None  # [Bg, n_lanes] keys per lane, for sliding windows
-    _window_masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class StepPlan:
-    rows: torch.Tensor  # [n_layers, T, Hkv] pool rows of the new tokens
-    decode_idx: torch.Tensor | None = None  # [Bd] flat indices of decode tokens
-    decode_table: torch.Tensor | None = None  # [Bd, n_lanes, nb]
-    decode_mask: torch.Tensor | None = None  # [Bd, n_lanes, 1, L] bool
-    prefills: list[PrefillItem] = field(default_factory=list)
-    # -- what a policy's runtime adds (see the module docstring) ---------------------------
-    keep_queries: torch.Tensor | None = None  # flat rows whose queries are kept per layer
-    want_probs: bool = False  # decode attention returns its probabilities (H2O)
-    own_width: bool = False  # each layer's decode reads only its own longest lane
-    pages: PageReader | None = None  # Quest: narrows each layer's decode table
-    extra: ExtraReader | None = None  # recall: extra K/V rows per decode row and layer
-    # -- filled by attention, read by the runtime after the forward -----------------------
-    queries: list[torch.Tensor | None] = field(default_factory=list)  # per layer
-    probs: list[torch.Tensor | None] = field(default_factory=list)  # per layer [B, n_kv, g, L]
-    _buckets: list[DecodeBucket] | None = field(default=None, init=False, repr=False)
-
-    @property
-    def shaped_decode(self) -> bool:
-        """A policy shapes decode reads: one batch at full width, not length buckets."""
-        return self.want_probs or self.own_width or self.pages is not None or self.extra is not None
-
-
-def decode_attention(
-    q: torch.Tensor,
-    pool: Any,
-    table: torch.Tensor,
-    mask: torch.Tensor | None = None,
-    length: int | None = None,
-    extra: ExtraRows | None = None,
-    want_probs: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Attention of decode queries over paged lanes: THE decode attention of the engine.
-
-    q `[B, n_kv, g, d]` (the g query heads of each KV head as rows); `table [B, n_kv, nb]`
-    block ids; `mask [B, n_kv, 1, L]` which of the first L gathered slots are keys (None:
-    the first `length` slots, or every slot). `extra` adds K/V rows `[B, n_kv, E, d]` with
-    their mask `[B, n_kv, E]` to the same softmax (recall's far blocks). Returns the output
-    `[B, n_kv, g, dv]` and, with `want_probs`, the probabilities `[B, n_kv, g, L]` over the
-    table's own keys (extra rows excluded from their denominator: what a lane's tokens
-    received among the lane), else None.
-    """
-    kk, vv = pool.gather(table)  # [B, n_kv, nb * bs, d]
-    width = mask.shape[-1] if mask is not None else length
-    if width is not None and width < kk.shape[2]:
-        kk, vv = kk[:, :, :width], vv[:, :, :width]
-    n_own = kk.shape[2]
-    if extra is not None:
-        ek, ev, em = extra
-        kk = torch.cat((kk, ek.to(kk.dtype)), 2)
-        vv = torch.cat((vv, ev.to(vv.dtype)), 2)
-        own = (
-            mask[:, :, 0]
-            if mask is not None
-            else torch.ones_like(em[..., :1]).expand(*em.shape[:2], n_own)
-        )
-        mask = torch.cat((own, em), 2).unsqueeze(2)
-    if not want_probs:
-        o = F.scaled_dot_product_attention(q.to(kk.dtype), kk, vv, attn_mask=mask)
-        return o, None
-    d = q.shape[-1]
-    logits = torch.matmul(q, kk.transpose(-1, -2)).float() * d**-0.5
-    if mask is not None:
-        logits = logits.masked_fill(~mask, float("-inf"))
-    p = torch.softmax(logits, dim=-1)
-    o = torch.matmul(p.to(vv.dtype), vv)
-    probs = p if extra is None else torch.softmax(logits[..., :n_own], dim=-1)
-    return o, probs
 
 
 def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -> list[list[int]]:
@@ -190,6 +75,7 @@ class PagedAttention:
         self.n_kv = self.layout.n_kv_heads
         self.group = n_heads // self.n_kv
         self.windows = sliding_windows
+        self.in_place = True  # long dense lanes read in place (False: gathered, to compare)
         self.plan: StepPlan | None = None
 
     def attend(
@@ -292,6 +178,9 @@ class PagedAttention:
             n0 = int(lg.flatten()[0])
             dense = bool((lg == n0).all()) and bool(mg[..., :n0].all())
             bmask = None
+            runs = None
+            if dense and self.in_place and not self.pool.quantized:
+                runs = plan_runs(tg, n0, lay.n_layers, self.n_kv, bs)
             if not dense:
                 bmask = mg.reshape(Bg, lay.n_layers, self.n_kv, 1, nbg * bs).transpose(0, 1)
                 bmask = bmask.contiguous()
@@ -304,6 +193,7 @@ class PagedAttention:
                     n_blocks=nbg,
                     length=n0 if dense else nbg * bs,
                     lens=lg,
+                    runs=runs,
                 )
             )
         plan._buckets = buckets
@@ -318,7 +208,8 @@ class PagedAttention:
         if window is not None:
             length = b.length if b.mask is None else b.n_blocks * self.layout.block_size
             mask = self._decode_window_mask(b, layer, window, length)
-        o, _ = decode_attention(qg, self.pool, table, mask, length=b.length)
+        runs = b.runs[layer] if b.runs is not None and window is None else None
+        o, _ = decode_attention(qg, self.pool, table, mask, length=b.length, runs=runs)
         return o.reshape(Bg, self.n_heads, -1)
 
     def _decode_window_mask(self, b: DecodeBucket, layer: int, window: int, L: int) -> torch.Tensor:

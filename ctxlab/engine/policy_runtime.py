@@ -32,10 +32,10 @@ from typing import Any
 
 import torch
 
-from ctxlab.engine.attention import StepPlan
 from ctxlab.engine.far_reads import FarReads
 from ctxlab.engine.observe import QueryLog, SeqState, layer_obs, move_rows
 from ctxlab.engine.page_reads import PageReads
+from ctxlab.engine.step_plan import StepPlan
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.manager import KVCacheManager
 from ctxlab.kv.seq_kv import SeqKV

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from ctxlab.engine.attention import PagedAttention, PrefillItem, StepPlan
+from ctxlab.engine.attention import PagedAttention
 from ctxlab.engine.policy_runtime import NullRuntime, StepItem
 from ctxlab.engine.sampling import sample
 from ctxlab.engine.scheduler import ScheduledSeq
+from ctxlab.engine.step_plan import PrefillItem, StepPlan
 from ctxlab.kv.manager import KVCacheManager
 
 

@@ -191,8 +191,11 @@ class KVCacheManager:
             if want > have:
                 ids = self.alloc.allocate((want - have) * self.n_lanes)
                 seq.ensure_capacity(want)
-                seq.table[:, have:want] = (
-                    torch.tensor(ids, dtype=torch.int64).view(want - have, self.n_lanes).T
+                # Lane-major: each lane takes a run of the ids (consecutive ones from a fresh
+                # free queue), so a long prompt's lanes are runs of adjacent blocks that decode
+                # attention reads in place (`KVPool.run_view`) instead of gathering.
+                seq.table[:, have:want] = torch.tensor(ids, dtype=torch.int64).view(
+                    self.n_lanes, want - have
                 )
                 seq.n_blocks[:] = want
             return
@@ -249,16 +252,16 @@ class KVCacheManager:
         position the lane does not hold is a bug in the policy: RuntimeError."""
         big = torch.iinfo(torch.int64).max
         sorted_pos = positions.masked_fill(positions < 0, big)
-        counts = [len(k) for k in keep]
+        counts = torch.tensor([len(k) for k in keep], device=positions.device)
         k_pad = torch.nn.utils.rnn.pad_sequence(keep, batch_first=True, padding_value=0)
-        real = torch.arange(k_pad.shape[1])[None, :] < torch.tensor(counts)[:, None]
+        real = torch.arange(k_pad.shape[1], device=positions.device)[None, :] < counts[:, None]
         k_pad = k_pad.masked_fill(~real, big)  # (a float padding value would not hold int64 max)
         slots = torch.searchsorted(sorted_pos, k_pad)
         width = positions.shape[1]
         found = sorted_pos.gather(1, slots.clamp(max=width - 1))
         if bool(((found != k_pad) & real).any()) or bool(((slots >= width) & real).any()):
             raise RuntimeError("a policy kept a position its lane does not hold")
-        return [slots[h, : counts[h]] for h in range(len(keep))]
+        return [slots[h, : len(k)] for h, k in enumerate(keep)]
 
     def compaction_fits(self, seq: SeqKV, lanes: list[int], keep: list[torch.Tensor]) -> list[int]:
         """Indices (into `lanes`) of the cuts the pool can take now.

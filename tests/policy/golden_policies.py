@@ -8,7 +8,8 @@ moment. The three prompts run together (batch 3) with 4-token blocks, so decode-
 (every block for H2O, TOVA, the positional policies; SnapKV and PyramidKV re-run every
 block), Quest's page choice and recall's far tier all act within 8 decode tokens.
 
-    .venv/bin/python tests/policy/golden_policies.py        # rewrite golden_policies.json
+    .venv/bin/python tests/policy/golden_policies.py                 # rewrite every entry
+    .venv/bin/python tests/policy/golden_policies.py --only keydiff  # add / redo one policy
 
 `tests/policy/test_golden.py` reruns every case and requires the file to match exactly.
 The file was written from the engine before the policy runtime moved into `ctxlab/engine`;
@@ -17,6 +18,7 @@ it is regenerated only when a policy's behaviour is meant to change.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -146,13 +148,21 @@ def run_case(loaded: Any, case: dict[str, Any], ids: list[list[int]]) -> list[di
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ap = argparse.ArgumentParser(description="Write the golden record of every policy.")
+    ap.add_argument("--only", help="comma-separated policy names: record only their entries")
+    args = ap.parse_args()
     from ctxlab.model import load_model
 
     torch.set_num_threads(1)  # tiny steps: more threads only wait on each other
     loaded = load_model(dtype="float32")
     ids = prompts(loaded.tokenizer)
     doc = {"prompt_tokens": [len(p) for p in ids], "cases": {}}
+    only = set(args.only.split(",")) if args.only else None
+    if only is not None:
+        doc = json.loads(GOLDEN.read_text())  # every other entry stays as recorded
     for case in cases():
+        if only is not None and case["policy"] not in only:
+            continue
         doc["cases"][case_id(case)] = run_case(loaded, case, ids)
         print(case_id(case), file=sys.stderr, flush=True)
     GOLDEN.write_text(json.dumps(doc, indent=1) + "\n")
