@@ -79,10 +79,17 @@ class FarReads:
         bs = self.layout.block_size
         rows = seq.table[lane, slots // bs] * bs + slots % bs
         k, v = kv.pool.read_rows(rows)  # dequantized when the pool is quantized
+        self.put(seq_id, lane, positions[slots], k, v)
+
+    def put(
+        self, seq_id: int, lane: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """Evicted tokens of one lane (`positions [n]`, `k [n, d]`, `v [n, dv]`) into the far
+        tier, `policy.block` tokens a block."""
         size = self.policy.block
-        for a in range(0, len(slots), size):
+        for a in range(0, len(positions), size):
             sl = slice(a, a + size)
-            self.tier.put((seq_id, lane), positions[slots[sl]], k[sl], v[sl])
+            self.tier.put((seq_id, lane), positions[sl], k[sl], v[sl])
 
     def _lane_rows(self, seq_id: int, step: int, lane: int, q: torch.Tensor) -> list[tuple]:
         key = (seq_id, lane)
