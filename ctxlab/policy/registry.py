@@ -15,6 +15,7 @@ from ctxlab.policy.bigbird import BigBirdPolicy
 from ctxlab.policy.budget import Budget
 from ctxlab.policy.full import FullPolicy
 from ctxlab.policy.h2o import H2OPolicy
+from ctxlab.policy.keydiff import KeyDiffPolicy
 from ctxlab.policy.knorm import KNormPolicy
 from ctxlab.policy.longformer import LongformerPolicy
 from ctxlab.policy.pyramidkv import PyramidKVPolicy
@@ -37,6 +38,7 @@ POLICIES: dict[str, type[Policy]] = {
         PyramidKVPolicy,
         TOVAPolicy,
         KNormPolicy,
+        KeyDiffPolicy,
         QuantPolicy,
         QuestPolicy,
         RecallPolicy,
