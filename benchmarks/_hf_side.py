@@ -23,19 +23,10 @@ PAIRS = {
 
 
 def load_hf(gguf: Path):
-    """transformers' own reading of the same GGUF (as the tests' `hf_model` fixture)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.initialization import no_init_weights
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    """transformers' own reading of the same GGUF (`ctxlab.hf.from_gguf`)."""
+    from ctxlab.hf import from_gguf
 
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    with no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    parsed = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=model)
-    model.load_state_dict({k: torch.as_tensor(v) for k, v in parsed["tensors"].items()}, False)
-    model.tie_weights()
-    return model.eval()
+    return from_gguf(str(gguf))[0]
 
 
 def run_hf(model, rows, policy_of, samples: list[dict], eos, page: int) -> tuple[dict, dict, dict]:

@@ -347,7 +347,7 @@ def main() -> None:
     rows += [(p, r) for p in presses for r in ratios]
     n = len(samples)
     print(
-        f"{len(rows)} rows x {n} samples x 2 sides, prompts "
+        f"{len(rows)} rows x {n} samples x 3 sides, prompts "
         f"{min(len(s['ids']) for s in samples)}-{max(len(s['ids']) for s in samples)} tokens",
         file=sys.stderr,
     )

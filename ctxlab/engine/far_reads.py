@@ -95,8 +95,8 @@ class FarReads:
         key = (seq_id, lane)
         have = self.scratch.get(key, {})
         if self.policy.recall_due(step) or key not in self.scratch:
-            kmin, kmax = self.tier.summaries(key)
-            best = self.policy.choose_far(FarObs(q, kmin, kmax))
+            kmin, kmax = self.tier.summaries(key)  # host tensors: the tier lives in host memory
+            best = self.policy.choose_far(FarObs(q.detach().cpu(), kmin, kmax))
             new = [i for i in best if i not in have]
             have = {i: have[i] if i in have else self.tier.read(key, i) for i in best}
             if new:

@@ -22,9 +22,10 @@ from typing import Any
 from ctxlab.errors import CtxlabError
 from ctxlab.hf.attention import install
 from ctxlab.hf.cache import PolicyCache, PolicyLayer
+from ctxlab.hf.gguf import from_gguf
 from ctxlab.hf.runtime import HFRuntime
 
-__all__ = ["PolicyCache", "PolicyLayer", "cache", "install"]
+__all__ = ["PolicyCache", "PolicyLayer", "cache", "from_gguf", "install"]
 
 
 def cache(
