@@ -4,8 +4,8 @@ transformers 5.24 (the version in the project's environment) reads the GGUF itse
 (`hf_model` fixture); ctxlab's engine reads it with its own loader. For one 120-token prompt:
 - after the prompt, every registered policy that evicts keeps exactly the same original
   positions in every layer and KV head in both (the engine's block size 16 = `page`);
-- with decode-time cuts (H2O, TOVA, SnapKV's re-run, KNorm's re-run, recall's far tier,
-  Quest's page reads), 16 greedy tokens and the final kept positions are the same too.
+- with decode-time cuts and reads (H2O, TOVA, recall's far tier, Quest's pages), 16 greedy
+  tokens and the final kept positions are the same too.
 """
 
 from __future__ import annotations
@@ -78,11 +78,9 @@ def test_prompt_end_cut_keeps_the_engines_positions(loaded, hf_model, ids, name)
     assert cache.resident_bytes() < len(ids) * 30 * 3 * 64 * 2 * 4, "rows were dropped"
 
 
-DECODING = {
+DECODING = {  # the policies that act while decoding (SnapKV/KNorm re-runs: tiny-model tests)
     "h2o": {"obs_window": 8},
     "tova": {},
-    "snapkv": {"obs_window": 8, "rerun_every": 16},
-    "knorm": {"rerun_every": 8},
     "recall": {"recall_blocks": 2, "block": 8},
     "quest": {},
 }
