@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "generate",
     "eval",
     "profile",
+    "memory",
+    "rag",
 )
 
 app = typer.Typer(

@@ -24,6 +24,7 @@ from ctxlab.memory.embed import Embedder, from_blobs
 Retriever = Literal["bm25", "dense", "hybrid"]
 RETRIEVERS: tuple[str, ...] = ("bm25", "dense", "hybrid")
 RRF_K = 60
+HYBRID_DEPTH = 50  # candidates taken from each list before fusing
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -137,7 +138,7 @@ def search(
     vector = embedder.embed([query])[0]
     if retriever == "dense":
         return dense(conn, table, vector, k, where)
-    depth = max(4 * k, 20)  # fuse deeper lists than asked, as hybrid systems do
+    depth = max(4 * k, HYBRID_DEPTH)  # the same depth for every small k: prefixes agree
     return reciprocal_rank_fusion(
         [bm25(conn, table, query, depth, where), dense(conn, table, vector, depth, where)], k
     )
