@@ -5,7 +5,8 @@ Public API (plain dataclasses, no torch at import):
 - `open_store(path)` -> `Store`: the SQLite file (WAL, FTS5) holding every tier.
 - `MemoryAgent(backend, strategy, store, MemoryConfig(window=...))`: the memory loop
   (`observe`, `prepare`, `respond`), with `core`, `recall` and `archival` tiers.
-- `compaction_report(history, facts, strategy, backend, config)` -> `CompactionReport`.
+- `compaction_report(history, facts, strategy, backend, config)` -> `CompactionReport`;
+  `model_ceiling(history, facts, backend)`: accuracy with only each fact's own message.
 - `conversation_fixture(seed)` -> history and planted facts; `STRATEGIES` by name.
 - `EngineBackend` (in-process engine) and `OpenAIChatBackend` (any compatible server).
 - `MemoryTools`: Letta-style tools with OpenAI schemas (`TOOL_SCHEMAS`).
@@ -19,7 +20,7 @@ from ctxlab.memory.core import Block, CoreMemory, MemoryEditError
 from ctxlab.memory.embed import WordLlamaEmbedder
 from ctxlab.memory.engine_backend import EngineBackend
 from ctxlab.memory.fixtures import ConversationFixture, Fact, conversation_fixture
-from ctxlab.memory.loss import CompactionReport, FactOutcome, compaction_report
+from ctxlab.memory.loss import CompactionReport, FactOutcome, compaction_report, model_ceiling
 from ctxlab.memory.messages import Message, read_history
 from ctxlab.memory.openai_backend import OpenAIChatBackend
 from ctxlab.memory.recall import RecallMemory
@@ -57,6 +58,7 @@ __all__ = [
     "conversation_fixture",
     "default_db_path",
     "make_strategy",
+    "model_ceiling",
     "normalize",
     "open_store",
     "read_history",

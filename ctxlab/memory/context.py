@@ -29,10 +29,11 @@ class ContextState:
 
 
 def render_retrieved(messages: Sequence[Message]) -> str:
-    lines = ["Recalled from earlier conversation:"]
+    """Recalled messages as plain sentences (a small model copies list markup verbatim)."""
+    lines = ["Earlier messages that may help:"]
     for m in messages:
-        when = f"{m.created_at[:10]}, " if m.created_at else ""
-        lines.append(f"- ({when}{m.role}) {m.content}")
+        when = f"On {m.created_at[:10]} the " if m.created_at else "The "
+        lines.append(f"{when}{m.role} said: {m.content}")
     return "\n".join(lines)
 
 

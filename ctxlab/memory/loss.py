@@ -92,6 +92,28 @@ class CompactionReport:
         }
 
 
+def model_ceiling(
+    history: Sequence[Message],
+    facts: Sequence[Fact],
+    backend: Backend,
+    config: MemoryConfig | None = None,
+    answer_tokens: int = 24,
+) -> float:
+    """Accuracy when each question sees only the message stating its fact: the model's limit.
+
+    No strategy can beat this with the same model, so it separates what a strategy lost
+    from what the model cannot do with a fact in plain view.
+    """
+    cfg = config or MemoryConfig(window=backend.context_window)
+    chats = [
+        assemble(cfg.system_prompt, "", "", [history[f.message], Message("user", f.question)])
+        for f in facts
+    ]
+    replies = backend.generate(chats, answer_tokens) if chats else []
+    hits = [answer_match(r.text, [f.answer]) for f, r in zip(facts, replies, strict=True)]
+    return sum(hits) / len(hits) if hits else 0.0
+
+
 def compaction_report(
     history: Sequence[Message],
     facts: Sequence[Fact],

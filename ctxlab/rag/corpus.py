@@ -275,6 +275,7 @@ def _stratified(
         else:
             chosen = rng.sample(candidates, min(n, len(candidates)))
         out += chosen
+    rng.shuffle(out)  # kinds interleaved, so any first n questions are a mixed sample
     return [
         GoldQuestion(f"q{i:03d}", q.kind, q.question, q.answer, q.doc_id, q.evidence, q.note)
         for i, q in enumerate(out)

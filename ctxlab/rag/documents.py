@@ -1,7 +1,7 @@
 """The retrieval corpus in the store: documents by id and version, their chunks and vectors.
 
-Ingesting a document whose text is unchanged since its newest version does nothing; a
-changed text adds version n+1 with its own chunks (older versions stay, for `--as-of`
+Ingesting a text that is already stored as a version of its document does nothing; a
+new text adds version n+1 with its own chunks (older versions stay, for `--as-of`
 questions and for audit), so the same document is never stored twice. A document and all
 its chunks are written in one transaction: a crash leaves the old version or the new one.
 """
@@ -49,21 +49,19 @@ def ingest(
 ) -> IngestResult:
     check_sizes(chunk_tokens, overlap_tokens)
     sha = hashlib.sha256(doc.text.encode()).hexdigest()
-    latest = store.conn.execute(
-        "SELECT version, sha256, date FROM documents WHERE doc_id = ? ORDER BY version DESC "
-        "LIMIT 1",
-        (doc.doc_id,),
+    same = store.conn.execute(
+        "SELECT d.version, d.date, COUNT(c.id) FROM documents d LEFT JOIN chunks c "
+        "ON c.document = d.id WHERE d.doc_id = ? AND d.sha256 = ? GROUP BY d.id",
+        (doc.doc_id, sha),
     ).fetchone()
-    if latest is not None and latest[1] == sha:
-        n = store.conn.execute(
-            "SELECT COUNT(*) FROM chunks c JOIN documents d ON d.id = c.document "
-            "WHERE d.doc_id = ? AND d.version = ?",
-            (doc.doc_id, latest[0]),
-        ).fetchone()[0]
-        return IngestResult(doc.doc_id, int(latest[0]), "unchanged", int(n), str(latest[2]))
+    if same is not None:  # this exact text is stored already: never a duplicate
+        return IngestResult(doc.doc_id, int(same[0]), "unchanged", int(same[2]), str(same[1]))
+    latest = store.conn.execute(
+        "SELECT MAX(version) FROM documents WHERE doc_id = ?", (doc.doc_id,)
+    ).fetchone()[0]
     chunks = chunk_text(doc.text, tokenizer.spans(doc.text), chunk_tokens, overlap_tokens)
     vectors = embedder.embed([c.text for c in chunks]) if embedder is not None else None
-    version = 1 if latest is None else int(latest[0]) + 1
+    version = 1 if latest is None else int(latest) + 1
     with store.transaction() as conn:
         cur = conn.execute(
             "INSERT INTO documents(doc_id, version, date, title, source, sha256, ingested_at, "
