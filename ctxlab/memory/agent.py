@@ -78,7 +78,11 @@ class MemoryAgent:
             self.ids.append(int(m.id or 0))
             self.state.retrieved = []  # recalled messages belong to one user turn
             self.state.messages.append(m)
-            new += self._relieve(self._seen)
+            try:
+                new += self._relieve(self._seen)
+            except CtxlabError:
+                self.state.messages.pop()  # stays in recall; the context stays within budget
+                raise
             self._seen += 1
         self.events += new
         return new
