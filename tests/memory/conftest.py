@@ -1,13 +1,13 @@
 """Fixtures for the memory tests: a word-counting fake backend, a store, the real tokenizer.
 
 Tests that need the real tokenizer use `real_backend` (the default model's tokenizer and
-chat template; the weights never load because these tests do not generate).
+chat template, over the session's shared model).
 """
 
 from __future__ import annotations
 
 import pytest
-from memory_fakes import WordBackend
+from memory_fakes import WordBackend, real_backend  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -21,11 +21,3 @@ def store(tmp_path):
 
     with open_store(tmp_path / "memory.db") as s:
         yield s
-
-
-@pytest.fixture(scope="session")
-def real_backend(gguf_path):
-    """The default model's tokenizer and chat template behind the Backend protocol."""
-    from ctxlab.memory.engine_backend import EngineBackend
-
-    return EngineBackend(str(gguf_path), context_window=8192)

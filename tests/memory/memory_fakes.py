@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from ctxlab.memory.backend import Reply
 
 PER_MESSAGE = 4
@@ -44,3 +46,12 @@ class WordBackend:
 
     def measure_prefill(self, chat: Sequence[dict]) -> float | None:
         return None
+
+
+@pytest.fixture(scope="session")
+def real_backend(loaded):
+    """The default model behind the Backend protocol, sharing the session's loaded weights
+    (counting needs only its tokenizer; generating builds an engine over the same weights)."""
+    from ctxlab.memory.engine_backend import EngineBackend
+
+    return EngineBackend(loaded, context_window=8192)
