@@ -112,6 +112,12 @@ def compact(
     warn: float = typer.Option(0.75, "--warn", help="Pressure share that records a warning."),
     compact_at: float = typer.Option(0.90, "--compact-at", help="Pressure share that compacts."),
     k: int = typer.Option(3, "--k", help="Messages a search returns (recoverable / recalled)."),
+    note_position: str = typer.Option(
+        "system",
+        "--note-position",
+        help="Where the summary/recall note goes: system (stable prefix) or turn (next to "
+        "the user's turn, where a small model uses it best).",
+    ),
     retriever: RetrieverOpt = "hybrid",
     answer_tokens: int = typer.Option(16, "--answer-tokens", help="Tokens per answer."),
     seed: SeedOpt = 0,
@@ -145,7 +151,12 @@ def compact(
     if k < 1 or answer_tokens < 1:
         raise CtxlabError("--k and --answer-tokens must be at least 1.")
     config = MemoryConfig(
-        window=window, reserve=reserve, warn_share=warn, compact_share=compact_at, retrieve_k=k
+        window=window,
+        reserve=reserve,
+        warn_share=warn,
+        compact_share=compact_at,
+        retrieve_k=k,
+        note_position=note_position,
     )
     if answer_tokens > reserve:
         raise CtxlabError(f"--answer-tokens {answer_tokens} exceeds --reserve {reserve}.")
@@ -188,6 +199,7 @@ def compact(
         "reserve": reserve,
         "search_k": k,
         "retriever": retriever,
+        "note_position": note_position,
         "loop": "deterministic (the default model cannot call tools)",
         "model_ceiling": ceiling,
         "compaction": [r.summary() for r in reports],
@@ -208,8 +220,9 @@ def _print_compaction(doc: dict[str, Any], reports: list[Any]) -> None:
     console = Console()
     console.print(
         f"{len(reports[0].facts)} planted facts, {doc['source']}; window {doc['window']} "
-        f"(reserve {doc['reserve']}); recoverable = top-{doc['search_k']} {doc['retriever']} "
-        "recall search finds the stating message"
+        f"(reserve {doc['reserve']}); note in the {doc['note_position']} position; "
+        f"recoverable = top-{doc['search_k']} {doc['retriever']} recall search finds the "
+        "stating message"
     )
     table = Table(title="Compaction", title_justify="left")
     for col in (

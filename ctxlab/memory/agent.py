@@ -62,8 +62,14 @@ class MemoryAgent:
     # -- the prompt ---------------------------------------------------------------------------
     def chat(self, state: ContextState | None = None) -> list[dict[str, str]]:
         s = self.state if state is None else state
+        cfg = self.config
         return assemble(
-            self.config.system_prompt, self.core.render(), s.note, s.messages, s.retrieved
+            cfg.system_prompt,
+            self.core.render(),
+            s.note,
+            s.messages,
+            s.retrieved,
+            cfg.note_position,
         )
 
     def tokens(self, state: ContextState | None = None) -> int:

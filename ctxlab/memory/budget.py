@@ -18,6 +18,8 @@ DEFAULT_SYSTEM_PROMPT = (
     "conversation to answer; answer briefly."
 )
 
+NOTE_POSITIONS = ("system", "turn")
+
 
 @dataclass(frozen=True)
 class MemoryConfig:
@@ -30,6 +32,7 @@ class MemoryConfig:
     evict_step: float = 0.10
     retrieve_k: int = 3
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    note_position: str = "system"  # or "turn": the note just before the newest user turn
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -48,6 +51,10 @@ class MemoryConfig:
             raise CtxlabError(f"the warning share must be in (0, 1], got {self.warn_share}.")
         if not 0 < self.first_evict <= 1 or not 0 < self.evict_step <= 1:
             raise CtxlabError("the eviction shares must be in (0, 1].")
+        if self.note_position not in NOTE_POSITIONS:
+            raise CtxlabError(
+                f"the note position {self.note_position!r} is unknown; use system or turn."
+            )
         if self.retrieve_k < 0:
             raise CtxlabError(f"retrieve_k must be at least 0, got {self.retrieve_k}.")
 

@@ -2,7 +2,8 @@
 the messages still in context, and recalled messages just before the newest user turn.
 
 Recalled messages sit next to the question rather than at the top, where a small model
-attends to them least. Assembly is pure; counting it is the backend's job.
+attends to them least; the note can sit there too (`note_position="turn"`). Assembly is
+pure; counting it is the backend's job.
 """
 
 from __future__ import annotations
@@ -43,21 +44,31 @@ def assemble(
     note: str,
     messages: Sequence[Message],
     retrieved: Sequence[Message] = (),
+    note_position: str = "system",
 ) -> list[dict[str, str]]:
-    """The chat sent to the model."""
+    """The chat sent to the model.
+
+    `note_position="system"` keeps the strategy's note in the system message (a stable
+    prefix between compactions, so a prefix cache keeps it); `"turn"` puts it with the
+    recalled messages just before the newest user message, where a small model uses it
+    best, at the price of a prefix that changes every turn.
+    """
     system = system_prompt
     if core_text:
         system += "\n\nCore memory:\n" + core_text
-    if note:
+    if note and note_position == "system":
         system += "\n\n" + note
+    near = [note] if note and note_position != "system" else []
+    if retrieved:
+        near.append(render_retrieved(retrieved))
     chat = [{"role": "system", "content": system}]
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     for i, m in enumerate(messages):
-        if i == last_user and retrieved:
-            chat.append({"role": "system", "content": render_retrieved(retrieved)})
+        if i == last_user and near:
+            chat.append({"role": "system", "content": "\n\n".join(near)})
         chat.append(m.chat())
-    if last_user < 0 and retrieved:
-        chat.append({"role": "system", "content": render_retrieved(retrieved)})
+    if last_user < 0 and near:
+        chat.append({"role": "system", "content": "\n\n".join(near)})
     return chat
 
 

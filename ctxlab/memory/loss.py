@@ -54,6 +54,7 @@ class CompactionReport:
     search_k: int
     retriever: str
     facts: list[FactOutcome] = field(default_factory=list)
+    note_position: str = "system"
     events: list[PressureEvent] = field(default_factory=list)
 
     def count(self, status: str) -> int:
@@ -67,6 +68,7 @@ class CompactionReport:
         """One row of the compaction table."""
         return {
             "strategy": self.strategy,
+            "note_position": self.note_position,
             "facts": len(self.facts),
             "in_context": self.count("in_context"),
             "recoverable": self.count("recoverable"),
@@ -194,6 +196,7 @@ def compaction_report(
         evicted=sum(e.evicted for e in events),
         search_k=search_k,
         retriever=retriever,
+        note_position=cfg.note_position,
         facts=outcomes,
         events=events,
     )

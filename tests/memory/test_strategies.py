@@ -110,3 +110,15 @@ def test_respond_records_both_sides(store):
     reply = agent.respond("Remember: my locker code is 4417.", max_tokens=8)
     assert reply.text == "Your code is 4417."
     assert [m.role for m in agent.recall.get_all()] == ["user", "assistant"]
+
+
+def test_note_can_sit_next_to_the_users_turn(word_backend, store):
+    cfg = MemoryConfig(window=220, reserve=20, note_position="turn")
+    agent = MemoryAgent(word_backend, "summary-extractive", store, cfg, embedder=None)
+    agent.observe([FACT, Message("assistant", "Noted."), *filler_turns(15)])
+    agent.observe(Message("user", "What is my locker code?"))
+    chat = agent.prepare()
+    assert "4417" not in chat[0]["content"]  # not in the system message
+    assert "4417" in chat[-2]["content"] and chat[-2]["role"] == "system"
+    assert chat[-1]["content"] == "What is my locker code?"
+    assert word_backend.count_tokens(chat) <= cfg.budget
