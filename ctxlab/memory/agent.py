@@ -49,6 +49,11 @@ class MemoryAgent:
         self.backend = backend
         self.strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
         self.config = config or MemoryConfig(window=backend.context_window)
+        if self.config.window > backend.context_window:
+            raise CtxlabError(
+                f"the window of {self.config.window} tokens exceeds the model's context "
+                f"window of {backend.context_window} tokens."
+            )
         self.core = CoreMemory(store, agent)
         self.recall = RecallMemory(store, embedder, agent)
         self.archival = ArchivalMemory(store, embedder, agent)

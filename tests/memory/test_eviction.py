@@ -95,3 +95,8 @@ def test_bad_shares_are_refused():
         MemoryConfig(window=100, reserve=100)
     with pytest.raises(CtxlabError):
         MemoryConfig(window=100, target_share=0.95, compact_share=0.9)
+
+
+def test_a_window_larger_than_the_models_is_refused(word_backend, store):
+    with pytest.raises(CtxlabError, match="exceeds the model's context window of 256"):
+        MemoryAgent(word_backend, "truncation", store, MemoryConfig(window=1000))
