@@ -159,6 +159,12 @@ def ask(
 
 @rag_app.command("eval")
 def evaluate(
+    paths: list[Path] = typer.Argument(
+        None, help="A corpus (files or folders); none: the seeded fixture."
+    ),
+    questions: Path = typer.Option(
+        None, "--questions", help="Gold questions for a named corpus (JSON lines, see fixture)."
+    ),
     k: str = typer.Option("1,2,4,8", "--k", help="Comma list of k for recall@k and MRR."),
     retriever: str = typer.Option(
         "bm25,dense,hybrid", "--retriever", help="Comma list of retrievers to compare."
@@ -203,7 +209,8 @@ def evaluate(
 ) -> None:
     """Ask the seeded fixture's 100 gold questions: retrieval, task and cost tables.
 
-    With no --db the fixture is ingested into a temporary store. The verdict says whether
+    With no corpus named the seeded fixture is used; with no --db it is ingested into a
+    temporary store. The verdict says whether
     the model or the retrieval is the limit (accuracy with the gold passages alone).
     """
     from ctxlab.plan.cost import HostedPrices
@@ -233,8 +240,17 @@ def evaluate(
     folder = output_dir(out or default_out("rag-eval"))
     if backend == "openai" and tokenizer is None:
         raise CtxlabError("rag eval with --backend openai needs --tokenizer to cut chunks.")
+    corpus = None
+    if paths:
+        if questions is None:
+            raise CtxlabError("a named corpus needs its gold questions: --questions FILE.")
+        from ctxlab.rag.evaluate import named_corpus
+
+        corpus = named_corpus(paths, questions)
+    elif questions is not None:
+        raise CtxlabError("--questions needs the corpus they are about (PATH...).")
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
-    report = run_eval(engine, db, options)
+    report = run_eval(engine, db, options, corpus=corpus)
     doc = report.as_dict()
     (folder / "rag_eval.json").write_text(json.dumps(doc, indent=1) + "\n")
     if as_json:

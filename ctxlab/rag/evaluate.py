@@ -27,7 +27,7 @@ from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import progress
 from ctxlab.rag.answer import Answer, answer_chat, answer_questions
 from ctxlab.rag.chunking import check_sizes
-from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture
+from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture, read_questions
 from ctxlab.rag.documents import chunks_of, ingest_all
 from ctxlab.rag.metrics import (
     citation_precision,
@@ -36,6 +36,7 @@ from ctxlab.rag.metrics import (
     recall_at_k,
     reciprocal_rank,
 )
+from ctxlab.rag.readers import collect
 from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow, verdict
 from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
 
@@ -71,12 +72,20 @@ def ingest_fixture(
     chunk_tokens: int = 64,
     overlap_tokens: int = 8,
     tokenizer_name: str = "model",
+    corpus: CorpusFixture | None = None,
 ) -> CorpusFixture:
-    fixture = corpus_fixture(seed)
+    """Ingest `corpus` (default: the seeded fixture) and return it."""
+    fixture = corpus if corpus is not None else corpus_fixture(seed)
     ingest_all(
         store, fixture.docs, tokenizer, embedder, chunk_tokens, overlap_tokens, tokenizer_name
     )
     return fixture
+
+
+def named_corpus(paths: Sequence[Path], questions: Path) -> CorpusFixture:
+    """A user's corpus (files or folders) and its gold questions (JSON lines as written by
+    `ctxlab rag fixture`: id, question, answer, doc_id, evidence)."""
+    return CorpusFixture(collect(list(paths)), read_questions(questions), seed=-1)
 
 
 @dataclass(frozen=True)
@@ -121,9 +130,11 @@ def evaluate(
     options: EvalOptions | None = None,
     embedder: Embedder | None = None,
     show_progress: bool = True,
+    corpus: CorpusFixture | None = None,
     **overrides: Any,
 ) -> EvalReport:
-    """Ingest the seeded fixture into `db` (a temporary store if None) and measure it.
+    """Ingest the seeded fixture (or `corpus`, see `named_corpus`) into `db` (a temporary
+    store if None) and measure it.
 
     `options` (or keyword overrides of its fields, e.g. `ks=(1, 4)`) say what to measure.
     `backend` must also split text into tokens (chunks are cut in its tokens).
@@ -133,22 +144,27 @@ def evaluate(
         raise CtxlabError("the backend cannot split text into tokens; give it a tokenizer.")
     emb = embedder if embedder is not None else WordLlamaEmbedder()
     if isinstance(db, Store):
-        return _evaluate(db, backend, emb, opts, show_progress)
+        return _evaluate(db, backend, emb, opts, show_progress, corpus)
     with (
         tempfile.TemporaryDirectory(prefix="ctxlab-rag-") as tmp,
         open_store(Path(db) if db is not None else Path(tmp) / "rag.db") as store,
     ):
-        return _evaluate(store, backend, emb, opts, show_progress)
+        return _evaluate(store, backend, emb, opts, show_progress, corpus)
 
 
 def _evaluate(
-    store: Store, backend: Backend, emb: Embedder, o: EvalOptions, show_progress: bool
+    store: Store,
+    backend: Backend,
+    emb: Embedder,
+    o: EvalOptions,
+    show_progress: bool,
+    corpus: CorpusFixture | None,
 ) -> EvalReport:
     label = str(getattr(backend, "model_label", backend.name))
-    with progress("ingesting the fixture corpus", enabled=show_progress):
+    with progress("ingesting the corpus", enabled=show_progress):
         tokenizer: Any = backend
         fixture = ingest_fixture(
-            store, tokenizer, emb, o.seed, o.chunk_tokens, o.overlap_tokens, label
+            store, tokenizer, emb, o.seed, o.chunk_tokens, o.overlap_tokens, label, corpus
         )
     run = _Run(store, backend, CorpusRetriever(store, emb), o, show_progress, fixture, label)
     run.retrieval()

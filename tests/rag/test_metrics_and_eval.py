@@ -120,3 +120,16 @@ def test_evaluate_end_to_end_with_a_fake_model(tmp_path):
 def test_bad_options_are_one_sentence(bad):
     with pytest.raises(CtxlabError):
         EvalOptions(**bad).check()
+
+
+def test_a_named_corpus_on_disk_gives_the_same_retrieval(tmp_path):
+    from ctxlab.rag.evaluate import named_corpus
+
+    docs = corpus_fixture(0).write(tmp_path / "fx")
+    corpus = named_corpus([docs], tmp_path / "fx" / "questions.jsonl")
+    backend = WordBackend(window=4096)
+    opts = {"ks": (2,), "retrievers": ("bm25",), "answers": False, "limit": 30}
+    from_disk = evaluate(backend, None, corpus=corpus, show_progress=False, **opts)
+    seeded = evaluate(backend, None, show_progress=False, **opts)
+    assert from_disk.retrieval == seeded.retrieval
+    assert from_disk.settings["documents"] == 48

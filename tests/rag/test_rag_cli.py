@@ -55,6 +55,8 @@ def test_fixture_ingest_twice_and_list(monkeypatch, capsys, tmp_path, gguf_path)
         (["rag", "eval", "--retriever", "bm25,sparse"], "retriever 'sparse' is unknown"),
         (["rag", "eval", "--backend", "openai"], "needs --tokenizer"),
         (["rag", "eval", "--price-input", "-1"], "price"),
+        (["rag", "eval", "."], "needs its gold questions"),
+        (["rag", "eval", "--questions", "q.jsonl"], "needs the corpus"),
     ],
 )
 def test_bad_input_is_one_sentence(monkeypatch, capsys, tmp_path, args, phrase):
