@@ -62,7 +62,10 @@ def make_backend(
     dtype: str = "float32",
     window: int | None = None,
 ) -> Any:
-    """The engine (default) or an OpenAI-compatible server, checked before anything loads."""
+    """The engine (default) or an OpenAI-compatible server, checked before anything loads.
+
+    `window` is the context window assumed for a server that does not report its own.
+    """
     if backend == "ctxlab":
         if base_url is not None:
             raise CtxlabError("--base-url needs --backend openai.")
@@ -70,7 +73,7 @@ def make_backend(
         from ctxlab.memory.engine_backend import EngineBackend
 
         EngineOptions(model=model, dtype=dtype).check()
-        return EngineBackend(model, context_window=window, dtype=dtype, enable_prefix_caching=False)
+        return EngineBackend(model, dtype=dtype, enable_prefix_caching=False)  # its own window
     if backend == "openai":
         if not base_url:
             raise CtxlabError("--backend openai needs --base-url (e.g. http://localhost:8000/v1).")
@@ -168,7 +171,9 @@ def compact(
         messages, fact_list = fixture.history, fixture.facts
         source = f"fixture conversation (seed {seed})"
     folder = output_dir(out or default_out("memory-compact"))
-    engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
+    engine = make_backend(
+        backend, model, base_url, served_model, api_key, tokenizer, dtype, window=window
+    )
     from ctxlab.memory.loss import compaction_report, model_ceiling
     from ctxlab.progress import progress
 

@@ -7,7 +7,7 @@ chat template, over the session's shared model).
 from __future__ import annotations
 
 import pytest
-from memory_fakes import WordBackend, real_backend  # noqa: F401  (fixture)
+from memory_fakes import WordBackend, real_backend, server  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

@@ -7,8 +7,11 @@ whitespace tokens for chunking, and answers each chat with a scripted function.
 
 from __future__ import annotations
 
+import json
 import re
+import threading
 from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -55,3 +58,58 @@ def real_backend(loaded):
     from ctxlab.memory.engine_backend import EngineBackend
 
     return EngineBackend(loaded, context_window=8192)
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """A tiny OpenAI-compatible server over real HTTP: with tools it makes one tool call,
+    then answers; /tokenize counts words (and can be switched off)."""
+
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append((self.path, body))
+        if self.path == "/tokenize":
+            if not self.server.tokenize:
+                self.send_error(404)
+                return
+            words = sum(len(m["content"].split()) + 4 for m in body.get("messages", []))
+            return self._json({"count": words + 3, "max_model_len": 2048})
+        if self.path != "/v1/chat/completions":
+            self.send_error(404)
+            return
+        messages = body["messages"]
+        usage = {"prompt_tokens": 11 * len(messages), "completion_tokens": 1}
+        if body.get("tools") and not any(m["role"] == "tool" for m in messages):
+            call = {
+                "id": "call_1",
+                "type": "function",
+                "function": {
+                    "name": "core_memory_append",
+                    "arguments": json.dumps({"label": "human", "content": "Likes tea."}),
+                },
+            }
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        else:
+            message = {"role": "assistant", "content": "Done. [remembered]"}
+        return self._json({"choices": [{"message": message}], "usage": usage})
+
+    def _json(self, doc):
+        data = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    httpd.requests, httpd.tokenize = [], True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()

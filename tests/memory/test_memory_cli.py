@@ -89,3 +89,36 @@ def test_unusable_db_paths(monkeypatch, capsys, tmp_path):
         code, _, err = run(monkeypatch, capsys, "memory", "search", "x", "--db", str(path))
         assert code == 2 and phrase in err and err.count("\n") == 1
     assert (tmp_path / "junk.db").read_bytes() == b"\x00junk" * 300
+
+
+def test_compact_end_to_end_against_a_server(monkeypatch, capsys, tmp_path, server):
+    """Every strategy through the real command, the model behind real HTTP (a fake server)."""
+    url = f"http://127.0.0.1:{server.server_port}/v1"
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "memory",
+        "compact",
+        "--backend",
+        "openai",
+        "--base-url",
+        url,
+        "--window",
+        "600",
+        "--json",
+        "--out",
+        str(tmp_path / "c"),
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = {r["strategy"]: r for r in doc["compaction"]}
+    assert set(rows) == {"truncation", "summary-extractive", "summary", "tiered"}
+    for row in rows.values():
+        assert row["in_context"] + row["recoverable"] + row["lost"] == 10
+        assert row["tokens_after"] <= 600 - 64 < row["tokens_before"]
+        assert row["compactions"] >= 1
+    assert rows["summary-extractive"]["in_context"] > rows["truncation"]["in_context"]
+    assert (tmp_path / "c" / "compaction.json").is_file()
+    assert "deterministic" in doc["loop"]
+    summaries = [b for p, b in server.requests if "Summary so far" in json.dumps(b)]
+    assert summaries  # the model-written summary was asked for, recursively
