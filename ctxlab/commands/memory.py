@@ -211,11 +211,14 @@ def compact(
         "reports": [r.as_dict() for r in reports],
     }
     (folder / "compaction.json").write_text(json.dumps(doc, indent=1) + "\n")
+    from ctxlab.memory.plot import plot_compaction
+
+    plot_compaction(reports, ceiling, folder / "compaction.png")
     if as_json:
         typer.echo(json.dumps(doc))
         return
     _print_compaction(doc, reports)
-    typer.echo(f"results: {folder / 'compaction.json'}")
+    typer.echo(f"results: {folder / 'compaction.json'}, {folder / 'compaction.png'}")
 
 
 def _print_compaction(doc: dict[str, Any], reports: list[Any]) -> None:

@@ -253,11 +253,14 @@ def evaluate(
     report = run_eval(engine, db, options, corpus=corpus)
     doc = report.as_dict()
     (folder / "rag_eval.json").write_text(json.dumps(doc, indent=1) + "\n")
+    from ctxlab.rag.plot import plot_eval
+
+    plot_eval(report, folder / "rag_eval.png")
     if as_json:
         typer.echo(json.dumps(doc))
         return
     print_report(report)
-    typer.echo(f"results: {folder / 'rag_eval.json'}")
+    typer.echo(f"results: {folder / 'rag_eval.json'}, {folder / 'rag_eval.png'}")
 
 
 def print_report(report: Any) -> None:

@@ -119,6 +119,7 @@ def test_compact_end_to_end_against_a_server(monkeypatch, capsys, tmp_path, serv
         assert row["compactions"] >= 1
     assert rows["summary-extractive"]["in_context"] > rows["truncation"]["in_context"]
     assert (tmp_path / "c" / "compaction.json").is_file()
+    assert (tmp_path / "c" / "compaction.png").stat().st_size > 10_000
     assert "deterministic" in doc["loop"]
     summaries = [b for p, b in server.requests if "Summary so far" in json.dumps(b)]
     assert summaries  # the model-written summary was asked for, recursively

@@ -104,6 +104,9 @@ def test_evaluate_end_to_end_with_a_fake_model(tmp_path):
     assert report.settings["questions"] == 12 and report.verdict
     doc = report.as_dict()
     assert {"retrieval", "task", "cost", "verdict", "per_question"} <= set(doc)
+    from ctxlab.rag.plot import plot_eval
+
+    assert plot_eval(report, tmp_path / "eval.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize(
