@@ -209,9 +209,9 @@ def evaluate(
 ) -> None:
     """Ask the seeded fixture's 100 gold questions: retrieval, task and cost tables.
 
-    With no corpus named the seeded fixture is used; with no --db it is ingested into a
-    temporary store. The verdict says whether
-    the model or the retrieval is the limit (accuracy with the gold passages alone).
+    With no corpus named the seeded fixture is used, ingested into --db or a temporary store.
+
+    The verdict says whether the model or the retrieval is the limit (gold passages alone).
     """
     from ctxlab.plan.cost import HostedPrices
     from ctxlab.rag.evaluate import EvalOptions
