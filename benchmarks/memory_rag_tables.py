@@ -46,8 +46,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="First N questions only.")
     parser.add_argument("--out", type=Path, default=Path("out/memory-rag-tables"))
+    parser.add_argument(
+        "--replot", action="store_true", help="Only redraw the PNGs from --out/tables.json."
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        plots(json.loads((args.out / "tables.json").read_text()), args.out)
+        return
     start, load_before = time.perf_counter(), loadavg()
     backend = EngineBackend("smollm2-135m", enable_prefix_caching=False)
     runs = {
@@ -93,6 +99,7 @@ def main() -> None:
         "compaction_ceiling": ceiling,
     }
     (args.out / "tables.json").write_text(json.dumps(doc, indent=1) + "\n")
+    plots(doc, args.out)
 
     main_run = runs["k2"]
     print(f"load average before {load_before}, after {doc['load_after']}; wall {wall:.0f} s\n")
@@ -131,6 +138,49 @@ def main() -> None:
             f"{s['compactions']} |"
         )
     print(f"| (each fact's own message only) | - | - | - | - | {pct(ceiling)} | - | - | - |")
+
+
+def plots(doc: dict, out: Path) -> None:
+    """rag_eval.png (the k=2 run) and compaction.png, rebuilt from the JSON figures."""
+    from ctxlab.memory.loss import CompactionReport, FactOutcome
+    from ctxlab.memory.plot import plot_compaction
+    from ctxlab.rag.plot import plot_eval
+    from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow
+
+    rag = doc["rag"]["k2"]
+    report = EvalReport(
+        settings=rag["settings"],
+        retrieval=[RetrievalRow(**r) for r in rag["retrieval"]],
+        task=[TaskRow(**t) for t in rag["task"]],
+        cost=[CostRow(**c) for c in rag["cost"]],
+    )
+    plot_eval(report, out / "rag_eval.png")
+    reports = []
+    for r in doc["compaction"]:
+        fields = {
+            k: r[k]
+            for k in (
+                "strategy",
+                "window",
+                "reserve",
+                "messages",
+                "tokens_before",
+                "tokens_after",
+                "compactions",
+                "warnings",
+                "search_k",
+                "retriever",
+                "note_position",
+            )
+        }
+        reports.append(
+            CompactionReport(
+                **fields,
+                evicted=r["evicted_messages"],
+                facts=[FactOutcome(**f) for f in r["per_fact"]],
+            )
+        )
+    plot_compaction(reports, doc["compaction_ceiling"], out / "compaction.png")
 
 
 if __name__ == "__main__":
