@@ -39,6 +39,7 @@ def loadavg() -> str:
 
 
 def pct(x: float | None) -> str:
+    """A share as a whole percentage; '-' when undefined."""
     return "-" if x is None else f"{100 * x:.0f} %"
 
 
@@ -47,97 +48,136 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="First N questions only.")
     parser.add_argument("--out", type=Path, default=Path("out/memory-rag-tables"))
     parser.add_argument(
-        "--replot", action="store_true", help="Only redraw the PNGs from --out/tables.json."
+        "--only",
+        choices=("rag", "compaction"),
+        default=None,
+        help="Run one section; the other is kept from --out/tables.json.",
+    )
+    parser.add_argument(
+        "--replot", action="store_true", help="Only print and redraw from --out/tables.json."
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.replot:
-        plots(json.loads((args.out / "tables.json").read_text()), args.out)
-        return
-    start, load_before = time.perf_counter(), loadavg()
-    backend = EngineBackend("smollm2-135m", enable_prefix_caching=False)
-    runs = {
-        "k2": evaluate(
-            backend, answer_retrievers=("bm25", "hybrid"), closed_book=True, limit=args.limit
-        ),
-        "k4": evaluate(
-            backend,
-            answer_k=4,
-            answer_retrievers=("hybrid",),
-            gold_row=False,
-            cost_samples=0,
-            limit=args.limit,
-        ),
-        "k4_edges": evaluate(
-            backend,
-            answer_k=4,
-            answer_retrievers=("hybrid",),
-            gold_row=False,
-            cost_samples=0,
-            order="edges",
-            limit=args.limit,
-        ),
-    }
-    fx = conversation_fixture(0)
-    cfg = MemoryConfig(window=1024, reserve=64)
-    ceiling = model_ceiling(fx.history, fx.facts, backend, cfg, 16)
-    compaction = [
-        compaction_report(
-            fx.history, fx.facts, name, backend, replace(cfg, note_position=where), 3, "hybrid", 16
-        )
-        for where in NOTE_POSITIONS
-        for name in STRATEGIES
-        if where == "system" or name != "truncation"  # truncation writes no note
-    ]
-    wall = time.perf_counter() - start
-    doc = {
-        "load_before": load_before,
-        "load_after": loadavg(),
-        "wall_s": wall,
-        "rag": {k: r.as_dict() for k, r in runs.items()},
-        "compaction": [r.as_dict() for r in compaction],
-        "compaction_ceiling": ceiling,
-    }
-    (args.out / "tables.json").write_text(json.dumps(doc, indent=1) + "\n")
+    saved = args.out / "tables.json"
+    doc = json.loads(saved.read_text()) if saved.is_file() else {}
+    if not args.replot:
+        run(doc, args)
+        saved.write_text(json.dumps(doc, indent=1) + "\n")
     plots(doc, args.out)
+    print_tables(doc)
 
+
+def run(doc: dict, args: argparse.Namespace) -> None:
+    backend = EngineBackend("smollm2-135m", enable_prefix_caching=False)
+    if args.only in (None, "rag"):
+        start, before = time.perf_counter(), loadavg()
+        runs = {
+            "k2": evaluate(
+                backend, answer_retrievers=("bm25", "hybrid"), closed_book=True, limit=args.limit
+            ),
+            "k4": evaluate(
+                backend,
+                answer_k=4,
+                answer_retrievers=("hybrid",),
+                gold_row=False,
+                cost_samples=0,
+                limit=args.limit,
+            ),
+            "k4_edges": evaluate(
+                backend,
+                answer_k=4,
+                answer_retrievers=("hybrid",),
+                gold_row=False,
+                cost_samples=0,
+                order="edges",
+                limit=args.limit,
+            ),
+        }
+        doc["rag"] = {k: r.as_dict() for k, r in runs.items()}
+        doc["rag_run"] = {
+            "load_before": before,
+            "load_after": loadavg(),
+            "wall_s": time.perf_counter() - start,
+        }
+    if args.only in (None, "compaction"):
+        start, before = time.perf_counter(), loadavg()
+        fx = conversation_fixture(0)
+        cfg = MemoryConfig(window=1024, reserve=64)
+        doc["compaction_ceiling"] = model_ceiling(fx.history, fx.facts, backend, cfg, 16)
+        doc["compaction"] = [
+            compaction_report(
+                fx.history,
+                fx.facts,
+                name,
+                backend,
+                replace(cfg, note_position=where),
+                3,
+                "hybrid",
+                16,
+            ).as_dict()
+            for where in NOTE_POSITIONS
+            for name in STRATEGIES
+            if where == "system" or name != "truncation"  # truncation writes no note
+        ]
+        doc["compaction_run"] = {
+            "load_before": before,
+            "load_after": loadavg(),
+            "wall_s": time.perf_counter() - start,
+        }
+
+
+def print_tables(doc: dict) -> None:
+    rag, runs = doc["rag_run"], doc["rag"]
     main_run = runs["k2"]
-    print(f"load average before {load_before}, after {doc['load_after']}; wall {wall:.0f} s\n")
+    print(
+        f"rag: load average before {rag['load_before']}, after {rag['load_after']}; "
+        f"wall {rag['wall_s']:.0f} s\n"
+    )
     print("Retrieval\n\n| retriever | k | recall@k | MRR@k |\n|---|---|---|---|")
-    for r in main_run.retrieval:
-        print(f"| {r.retriever} | {r.k} | {r.recall:.3f} | {r.mrr:.3f} |")
+    for r in main_run["retrieval"]:
+        print(f"| {r['retriever']} | {r['k']} | {r['recall']:.3f} | {r['mrr']:.3f} |")
     print("\nTask\n\n| setting | order | accuracy | citation precision | citation recall |")
     print("|---|---|---|---|---|")
-    for run in runs.values():
-        for t in run.task:
+    for one in runs.values():
+        for t in one["task"]:
             print(
-                f"| {t.setting} | {run.settings['order']} | {pct(t.accuracy)} | "
-                f"{pct(t.citation_precision)} | {pct(t.citation_recall)} |"
+                f"| {t['setting']} | {one['settings']['order']} | {pct(t['accuracy'])} | "
+                f"{pct(t['citation_precision'])} | {pct(t['citation_recall'])} |"
             )
-    kinds = sorted(main_run.task[0].accuracy_by_kind)
+    kinds = sorted(main_run["task"][0]["accuracy_by_kind"])
     print("\nTask accuracy by kind\n\n| setting | " + " | ".join(kinds) + " |")
     print("|---" * (len(kinds) + 1) + "|")
-    for t in main_run.task:
-        print(f"| {t.setting} | " + " | ".join(pct(t.accuracy_by_kind[k]) for k in kinds) + " |")
-    print(
-        "\nCost\n\n| k | prompt tokens | prefill s (n) | USD per 1k questions |\n|---|---|---|---|"
-    )
-    for c in main_run.cost:
-        pre = "-" if c.prefill_s is None else f"{c.prefill_s:.2f} ({c.prefill_samples})"
-        print(f"| {c.k} | {c.prompt_tokens:.0f} | {pre} | {c.dollars_per_1k_questions:.4f} |")
-    print(f"\n{main_run.verdict}")
-    print(
-        "\nCompaction\n\n| strategy | in context | recoverable | lost | accuracy | tokens before "
-        "| tokens after | compactions |\n|---|---|---|---|---|---|---|---|"
-    )
-    for r in compaction:
-        s = r.summary()
+    for t in main_run["task"]:
+        cells = " | ".join(pct(t["accuracy_by_kind"][k]) for k in kinds)
+        print(f"| {t['setting']} | {cells} |")
+    print("\nCost\n\n| k | prompt tokens | prefill s (n) | USD per 1k questions |")
+    print("|---|---|---|---|")
+    for c in main_run["cost"]:
+        pre = "-" if c["prefill_s"] is None else f"{c['prefill_s']:.2f} ({c['prefill_samples']})"
         print(
-            f"| {s['strategy']} | {s['in_context']} | {s['recoverable']} | {s['lost']} | "
-            f"{pct(s['accuracy'])} | {s['tokens_before']} | {s['tokens_after']} | "
-            f"{s['compactions']} |"
+            f"| {c['k']} | {c['prompt_tokens']:.0f} | {pre} | {c['dollars_per_1k_questions']:.4f} |"
         )
-    print(f"| (each fact's own message only) | - | - | - | - | {pct(ceiling)} | - | - | - |")
+    print(f"\n{main_run['verdict']}")
+    comp = doc["compaction_run"]
+    print(
+        f"\ncompaction: load average before {comp['load_before']}, after "
+        f"{comp['load_after']}; wall {comp['wall_s']:.0f} s\n"
+    )
+    print(
+        "| strategy | note | in context | recoverable | lost | accuracy | tokens before | "
+        "tokens after | compactions |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    for s in doc["compaction"]:
+        note = "-" if s["strategy"] == "truncation" else s["note_position"]
+        print(
+            f"| {s['strategy']} | {note} | {s['in_context']} | {s['recoverable']} | "
+            f"{s['lost']} | {pct(s['accuracy'])} | {s['tokens_before']:,} | "
+            f"{s['tokens_after']:,} | {s['compactions']} |"
+        )
+    print(
+        f"| (each fact's own message only) | - | - | - | - | "
+        f"{pct(doc['compaction_ceiling'])} | - | - | - |"
+    )
 
 
 def plots(doc: dict, out: Path) -> None:

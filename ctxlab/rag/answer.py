@@ -1,7 +1,7 @@
 """An answer from retrieved passages, with citations `[doc#chunk]`.
 
-Each passage is shown with its key, date and version, and the prompt says that the newest
-date wins when passages disagree. Citations come from the model's text when it writes valid
+Each passage is shown with its key and date after its text, and the prompt says that the
+newest date wins when passages disagree. Citations come from the model's text when it writes valid
 keys (`cited_by="model"`); a model too small to cite gets citations attributed afterwards:
 the passages sharing the most answer words that are not in the question
 (`cited_by="attributed"`). The two are reported apart, so a score never mixes them.
@@ -18,12 +18,11 @@ from ctxlab.memory.scoring import normalize
 from ctxlab.rag.retriever import Passage
 
 ANSWER_SYSTEM = (
-    "Answer the question in a few words, using only the passages. Each passage starts with "
-    "its id in brackets, its date and its version. If passages disagree, the one with the "
-    "newest date is right. End the answer with the id of the passage you used, like "
-    "[doc#3]."
+    "Answer the question in a few words, using only the passages. Each passage ends with "
+    "its id and date in brackets. If passages disagree, the one with the newest date is "
+    "right."
 )
-_CITATION = re.compile(r"\[([^\[\]\s#]+)#(\d+)\]")
+_CITATION = re.compile(r"\[([^\[\]\s#,]+)#(\d+)(?:,[^\]]*)?\]")  # [doc#3] or [doc#3, date]
 _STOP = set(
     "a an the of in on at to for by with and or is was were be been it its this that "
     "which who what when where how many much did does do from as are i you".split()
@@ -41,7 +40,9 @@ class Answer:
 
 
 def render_passage(p: Passage) -> str:
-    return f"[{p.key}] (date {p.date}, version {p.version}) {p.text}"
+    """Text first, then `[doc#chunk, date]`: with the id and date in front, the 135M model
+    copied them as its answer (a date for "which year", an id for "how many")."""
+    return f"{p.text} [{p.key}, {p.date}]"
 
 
 def answer_chat(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:

@@ -75,6 +75,7 @@ def test_edges_order_puts_the_best_at_both_ends():
 def test_model_citations_must_name_given_passages():
     given = [Passage("acme", 2, "d", 0, "Acme is led by Bo Reed.", "A", 1, 1)]
     assert model_citations("Bo Reed [acme#0] [ghost#3] [acme#0]", given) == ["acme#0"]
+    assert model_citations("Bo Reed [acme#0, 2023-05-01]", given) == ["acme#0"]
     assert cite("Bo Reed [acme#0]", "q", given) == (["acme#0"], "model")
 
 
@@ -87,7 +88,7 @@ def test_attributed_citations_use_answer_words_not_question_words():
     assert attributed_citations("Acme Foundry is led by Bo Reed.", q, given) == ["acme#0"]
     assert cite("I am not sure.", q, given) == ([], "none")
     chat = answer_chat(q, given)
-    assert "[acme#0] (date d, version 2)" in chat[1]["content"]
+    assert "Acme Foundry is led by Bo Reed. [acme#0, d]" in chat[1]["content"]
 
 
 def test_ask_answers_from_the_newest_version_and_cites_it(corpus):
