@@ -55,6 +55,7 @@ class CompactionReport:
     retriever: str
     facts: list[FactOutcome] = field(default_factory=list)
     note_position: str = "system"
+    note: str = ""  # the strategy's note at the end: the summary or the recall note
     events: list[PressureEvent] = field(default_factory=list)
 
     def count(self, status: str) -> int:
@@ -89,6 +90,7 @@ class CompactionReport:
             "warnings": self.warnings,
             "search_k": self.search_k,
             "retriever": self.retriever,
+            "note": self.note,
             "per_fact": [asdict(f) for f in self.facts],
             "events": [asdict(e) for e in self.events],
         }
@@ -184,6 +186,7 @@ def compaction_report(
                 for f, (status, rank), reply in zip(facts, statuses, replies, strict=True)
             ]
             events = list(agent.events)
+            note = agent.state.note
     return CompactionReport(
         strategy=strat.name,
         window=cfg.window,
@@ -197,6 +200,7 @@ def compaction_report(
         search_k=search_k,
         retriever=retriever,
         note_position=cfg.note_position,
+        note=note,
         facts=outcomes,
         events=events,
     )

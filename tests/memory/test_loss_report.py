@@ -57,6 +57,7 @@ def test_in_context_recoverable_and_lost():
     assert report.compactions >= 1 and report.evicted >= 4
     row = report.summary()
     assert (row["in_context"], row["recoverable"], row["lost"]) == (1, 1, 1)
+    assert report.note == ""  # truncation writes none
 
 
 def test_tiered_memory_turns_recoverable_into_answers():
@@ -65,6 +66,7 @@ def test_tiered_memory_turns_recoverable_into_answers():
     report = compaction_report(history(), FACTS, "tiered", backend, cfg, 2, "bm25", 8)
     correct = {f.id: f.correct for f in report.facts}
     assert correct["cat"]  # recalled into context by the question itself
+    assert report.note.startswith("Recall memory holds")
     assert not correct["gauge"]
 
 
