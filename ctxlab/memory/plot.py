@@ -20,11 +20,12 @@ def plot_compaction(
 
     path = Path(path)
     names = [
-        f"{r.strategy}\n(note: {r.note_position})" if r.strategy != "truncation" else r.strategy
+        r.strategy.replace("summary-", "")
+        + ("" if r.strategy == "truncation" else f"\nnote: {r.note_position}")
         for r in reports
     ]
     x = range(len(reports))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
     bottom = [0] * len(reports)
     for status, colour in (
         ("in_context", "tab:green"),
@@ -36,11 +37,11 @@ def plot_compaction(
         bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
     left.set_xticks(list(x), names, fontsize=8)
     left.set(ylabel="planted facts", title="What compaction kept")
-    left.legend()
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3, fontsize=8)
     right.bar(x, [r.accuracy for r in reports], color="tab:blue")
     if ceiling is not None:
         right.axhline(ceiling, color="black", linestyle="--", label="each fact's own message")
-        right.legend()
+        right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=8)
     right.set_xticks(list(x), names, fontsize=8)
     right.set(ylim=(0, 1.02), ylabel="answer accuracy", title="What the model still answers")
     fig.tight_layout()
