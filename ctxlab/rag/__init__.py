@@ -8,14 +8,15 @@ Public API (plain dataclasses, no torch at import):
   version of each document; `as_of` for an earlier state); `order_passages(..., "edges")`.
 - `ask(backend, store, question, k=4)` -> `Answer` with `[doc#chunk]` citations.
 - `evaluate(backend, db=None, ks=(1, 2, 4, 8), ...)` -> `EvalReport` (retrieval, task and
-  cost tables); `corpus_fixture(seed)` -> the seeded corpus and its 100 gold questions.
+  cost tables); `corpus_fixture(seed)` -> the seeded corpus and its 100 gold questions;
+  `named_corpus(paths, questions_file)` for your own corpus (`evaluate(..., corpus=...)`).
 """
 
 from ctxlab.rag.answer import Answer, answer_chat, answer_questions
 from ctxlab.rag.ask import ask
 from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture
 from ctxlab.rag.documents import DocumentInfo, IngestResult, documents, ingest, ingest_all
-from ctxlab.rag.evaluate import EXAMPLE_PRICES, EvalOptions, evaluate
+from ctxlab.rag.evaluate import EXAMPLE_PRICES, EvalOptions, evaluate, named_corpus
 from ctxlab.rag.readers import SourceDoc, collect
 from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow
 from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
@@ -44,5 +45,6 @@ __all__ = [
     "evaluate",
     "ingest",
     "ingest_all",
+    "named_corpus",
     "order_passages",
 ]
