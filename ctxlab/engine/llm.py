@@ -16,6 +16,7 @@ import torch
 
 from ctxlab.engine.malloc import keep_heap_pages
 from ctxlab.engine.metrics import RequestMetrics
+from ctxlab.engine.policy_runtime import build_runtime, resolve_policy
 from ctxlab.engine.runner import Runner
 from ctxlab.engine.sampling import SamplingParams, make_generator
 from ctxlab.engine.scheduler import Scheduler
@@ -29,6 +30,13 @@ Prompt = str | list[int] | list[dict[str, str]]
 
 @dataclass
 class RequestOutput:
+    """One finished request.
+
+    `token_ids` are every generated id, the end-of-sequence id included when generation
+    stopped on it (`finish_reason == "stop"`); `text` is those ids decoded with special
+    tokens skipped, so the end-of-sequence token never shows in it.
+    """
+
     request_id: int
     prompt_token_ids: list[int]
     text: str
@@ -103,12 +111,10 @@ class LLMEngine:
             block_size=block_size,
             dtype=dtype,
         )
-        from ctxlab.policy.build import build_driver
-        from ctxlab.policy.quant import storage_format
-
-        # The pool's storage format: the model dtype, or int8 / KIVI codes (policy "quant",
-        # or kv_format under any other policy).
-        fmt, group = storage_format(policy, budget, kv_format)
+        # One policy object (a storage format wraps the policy when kv_format is given); the
+        # pool's storage format is the model dtype or int8 / KIVI codes.
+        self.policy = resolve_policy(policy, budget, kv_format)
+        fmt, group = self.policy.storage() if self.policy is not None else (None, 32)
         self.kv = KVCacheManager(
             layout,
             kv_pool_tokens,
@@ -121,10 +127,9 @@ class LLMEngine:
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
         windows = tuple(getattr(config, "sliding_windows", ()) or ())
 
-        self.policy, self.driver = build_driver(
-            policy, budget, self.kv, config.num_heads, getattr(model, "rope", None)
-        )
-        self.runner = Runner(model, self.kv, config.num_heads, windows, self.driver)
+        rope = getattr(model, "rope", None)
+        self.runtime = build_runtime(self.policy, self.kv, config.num_heads, rope, windows)
+        self.runner = Runner(model, self.kv, config.num_heads, windows, self.runtime)
         # max_model_len past the trained length is allowed on purpose: it is how a run shows
         # what RoPE extrapolation does to full attention (streaming perplexity).
         self.max_position = max_model_len or int(getattr(config, "max_position", 1 << 30))
@@ -158,7 +163,7 @@ class LLMEngine:
         ids = self.encode(prompt)
         if not ids:
             raise CtxlabError("the prompt is empty; give at least one token of text.")
-        free_pos = self.driver is not None and self.driver.unbounded_positions
+        free_pos = self.runtime.unbounded_positions
         if len(ids) >= self.max_position and not free_pos:
             raise CtxlabError(
                 f"the prompt has {len(ids)} tokens, more than the model's maximum of "
@@ -166,8 +171,8 @@ class LLMEngine:
             )
         need = len(ids) + params.max_tokens
         need = need if free_pos else min(need, self.max_position)
-        if self.driver is not None:  # a policy that cuts every chunk never holds the prompt
-            need = self.driver.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
+        # A policy that cuts every chunk never holds the whole prompt.
+        need = self.runtime.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
         bs = self.kv.block_size
         if -(-need // bs) * bs > self.kv.pool_tokens:
             raise CtxlabError(
@@ -225,8 +230,7 @@ class LLMEngine:
         if tok in self.eos_ids and not p.ignore_eos:
             reason = "stop"
         elif seq.metrics.output_tokens >= p.max_tokens or (
-            seq.num_tokens >= self.max_position
-            and not (self.driver is not None and self.driver.unbounded_positions)
+            seq.num_tokens >= self.max_position and not self.runtime.unbounded_positions
         ):
             reason = "length"
         if self.tokenizer is not None and (detok or p.stop):
@@ -242,8 +246,7 @@ class LLMEngine:
         if reason is None:
             return TokenEvent(seq.seq_id, tok, delta, False)
         self.scheduler.finish(seq, reason)
-        if self.driver is not None:
-            self.driver.release(seq.seq_id)
+        self.runtime.release(seq.seq_id)
         seq.metrics.finish_time = now
         return TokenEvent(seq.seq_id, tok, delta, True, self.output(seq.seq_id))
 
