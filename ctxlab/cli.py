@@ -26,6 +26,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "generate",
     "eval",
     "profile",
+    "memory",
+    "rag",
     "workshop",
 )
 
