@@ -25,6 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "generate",
     "eval",
     "profile",
+    "serve",
+    "bench",
 )
 
 app = typer.Typer(

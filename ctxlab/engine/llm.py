@@ -189,6 +189,10 @@ class LLMEngine:
         ids = self.encode(prompt)
         if not ids:
             raise CtxlabError("the prompt is empty; give at least one token of text.")
+        vocab = int(getattr(self.config, "vocab_size", 0) or 0)
+        if vocab and not 0 <= min(ids) <= max(ids) < vocab:
+            bad = next(t for t in ids if not 0 <= t < vocab)
+            raise CtxlabError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1}).")
         free_pos = self.driver is not None and self.driver.unbounded_positions
         if len(ids) >= self.max_position and not free_pos:
             raise CtxlabError(
