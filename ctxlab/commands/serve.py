@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
 
         tenants = Tenants.load(api_keys) if api_keys is not None else None
         from ctxlab.progress import progress
+        from ctxlab.serve.server import bind
+
+        sock = bind(host, port)  # a taken port is one sentence before the model loads
 
         with progress(f"loading {model}"):
             import torch
@@ -115,7 +118,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"serving {name} on {url}/v1 (metrics at {url}/metrics{extra})", err=True)
             typer.echo(f"ready {url}", err=False)
 
-        run(app_, host, port, log_level, on_ready=ready)
+        run(app_, sock, log_level, on_ready=ready)
 
 
 def _check(

@@ -42,13 +42,11 @@ def _server(app: FastAPI, log_level: str) -> uvicorn.Server:
 
 def serve(
     app: FastAPI,
-    host: str,
-    port: int,
+    sock: socket.socket,
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve until interrupted; `on_ready(url)` is called once the socket listens."""
-    sock = bind(host, port)
+    """Serve on a socket from `bind` until interrupted; `on_ready(url)` is called first."""
     if on_ready is not None:
         on_ready(url_of(sock))
     _server(app, log_level).run(sockets=[sock])
