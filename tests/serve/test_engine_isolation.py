@@ -13,6 +13,7 @@ from ctxlab.errors import CtxlabError
 pytestmark = pytest.mark.model
 
 GREEDY = SamplingParams(max_tokens=8, ignore_eos=True)
+LONGER = SamplingParams(max_tokens=20, ignore_eos=True)
 TEXTS = [
     "The history of the printing press begins in the fifteenth century, when a goldsmith in "
     "Mainz combined movable metal type, oil-based ink and a screw press. Explain why it "
@@ -55,9 +56,10 @@ def long_ids(ids) -> list[int]:
 
 @pytest.fixture(scope="module")
 def solo(loaded, ids) -> list[list[int]]:
-    """Greedy tokens of each prompt run alone, full cache."""
+    """Greedy tokens of each prompt run alone, full cache (20 tokens; tests of 8 compare the
+    first 8)."""
     llm = LLM(loaded, kv_pool_tokens=1024)
-    return [llm.generate(p, GREEDY)[0].token_ids for p in ids]
+    return [llm.generate(p, LONGER)[0].token_ids for p in ids]
 
 
 def free_all(llm: LLM) -> None:
@@ -123,7 +125,7 @@ def test_a_decode_failure_in_a_batch_is_isolated(loaded, ids, solo, monkeypatch)
     assert not outs[1].error.user_fault and outs[1].error.message == "injected fault"
     n = len(outs[1].token_ids)  # 3, plus the token its recompute sampled before failing
     assert n == 4 and outs[1].token_ids == solo[1][:n]
-    assert [outs[0].token_ids, outs[2].token_ids] == [solo[0], solo[2]]
+    assert [outs[0].token_ids, outs[2].token_ids] == [solo[0][:8], solo[2][:8]]
     free_all(llm)
 
 
@@ -143,15 +145,15 @@ def test_abort_frees_blocks_and_others_finish_unchanged(loaded, ids, solo):
     assert eng.abort(rids[0]) is None and eng.abort(12345) is None
     while eng.has_unfinished():
         eng.step()
-    assert eng.output(rids[1]).token_ids == solo[1]
+    assert eng.output(rids[1]).token_ids == solo[1][:8]
     free_all(llm)
 
 
-def test_preemptions_are_counted_for_metrics(loaded, ids):
-    params = SamplingParams(max_tokens=48, ignore_eos=True)
-    alone = [LLM(loaded, kv_pool_tokens=1024).generate(p, params)[0].token_ids for p in ids]
-    need = max(len(p) for p in ids) + 48
-    llm = LLM(loaded, kv_pool_tokens=need + 16)  # two prompts fit, their growth does not
-    outs = llm.generate(ids, params)
-    assert [o.token_ids for o in outs] == alone
+def test_preemptions_are_counted_for_metrics(loaded, ids, solo):
+    # Prompts of 49, 36 and 49 tokens take 4, 3 and 4 pages of 16; 8 pages admit two, and
+    # their growth to 5 and 4 pages preempts one.
+    assert [len(p) for p in ids] == [49, 36, 49]
+    llm = LLM(loaded, kv_pool_tokens=8 * 16)
+    outs = llm.generate(ids, LONGER)
+    assert [o.token_ids for o in outs] == solo
     assert llm.engine.num_preemptions == sum(o.metrics.preemptions for o in outs) > 0

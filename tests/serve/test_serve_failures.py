@@ -76,7 +76,7 @@ def test_snapkv_repro_is_refused_and_a_step_failure_stays_one_clients(loaded, sh
 
         async def run() -> tuple[httpx.Response, str, list[dict]]:
             async with httpx.AsyncClient(timeout=60) as c:
-                body = {"model": "m", "prompt": LONG, "max_tokens": 24, "ignore_eos": True}
+                body = {"model": "m", "prompt": LONG, "max_tokens": 12, "ignore_eos": True}
                 long_task = asyncio.create_task(stream_text(c, url, body))
                 await asyncio.sleep(0.3)  # the long request is decoding by now
                 bad = await c.post(
@@ -108,7 +108,7 @@ def test_an_engine_fault_is_a_500_for_that_client_alone(loaded, monkeypatch):
 
     monkeypatch.setattr(Runner, "run", run)
     prompts = ["Once upon a time", "The best way to learn", "Rain in the desert"]
-    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
     solo = [LLM(loaded, kv_pool_tokens=512).generate(p, params)[0].text for p in prompts]
     llm = LLM(loaded, kv_pool_tokens=2048)
     with in_process(llm.engine) as url:
@@ -116,7 +116,7 @@ def test_an_engine_fault_is_a_500_for_that_client_alone(loaded, monkeypatch):
         async def go() -> tuple[list[str], httpx.Response, list[dict]]:
             async with httpx.AsyncClient(timeout=60) as c:
                 ok = [
-                    stream_text(c, url, {"model": "m", "prompt": p, "max_tokens": 10,
+                    stream_text(c, url, {"model": "m", "prompt": p, "max_tokens": 6,
                                          "ignore_eos": True})
                     for p in prompts
                 ]  # fmt: skip
