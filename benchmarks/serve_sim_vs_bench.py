@@ -12,10 +12,13 @@ and one torch thread:
    8 tokens (one page, so the trace's reuse maps page for page), output lengths are divided
    by 16 (at most 48), and the timestamps are stretched by --time-scale. It is written as a
    Mooncake file that both tools read with --hash-block 8 / --trace-hash-block 8;
-2. the step profile: `ctxlab profile --quick --threads 1 --block-size 8` (unless --profile);
+2. step profiles: `ctxlab profile --quick --threads 1 --block-size 8`, measured just before
+   and just after the replay (unless --profile): the machine's speed drifts when its cores are
+   shared, and the two predictions bracket it;
 3. observed: `ctxlab serve --threads 1 --page-size 8`, warmed up, then `ctxlab bench serve
    --dataset trace`;
-4. predicted: `ctxlab simulate TRACE --profile ... --pool-bytes (the server's pool)`.
+4. predicted: `ctxlab simulate TRACE --profile ... --pool-bytes (the server's pool)`, once
+   per profile.
 Prints one table (percentiles of TTFT, TPOT, ITL, E2E, throughput, reused prompt tokens,
 preemptions) with the load average before and after the replay.
 """
@@ -102,25 +105,17 @@ def simulate(trace: Path, profile: Path) -> dict:
     return json.loads(res.stdout)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=24)
-    ap.add_argument("--start", type=int, default=6000, help="First request of the window.")
-    ap.add_argument("--time-scale", type=float, default=10.0, help="Stretch the timestamps.")
-    ap.add_argument("--profile", type=Path, default=None, help="A step profile to reuse.")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="ctxlab-simbench-"))
-    trace = work / "trace.jsonl"
-    source = derive_trace(trace, a.start, a.requests, a.time_scale, a.seed)
-    profile = a.profile
-    if profile is None:
-        profile = work / "profile.json"
-        subprocess.run(
-            [*CLI, "profile", "--quick", "--threads", "1", "--block-size", str(PAGE),
-             "--out", str(profile), "--json"],
-            env=ENV, cwd=ROOT, check=True, capture_output=True,
-        )  # fmt: skip
+def measure_profile(out: Path) -> Path:
+    subprocess.run(
+        [*CLI, "profile", "--quick", "--threads", "1", "--block-size", str(PAGE),
+         "--out", str(out), "--json"],
+        env=ENV, cwd=ROOT, check=True, capture_output=True,
+    )  # fmt: skip
+    return out
+
+
+def replay(trace: Path) -> tuple[str, dict, dict, dict, str, str]:
+    """Serve, warm up, replay the trace; (block, result, metrics before, after, load x2)."""
     args = ["--model", MODEL, "--dataset", "trace", "--trace", str(trace),
             "--trace-hash-block", str(PAGE), "--ignore-eos", "--metric-percentiles", "50,95,99",
             "--percentile-metrics", "ttft,tpot,itl,e2el"]  # fmt: skip
@@ -136,30 +131,66 @@ def main() -> None:
         block, obs = bench(url, args)
         after = load_average()
         m1 = scrape(url)
-    sim = simulate(trace, profile)
-    preempt = m1["ctxlab:num_preemptions_total"] - m0["ctxlab:num_preemptions_total"]
+    return block, obs, m0, m1, before, after
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=24)
+    ap.add_argument("--start", type=int, default=6000, help="First request of the window.")
+    ap.add_argument("--time-scale", type=float, default=10.0, help="Stretch the timestamps.")
+    ap.add_argument("--profile", type=Path, default=None, help="A step profile to reuse.")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ctxlab-simbench-"))
+    trace = work / "trace.jsonl"
+    source = derive_trace(trace, a.start, a.requests, a.time_scale, a.seed)
+    # Two profiles bracket the replay in time (unless one is given): on a shared machine the
+    # speed drifts, and the spread of the two predictions shows by how much.
+    profiles = [a.profile] if a.profile else [measure_profile(work / "profile-before.json")]
+    block, obs, m0, m1, load0, load1 = replay(trace)
+    if not a.profile:
+        profiles.append(measure_profile(work / "profile-after.json"))
+    sims = [simulate(trace, p) for p in profiles]
     print(
         f"trace: {source}; inputs / {SCALE_IN} (a hash id is one {PAGE}-token page), outputs "
         f"/ {SCALE_OUT} (at most {MAX_OUT}), timestamps x {a.time_scale}"
     )
-    print(f"profile: {profile}; load average {before} before the replay, {after} after")
+    print(f"load average {load0} before the replay, {load1} after")
     print("\n" + block + "\n")
-    rows = []
+
+    def engine_mean(name: str) -> float:  # the server's own clock, from its histograms
+        d = {k: m1.get(f"ctxlab:{name}_{k}", 0.0) - m0.get(f"ctxlab:{name}_{k}", 0.0)
+             for k in ("sum", "count")}  # fmt: skip
+        return d["sum"] / d["count"] * 1e3 if d["count"] else math.nan
+
+    rows: list[tuple[str, list[float], float]] = []
     names = (("TTFT", "ttft", "ttft"), ("TPOT", "tpot", "tpot"), ("ITL", "itl", "itl"),
              ("E2E latency", "e2e", "e2el"))  # fmt: skip
     for name, sim_key, obs_key in names:
         for q in ("p50", "p95", "p99", "mean"):
             okey = f"{'median' if q == 'p50' else q}_{obs_key}_ms"
-            rows.append((f"{name} {q} (ms)", sim[f"{sim_key}_{q}"] * 1e3, obs[okey]))
-    rows.append(("output tokens / s", sim["throughput_tokens_per_s"], obs["output_throughput"]))
-    rows.append(("requests / s", sim["throughput_requests_per_s"], obs["request_throughput"]))
-    rows.append(("reused prompt tokens", sim["reused_tokens"], obs["cached_input_tokens"]))
-    rows.append(("preemptions", sim["preemptions"], preempt))
-    print("| figure | simulate (predicted) | bench serve (observed) | predicted / observed |")
-    print("|---|---:|---:|---:|")
-    for label, p, o in rows:
-        ratio = f"{p / o:.2f}" if o else "-"
-        print(f"| {label} | {p:,.1f} | {o:,.1f} | {ratio} |")
+            rows.append((f"{name} {q} (ms)", [x[f"{sim_key}_{q}"] * 1e3 for x in sims], obs[okey]))
+    rows += [
+        ("TTFT mean, server's engine clock (ms)", [x["ttft_mean"] * 1e3 for x in sims],
+         engine_mean("time_to_first_token_seconds")),
+        ("ITL mean, server's engine clock (ms)", [x["itl_mean"] * 1e3 for x in sims],
+         engine_mean("inter_token_latency_seconds")),
+        ("output tokens / s", [x["throughput_tokens_per_s"] for x in sims],
+         obs["output_throughput"]),
+        ("reused prompt tokens", [x["reused_tokens"] for x in sims], obs["cached_input_tokens"]),
+        ("preemptions", [x["preemptions"] for x in sims],
+         m1["ctxlab:num_preemptions_total"] - m0["ctxlab:num_preemptions_total"]),
+    ]  # fmt: skip
+    heads = ["predicted, profile before", "predicted, profile after"][: len(sims)]
+    if a.profile:
+        heads = [f"predicted ({a.profile.name})"]
+    print("| figure | " + " | ".join(heads) + " | observed | observed / predicted |")
+    print("|---|" + "---:|" * (len(heads) + 2))
+    for label, preds, o in rows:
+        ratios = [f"{o / p:.2f}" for p in preds if p]
+        cells = " | ".join(f"{p:,.1f}" for p in preds)
+        print(f"| {label} | {cells} | {o:,.1f} | {' to '.join(ratios) or '-'} |")
     print(f"\nfiles in {work}")
 
 

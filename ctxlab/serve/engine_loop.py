@@ -57,6 +57,7 @@ class Ticket:
     make_params: Callable[[int], SamplingParams]
     salt: str | None
     queue: asyncio.Queue
+    arrival: float  # perf_counter when the handler submitted it
     deadline: float
     rid: int | None = None  # set by the engine thread at admission
     finished: bool = False  # set by the engine thread
@@ -125,8 +126,10 @@ class EngineLoop:
         salt: str | None,
         queue: asyncio.Queue,
     ) -> Ticket:
-        deadline = time.perf_counter() + self.request_timeout
-        return Ticket(index, prompt, max_tokens, make_params, salt, queue, deadline)
+        now = time.perf_counter()
+        return Ticket(
+            index, prompt, max_tokens, make_params, salt, queue, now, now + self.request_timeout
+        )
 
     def submit(self, tickets: list[Ticket]) -> None:
         """Hand prompts to the engine thread, or raise QueueFull (nothing is submitted)."""
@@ -218,6 +221,9 @@ class EngineLoop:
             out.append((t, Update("refused", t.index, message=msg, user_fault=False)))
             t.finished = True
             return
+        # The request arrived when the handler submitted it, not when this thread got to it
+        # (after the step that was running): TTFT and latency count that wait, as vLLM does.
+        engine.seqs[rid].metrics.arrival_time = t.arrival
         t.rid = rid
         self._tickets[rid] = t
         self.metrics.prompt_tokens.inc(len(ids))

@@ -93,6 +93,7 @@ def test_snapkv_repro_is_refused_and_a_step_failure_stays_one_clients(loaded, sh
         m = httpx.get(f"{url}/metrics").text
         assert metric(m, "ctxlab:request_success_total", finished_reason="error") == 1
         assert metric(m, "ctxlab:step_failures_total") >= 1
+        assert metric(m, "ctxlab:kv_policy_evicted_bytes_total") > 0  # SnapKV dropped tokens
         assert pool_is_free(url)
         assert post(url, {"prompt": LONG, "max_tokens": 2}).status_code == 200
 
