@@ -21,6 +21,7 @@ import torch
 
 from ctxlab.engine.malloc import keep_heap_pages
 from ctxlab.engine.metrics import RequestMetrics
+from ctxlab.engine.policy_runtime import build_runtime, resolve_policy
 from ctxlab.engine.runner import Runner
 from ctxlab.engine.sampling import SamplingParams, make_generator
 from ctxlab.engine.scheduler import Scheduler
@@ -35,6 +36,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class RequestOutput:
+    """One finished request.
+
+    `token_ids` are every generated id, the end-of-sequence id included when generation
+    stopped on it (`finish_reason == "stop"`); `text` is those ids decoded with special
+    tokens skipped, so the end-of-sequence token never shows in it.
+    """
+
     request_id: int
     prompt_token_ids: list[int]
     text: str
@@ -123,11 +131,10 @@ class LLMEngine:
             block_size=block_size,
             dtype=dtype,
         )
-        from ctxlab.policy.quant import storage_format
-
-        # The pool's storage format: the model dtype, or int8 / KIVI codes (policy "quant",
-        # or kv_format under any other policy).
-        fmt, group = storage_format(policy, budget, kv_format)
+        # One policy object (a storage format wraps the policy when kv_format is given); the
+        # pool's storage format is the model dtype or int8 / KIVI codes.
+        self.policy = resolve_policy(policy, budget, kv_format)
+        fmt, group = self.policy.storage() if self.policy is not None else (None, 32)
         self.kv = KVCacheManager(
             layout,
             kv_pool_tokens,
@@ -138,7 +145,6 @@ class LLMEngine:
             kv_group=group,
         )
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
-        self._policy_args = (policy, budget)
         self._build_runtime()
         # max_model_len past the trained length is allowed on purpose: it is how a run shows
         # what RoPE extrapolation does to full attention (streaming perplexity).
@@ -151,19 +157,14 @@ class LLMEngine:
         self.num_failed_steps = 0
 
     def _build_runtime(self) -> None:
-        """The policy, the driver that applies it, and the runner.
-
-        Built once, and again after a failed step: a step that raised may have left per-step
-        state half-updated, so everything running is recomputed on fresh objects.
-        """
-        from ctxlab.policy.build import build_driver
-
+        """The policy runtime and the runner; built once, and again after a failed step: a
+        step that raised may have left per-step state half-updated, so everything running is
+        recomputed on fresh objects."""
         config = self.config
         windows = tuple(getattr(config, "sliding_windows", ()) or ())
-        self.policy, self.driver = build_driver(
-            *self._policy_args, self.kv, config.num_heads, getattr(self.model, "rope", None)
-        )
-        self.runner = Runner(self.model, self.kv, config.num_heads, windows, self.driver)
+        rope = getattr(self.model, "rope", None)
+        self.runtime = build_runtime(self.policy, self.kv, config.num_heads, rope, windows)
+        self.runner = Runner(self.model, self.kv, config.num_heads, windows, self.runtime)
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -193,7 +194,7 @@ class LLMEngine:
         if vocab and not 0 <= min(ids) <= max(ids) < vocab:
             bad = next(t for t in ids if not 0 <= t < vocab)
             raise CtxlabError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1}).")
-        free_pos = self.driver is not None and self.driver.unbounded_positions
+        free_pos = self.runtime.unbounded_positions
         if len(ids) >= self.max_position and not free_pos:
             raise CtxlabError(
                 f"the prompt has {len(ids)} tokens, more than the model's maximum of "
@@ -202,8 +203,8 @@ class LLMEngine:
         self._check_policy_floor(len(ids))
         need = len(ids) + params.max_tokens
         need = need if free_pos else min(need, self.max_position)
-        if self.driver is not None:  # a policy that cuts every chunk never holds the prompt
-            need = self.driver.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
+        # A policy that cuts every chunk never holds the whole prompt.
+        need = self.runtime.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
         bs = self.kv.block_size
         if -(-need // bs) * bs > self.kv.pool_tokens:
             raise CtxlabError(
@@ -228,20 +229,23 @@ class LLMEngine:
         """Refuse a prompt whose budget (a share of it) falls under what the policy always
         keeps (sinks, observation window): the policy would raise at the end of prefill.
 
-        Asks the policy itself, per layer, as its driver does: `lane_budget` then
+        Asks the policy itself, per layer, as the runtime does: `lane_budget` then
         `check_budget` (PyramidKV's budgets differ by layer).
         """
-        from ctxlab.policy.base import LayerObs, ScorerPolicy
+        from ctxlab.policy.observation import LayerObs
 
-        pol = self.driver.policy if self.driver is not None else None
-        if not isinstance(pol, ScorerPolicy):
+        pol = self.policy
+        check = getattr(pol, "check_budget", None) if pol is not None else None
+        if check is None:
             return
         cfg = self.config
         empty = torch.empty(cfg.num_kv_heads, 0)
         for layer in range(cfg.num_layers):
             obs = LayerObs(layer, cfg.num_layers, cfg.num_heads, empty, 0, prompt_len)
             try:
-                pol.check_budget(pol.lane_budget(obs))
+                budget = pol.lane_budget(obs)
+                if budget is not None:
+                    check(budget)
             except CtxlabError as exc:
                 raise CtxlabError(
                     f"a prompt of {prompt_len} tokens cannot run under {pol.name} with budget "
@@ -279,8 +283,7 @@ class LLMEngine:
 
     def _end(self, seq: Sequence, reason: str, now: float) -> None:
         self.scheduler.finish(seq, reason)
-        if self.driver is not None:
-            self.driver.release(seq.seq_id)
+        self.runtime.release(seq.seq_id)
         seq.metrics.finish_time = now
 
     # -- the loop -------------------------------------------------------------------------
@@ -347,8 +350,7 @@ class LLMEngine:
         if tok in self.eos_ids and not p.ignore_eos:
             reason = "stop"
         elif seq.metrics.output_tokens >= p.max_tokens or (
-            seq.num_tokens >= self.max_position
-            and not (self.driver is not None and self.driver.unbounded_positions)
+            seq.num_tokens >= self.max_position and not self.runtime.unbounded_positions
         ):
             reason = "length"
         if self.tokenizer is not None and (detok or p.stop):

@@ -1,34 +1,41 @@
-"""Retention, selection and storage-format policies for the KV cache.
+"""Retention, selection and storage-format policies for the KV cache: pure decisions.
 
 Each policy is a small dataclass in its own file (its docstring names the paper and the
-parameters copied). The engine shows a policy one layer at a time (`LayerObs`) and gets back,
-per KV head, the sorted original positions to keep; `make_policy(name, budget=...)` builds
-one by name.
+parameters copied). The engine (or `ctxlab.hf`) shows a policy what it asked to see
+(`LayerView`, `PageObs`, `FarObs`) and executes its answer: per KV head, the sorted original
+positions to keep; the pages a decode step reads; the far blocks to bring back.
+`make_policy(name, budget=...)` builds one by name; wrapping composes them
+(`RecallPolicy(base=H2OPolicy(...))`, `QuantPolicy(fmt="kivi4", base=...)`).
 """
 
-from ctxlab.policy.base import (
+from ctxlab.policy.base import Keep, Policy, PolicyWrapper, ScorerPolicy
+from ctxlab.policy.budget import Budget
+from ctxlab.policy.observation import (
+    NEEDS,
+    FarObs,
     LayerObs,
-    Policy,
-    ScorerPolicy,
+    LayerView,
+    PageObs,
     attention_probs,
-    budget_tokens,
     group_reduce,
-    keep_to_slots,
-    parse_budget,
 )
 from ctxlab.policy.registry import POLICIES, describe_policies, make_policy, policy_names
 
 __all__ = [
+    "NEEDS",
     "POLICIES",
+    "Budget",
+    "FarObs",
+    "Keep",
     "LayerObs",
+    "LayerView",
+    "PageObs",
     "Policy",
+    "PolicyWrapper",
     "ScorerPolicy",
     "attention_probs",
-    "budget_tokens",
     "describe_policies",
     "group_reduce",
-    "keep_to_slots",
     "make_policy",
-    "parse_budget",
     "policy_names",
 ]

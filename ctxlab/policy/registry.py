@@ -10,11 +10,14 @@ import dataclasses
 from typing import Any
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy, parse_budget
+from ctxlab.policy.base import Policy
+from ctxlab.policy.bigbird import BigBirdPolicy
+from ctxlab.policy.budget import Budget
 from ctxlab.policy.full import FullPolicy
 from ctxlab.policy.h2o import H2OPolicy
+from ctxlab.policy.keydiff import KeyDiffPolicy
 from ctxlab.policy.knorm import KNormPolicy
-from ctxlab.policy.patterns import BigBirdPolicy, LongformerPolicy
+from ctxlab.policy.longformer import LongformerPolicy
 from ctxlab.policy.pyramidkv import PyramidKVPolicy
 from ctxlab.policy.quant import QuantPolicy
 from ctxlab.policy.quest import QuestPolicy
@@ -35,6 +38,7 @@ POLICIES: dict[str, type[Policy]] = {
         PyramidKVPolicy,
         TOVAPolicy,
         KNormPolicy,
+        KeyDiffPolicy,
         QuantPolicy,
         QuestPolicy,
         RecallPolicy,
@@ -43,19 +47,22 @@ POLICIES: dict[str, type[Policy]] = {
     )
 }
 
-# Policies whose pure code exists but that the engine cannot run yet (see build.build_driver).
+# Policies whose pure code exists but that the engine cannot run yet.
 NOT_IN_ENGINE: frozenset[str] = frozenset()
-
-# What "--budget" means for policies whose budget field has another name.
-_BUDGET_FIELD = {"quest": "token_budget"}
 
 
 def policy_names() -> list[str]:
     return list(POLICIES)
 
 
-def make_policy(name: str, budget: int | float | str | None = None, **params: Any) -> Policy:
-    """Build and check a policy by name; unknown names/params are one-sentence errors."""
+def make_policy(
+    name: str, budget: Budget | int | float | str | None = None, **params: Any
+) -> Policy:
+    """Build and check a policy by name; unknown names/params and bad budgets are one sentence.
+
+    The budget is parsed once here (`Budget.parse`); each class's `from_budget` says where
+    it goes, so no policy is special-cased by name.
+    """
     cls = POLICIES.get(name)
     if cls is None:
         raise CtxlabError(f"policy {name!r} is unknown; choose one of {', '.join(POLICIES)}.")
@@ -65,14 +72,7 @@ def make_policy(name: str, budget: int | float | str | None = None, **params: An
             raise CtxlabError(
                 f"policy {name!r} has no parameter {key!r}; it takes {', '.join(sorted(fields))}."
             )
-    if budget is not None:
-        field = _BUDGET_FIELD.get(name, "budget")
-        if field in fields:
-            b = parse_budget(budget)
-            params[field] = b
-        elif name in ("longformer", "bigbird"):
-            params.setdefault("local", int(parse_budget(budget)) - params.get("n_global", 4))
-    policy = cls(**params)
+    policy = cls.from_budget(None if budget is None else Budget.parse(budget), **params)
     policy.check()
     return policy
 
@@ -81,10 +81,13 @@ def describe_policies() -> list[dict[str, Any]]:
     """One row per policy: name, stack layer, paper, parameters with their defaults."""
     rows = []
     for name, cls in POLICIES.items():
-        params = {}
+        params: dict[str, Any] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             if f.default is not dataclasses.MISSING:
                 params[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+                params[f.name] = value.name if isinstance(value, Policy) else value
         rows.append(
             {
                 "name": name,

@@ -121,7 +121,8 @@ class ServeMetrics:
         self.prefix_hits.inc(self._delta("hits", st.prefix_cache_hits))
         self.preemptions.inc(self._delta("preemptions", engine.num_preemptions))
         self.step_failures.inc(self._delta("failures", engine.num_failed_steps))
-        tier = getattr(engine.driver, "tier", None)  # a recall policy's far tier, if any
+        far = getattr(engine.runtime, "far", None)  # a recall policy's far reads, if any
+        tier = getattr(far, "tier", None)
         if tier is not None:
             if tier is not self._tier:  # a rebuilt runtime starts a new tier at zero
                 self._tier = tier
@@ -143,7 +144,7 @@ class ServeMetrics:
             if m.output_tokens > 1:
                 self.tpot.observe(m.tpot)
         kv = engine.kv
-        if engine.driver is not None and kv.pool.block_bytes:
+        if engine.policy is not None and engine.policy.evicts and kv.pool.block_bytes:
             full_blocks = -(-seq.num_computed // kv.block_size) * kv.n_lanes
             held_blocks = m.resident_kv_bytes // kv.pool.block_bytes
             self.evicted.inc(max(0, full_blocks - held_blocks) * kv.pool.block_bytes)
