@@ -49,10 +49,14 @@ def arrival_times(n: int, rate: float, burstiness: float, seed: int) -> list[flo
     return [0.0, *np.cumsum(gaps).tolist()][:n]
 
 
-async def check_server(client: httpx.AsyncClient, ep: Endpoint) -> None:
-    """One tiny request first, so a wrong URL, model or key is one sentence, not N failures."""
-    probe = RequestResult(index=-1, prompt_len=1)
-    await send(client, ep, " hello", 1, probe, time.perf_counter())
+async def check_server(client: httpx.AsyncClient, ep: Endpoint, first: BenchRequest) -> None:
+    """The first request's prompt with one output token, before the clock starts (as `vllm
+    bench serve`'s initial test run), so a wrong URL, model or key is one sentence, not N
+    failures. It uses a real prompt because a server may refuse a toy one (a KV policy whose
+    budget needs a longer prompt); like vLLM's, it leaves that prompt in the prefix cache."""
+    probe = RequestResult(index=-1, prompt_len=first.prompt_len)
+    prompt = [{"role": "user", "content": first.prompt}] if first.turns else first.prompt
+    await send(client, ep, prompt, 1, probe, time.perf_counter())
     if not probe.success:
         raise CtxlabError(f"the server at {ep.url} did not answer a test request: {probe.error}")
 
@@ -73,7 +77,8 @@ async def run(
     slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     done: list[RequestResult] = []
     async with httpx.AsyncClient(limits=limits, timeout=tmo) as client:
-        await check_server(client, ep)
+        if requests:
+            await check_server(client, ep, requests[0])
         t0 = time.perf_counter()
 
         async def one(prompt, max_tokens: int, res: RequestResult) -> RequestResult:

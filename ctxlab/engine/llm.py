@@ -165,6 +165,7 @@ class LLMEngine:
         rope = getattr(self.model, "rope", None)
         self.runtime = build_runtime(self.policy, self.kv, config.num_heads, rope, windows)
         self.runner = Runner(self.model, self.kv, config.num_heads, windows, self.runtime)
+        self.scheduler.compute_tail = max(1, self.runtime.obs_window)
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -306,7 +307,6 @@ class LLMEngine:
             tok = next(it) if sch.samples else -1
             try:
                 seq.num_computed += sch.num_new
-                self.kv.commit(seq.kv, seq.token_ids, seq.cache_salt)
                 if not sch.samples:
                     continue
                 seq.token_ids.append(tok)

@@ -47,6 +47,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.suspects: deque[Sequence] = deque()  # run alone, first to last
         self.solo_samples = 0  # tokens the first suspect sampled alone so far
+        # Trailing prompt tokens a prefix hit leaves to compute: 1 (the logits), or the
+        # query window a retention policy reads at the prompt end (set by the engine).
+        self.compute_tail = 1
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -88,7 +91,7 @@ class Scheduler:
 
     def _admit(self, seq: Sequence, budget: int) -> ScheduledSeq | None:
         """Take a waiting sequence's cached prefix and room for its next chunk, or None."""
-        hit = self.kv.lookup_prefix(seq.kv, seq.token_ids, seq.cache_salt)
+        hit = self.kv.lookup_prefix(seq.kv, seq.token_ids, seq.cache_salt, self.compute_tail)
         n = min(seq.num_tokens - hit.num_tokens, budget)
         if not self.kv.allocate(seq.kv, hit.num_tokens + n, hit, seq.num_tokens):
             return None
