@@ -1,10 +1,13 @@
 """The event loop: continuous batching with chunked prefill, prefix reuse and preemption.
 
 Per step: admit waiting requests first-come-first-served while the pool has room (a
-request's prefix hits are found block by block, a tier hit schedules a transfer); give every
-decoding request one token (a page when it crosses a page boundary; if none can be had, the
-most recently admitted request is preempted and will be recomputed); fill the rest of the
-token budget with prefill chunks in admission order; price the step; advance the clock.
+request's prefix hits are found block by block among committed blocks, a tier hit schedules
+a transfer); give every decoding request one token (a page when it crosses a page boundary;
+if none can be had, the most recently admitted request is preempted and will be
+recomputed); fill the rest of the token budget with prefill chunks in admission order;
+price the step; advance the clock; commit the blocks the chunks completed, so requests
+admitted from the next step on can hit them (as the engine does: two requests admitted in
+the same step with the same new prefix both compute it).
 
 Speed: a step costs work proportional to the running requests, pages are integer counts,
 and stretches of decode-only steps (nothing to admit, no prefill) are advanced in one go
@@ -154,10 +157,6 @@ class Simulator(Admission):
                 break
             if s.state != PREFILL:
                 continue
-            if s.waits:
-                s.waits = [e for e in s.waits if e.owner is not None]
-                if s.waits:
-                    continue
             if s.ready_at > now:
                 wake = min(wake, s.ready_at)
                 continue
@@ -189,6 +188,7 @@ class Simulator(Admission):
         c.tokens_emitted += len(decoding)
         for s, take in chunks:
             s.computed += take
+            self._commit(s)
             c.prefill_tokens_run += take
             if s.computed == s.target:
                 self._prefill_done(s, now)
@@ -202,9 +202,7 @@ class Simulator(Admission):
         return now
 
     def _prefill_done(self, s: Seq, now: float) -> None:
-        for e in s.owned:
-            e.owner = None
-        s.owned = []
+        assert not s.owned, "a finished prefill left blocks uncommitted"
         s.state = DECODE
         s.generated += 1
         self.counters.tokens_emitted += 1
