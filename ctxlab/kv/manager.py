@@ -106,16 +106,21 @@ class KVCacheManager:
 
     # -- prefix cache ---------------------------------------------------------------------
     def lookup_prefix(
-        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None
+        self,
+        seq: SeqKV,
+        token_ids: Sequence[int],
+        salt: str | None = None,
+        compute_tail: int = 1,
     ) -> PrefixHit:
         """Cached groups for the leading full blocks of `token_ids` (no side effects).
 
-        The block holding the last token is never matched, so at least one token is computed
-        and produces the logits for the next one.
+        The blocks holding the last `compute_tail` tokens are never matched: at least one
+        token is computed (its logits give the next token), and a retention policy that
+        reads the prompt's last W queries gets them computed rather than skipped.
         """
         if not self.enable_prefix_caching:
             return PrefixHit([], [], 0)
-        n_share = (len(token_ids) - 1) // self.block_size
+        n_share = max(0, len(token_ids) - max(1, compute_tail)) // self.block_size
         self._extend_hashes(seq, token_ids, salt, n_share)
         groups: list[tuple[int, ...]] = []
         for h in seq.block_hashes[:n_share]:
