@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The workshop: seven demonstrations, predictions against observations, one report (it prints
+# where). `ctxlab tour --out out/tour` stays as the short walk.
 run: install
-	$(BIN)/ctxlab tour --out out/tour
+	$(BIN)/ctxlab workshop --out out/workshop
 
 test: install
 	$(BIN)/ruff check ctxlab tests benchmarks

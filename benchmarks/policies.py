@@ -5,7 +5,7 @@
 
 One process, one engine per policy, same prompts (different slices of the bundled text, so
 the requests share no prefix). The prompts are prefilled once, by an engine whose prefix
-cache then serves every policy's engine (a deep copy with the policy's driver installed;
+cache then serves every policy's engine (a deep copy with the policy's runtime installed;
 see `forked`): each policy computes the last `--tail` prompt tokens itself and runs its own
 prompt-end cut. `--cold` prefills every engine from scratch instead (slower, same decode).
 Then the engines decode `--decode` tokens one step each in turn (interleaved, so a machine
@@ -65,7 +65,7 @@ def build(name: str, budget: int, block: int):
     if base == "full":
         return None, fmt
     if base == "quest":
-        return make_policy("quest", budget, page=block), fmt
+        return make_policy("quest", budget), fmt
     extra = {"rerun_every": block} if base in ("snapkv", "pyramidkv") else {}
     return make_policy(base, budget, **extra), fmt
 
@@ -93,9 +93,8 @@ def prefilled(loaded, name: str, prompts: list[list[int]], args) -> LLMEngine:
     eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
     while any(eng.seqs[r].metrics.output_tokens == 0 for r in eng.bench_rids):  # type: ignore[attr-defined]
         eng.step()
-    sel = eng.driver.selector if eng.driver is not None else None
-    if sel is not None and hasattr(sel, "blocks_read"):
-        sel.blocks_total = sel.blocks_read = 0
+    if eng.runtime.pages is not None:
+        eng.runtime.pages.blocks_total = eng.runtime.pages.blocks_read = 0
     return eng
 
 
@@ -105,13 +104,13 @@ def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str
     The base engine (no policy, prefix caching on) runs every prompt but its last
     `args.tail` tokens, so their full blocks stay in its prefix cache. Each policy gets a
     deep copy of that engine (the model weights are shared, not copied) with the policy's
-    driver installed, and then the real requests: the prefix cache supplies all but the
+    runtime installed, and then the real requests: the prefix cache supplies all but the
     tail, and the policy's engine computes the tail itself, recording its queries and
     running its prompt-end cut as in any run with a prefix hit. What is skipped is only
     the per-chunk cuts of positional policies inside the cached part, which change no
     decode cost. Prefill is then paid once instead of once per policy.
     """
-    from ctxlab.policy.build import build_driver
+    from ctxlab.engine.policy_runtime import build_runtime, resolve_policy
 
     base = bench_engine(loaded, prompts, args, True)
     head = SamplingParams(max_tokens=1, ignore_eos=True)
@@ -137,20 +136,18 @@ def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str
             eng.kv.pool = eng.runner.backend.pool = pool
             eng.kv.kv_format = fmt
         rope = getattr(loaded.model, "rope", None)
-        eng.policy, eng.driver = build_driver(policy, None, eng.kv, loaded.config.num_heads, rope)
-        if eng.driver is not None:
-            eng.runner.driver = eng.driver
-            eng.runner.backend = eng.driver.wrap(eng.runner.backend)
-            if hasattr(eng.driver.selector, "rebuild"):
-                eng.driver.selector.rebuild()  # Quest: summaries of the cached keys
+        eng.policy = resolve_policy(policy, None, fmt)
+        eng.runtime = build_runtime(eng.policy, eng.kv, loaded.config.num_heads, rope)
+        eng.runner.runtime = eng.runtime
+        if eng.runtime.pages is not None:
+            eng.runtime.pages.rebuild()  # Quest: summaries of the cached keys
         eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
         while any(eng.seqs[r].metrics.output_tokens == 0 for r in eng.bench_rids):  # type: ignore[attr-defined]
             eng.step()
         hits = eng.kv.stats().prefix_cache_hits
         print(f"forked {name} (prefix-cache hit tokens {hits:,})", file=sys.stderr, flush=True)
-        sel = eng.driver.selector if eng.driver is not None else None
-        if sel is not None and hasattr(sel, "blocks_read"):
-            sel.blocks_total = sel.blocks_read = 0
+        if eng.runtime.pages is not None:
+            eng.runtime.pages.blocks_total = eng.runtime.pages.blocks_read = 0
         engines[name] = eng
     return engines
 
@@ -172,13 +169,13 @@ def decode_interleaved(engines: dict[str, LLMEngine]) -> list[dict]:
                 resident[name] = eng.kv.resident_bytes()  # the last step frees everything
     rows = []
     for name, eng in engines.items():
-        sel = eng.driver.selector if eng.driver is not None else None
+        pages = eng.runtime.pages
         rows.append(
             {
                 "policy": name,
                 "decode_step_s": spent[name] / steps[name],
                 "resident_kv_bytes": resident[name],
-                "kv_read_fraction": getattr(sel, "read_fraction", None),
+                "kv_read_fraction": None if pages is None else pages.read_fraction,
             }
         )
     return rows

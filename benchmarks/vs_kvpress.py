@@ -12,6 +12,10 @@ afterwards. The kvpress side runs in a subprocess with that venv's python
 (`benchmarks/_kvpress_worker.py`): it reads the prompt ids as JSON lines and writes the
 generated ids, the KV bytes it holds and its peak RSS as JSON lines.
 
+A third side, ctxlab.hf, runs the very same policy objects on transformers' own reading of
+the GGUF (this process's transformers, `ctxlab.hf.cache`), so a row also shows what the
+policy does outside ctxlab's engine (its streaming keeps original positions there).
+
 Pairs (kvpress press -> ctxlab policy): SnapKVPress -> snapkv, StreamingLLMPress ->
 streaming, ObservedAttentionPress (attention accumulated over the prompt's queries) -> h2o
 (accumulated attention), KnormPress -> knorm. A compression ratio r keeps 1 - r of the
@@ -53,6 +57,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _hf_side import load_hf, run_hf
 from _kvpress_env import (
     KVPRESS_SPEC,
     PRESSES,
@@ -76,6 +81,11 @@ PAIRS = {
 }
 BASELINE = ("none", 0.0)  # no press / no policy: the full cache on both sides
 MIB = 2**20
+
+
+def policy_of(row: tuple[str, float]) -> tuple[str, float | None]:
+    """A row's ctxlab policy name and budget (a ratio r keeps 1 - r of the prompt)."""
+    return ("full", None) if row == BASELINE else (PAIRS[row[0]], round(1.0 - row[1], 6))
 
 
 # ---------------------------------------------------------------------------- samples
@@ -193,13 +203,13 @@ def run_ctxlab(loaded, rows, samples: list[dict], block_size: int) -> tuple[dict
 # ---------------------------------------------------------------------------- report
 
 
-def summarize(rows, samples, tok, kvp: dict, ctx: dict, kvp_peak: dict, ctx_peak: dict):
+def summarize(rows, samples, tok, kvp: dict, ctx: dict, hf: dict, peaks: dict):
     from ctxlab.eval.scoring import string_match
 
     out = []
     for row in rows:
         side: dict = {}
-        for name, recs in (("kvpress", kvp), ("ctxlab", ctx)):
+        for name, recs in (("kvpress", kvp), ("ctxlab", ctx), ("ctxlab.hf", hf)):
             scores, kv, preds = [], [], []
             for smp in samples:
                 rec = recs[(row, smp["index"])]
@@ -215,8 +225,8 @@ def summarize(rows, samples, tok, kvp: dict, ctx: dict, kvp_peak: dict, ctx_peak
                 "kv_bytes": kv,
                 "predictions": preds,
             }
-        side["kvpress"]["peak_rss_bytes"] = kvp_peak[row]
-        side["ctxlab"]["peak_rss_bytes"] = ctx_peak[row]
+        for name in side:
+            side[name]["peak_rss_bytes"] = peaks[name][row]
         press, ratio = row
         out.append(
             {
@@ -240,8 +250,10 @@ def print_table(rows_out: list[dict], header: str) -> None:
         ("r", 4, ">"),
         ("acc kvp", 7, ">"),
         ("acc ctx", 7, ">"),
+        ("acc hf", 6, ">"),
         ("KV kvp MiB", 10, ">"),
         ("KV ctx MiB", 10, ">"),
+        ("KV hf MiB", 9, ">"),
         ("KV ctx/kvp", 10, ">"),
         ("RSS kvp MiB", 11, ">"),
         ("RSS ctx MiB", 11, ">"),
@@ -251,14 +263,16 @@ def print_table(rows_out: list[dict], header: str) -> None:
     print("  ".join(f"{name:{al}{w}}" for name, w, al in cols))
     print("  ".join("-" * w for _, w, _ in cols))
     for r in rows_out:
-        k, c = r["kvpress"], r["ctxlab"]
+        k, c, h = r["kvpress"], r["ctxlab"], r["ctxlab.hf"]
         cells = [
             f"{r['kvpress_press']} -> {r['ctxlab_policy']}",
             f"{r['compression_ratio']:.2f}",
             f"{k['accuracy']:.1f}",
             f"{c['accuracy']:.1f}",
+            f"{h['accuracy']:.1f}",
             f"{k['kv_bytes_mean'] / MIB:.2f}",
             f"{c['kv_bytes_mean'] / MIB:.2f}",
+            f"{h['kv_bytes_mean'] / MIB:.2f}",
             _ratio(c["kv_bytes_mean"], k["kv_bytes_mean"]),
             f"{k['peak_rss_bytes'] / MIB:.0f}",
             f"{c['peak_rss_bytes'] / MIB:.0f}",
@@ -333,7 +347,7 @@ def main() -> None:
     rows += [(p, r) for p in presses for r in ratios]
     n = len(samples)
     print(
-        f"{len(rows)} rows x {n} samples x 2 sides, prompts "
+        f"{len(rows)} rows x {n} samples x 3 sides, prompts "
         f"{min(len(s['ids']) for s in samples)}-{max(len(s['ids']) for s in samples)} tokens",
         file=sys.stderr,
     )
@@ -341,19 +355,26 @@ def main() -> None:
     if not args.parallel:
         proc.wait()
     ctx_info, ctx, ctx_peak = run_ctxlab(loaded, rows, samples, args.block_size)
+    hf_model = load_hf(gguf)
+    hf_info, hf, hf_peak = run_hf(
+        hf_model, rows, policy_of, samples, set(tok.eos_token_ids), args.block_size
+    )
     kvp_info, kvp, kvp_peak = read_kvpress(proc)
     elapsed = time.perf_counter() - t_start
-    rows_out = summarize(rows, samples, tok, kvp, ctx, kvp_peak, ctx_peak)
+    peaks = {"kvpress": kvp_peak, "ctxlab": ctx_peak, "ctxlab.hf": hf_peak}
+    rows_out = summarize(rows, samples, tok, kvp, ctx, hf, peaks)
 
     lens = sorted({len(s["ids"]) for s in samples})
     header = (
         f"SmolLM2-135M-Instruct (GGUF Q4_1, float32), tasks {', '.join(tasks)}, "
         f"{args.samples} sample(s) each at {args.length} tokens (prompts {lens[0]}-{lens[-1]}), "
         f"seed {args.seed}, greedy; kvpress {kvp_info.get('kvpress')} (transformers "
-        f"{kvp_info.get('transformers')}), ctxlab block {args.block_size}\n"
+        f"{kvp_info.get('transformers')}), ctxlab block {args.block_size}, ctxlab.hf on "
+        f"transformers {hf_info['transformers']} (page {args.block_size}, original positions)\n"
         "acc: ctxlab string-match score 0-100, mean over samples. KV: bytes each side holds "
         "for the request when its answer is done (kvpress: past_key_values tensors; ctxlab: "
-        "pool blocks held), mean per sample. RSS: process peak resident set during the row "
+        "pool blocks held; ctxlab.hf: its cache tensors), mean per sample. RSS: process peak "
+        "resident set during the row "
         "(getrusage, high-water reset per row to the current RSS: weights and retained heap "
         "included)."
     )
@@ -364,7 +385,20 @@ def main() -> None:
             kvp[(BASELINE, s["index"])]["out_ids"] == ctx[(BASELINE, s["index"])]["out_ids"]
             for s in samples
         )
-        print(f"full cache: identical greedy answers on {same}/{n} samples")
+        same_hf = sum(
+            hf[(BASELINE, s["index"])]["out_ids"] == ctx[(BASELINE, s["index"])]["out_ids"]
+            for s in samples
+        )
+        print(
+            f"full cache: identical greedy answers kvpress/ctxlab on {same}/{n} samples, "
+            f"ctxlab.hf/ctxlab on {same_hf}/{n}"
+        )
+    agree = sum(
+        hf[(row, s["index"])]["out_ids"] == ctx[(row, s["index"])]["out_ids"]
+        for row in rows
+        for s in samples
+    )
+    print(f"ctxlab.hf and the engine gave the same greedy answer in {agree}/{len(rows) * n} cells")
     ctx_info["rss_after_load_bytes"] = ctx_rss_loaded
     secs = {
         name: sum(r["seconds"] for r in recs.values()) for name, recs in (("k", kvp), ("c", ctx))
@@ -389,6 +423,7 @@ def main() -> None:
             "wall_seconds": round(elapsed, 1),
             "kvpress": kvp_info,
             "ctxlab": ctx_info,
+            "ctxlab.hf": hf_info,
             "full_cache_identical_answers": same,
             "samples": [
                 {

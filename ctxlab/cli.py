@@ -11,6 +11,7 @@ import importlib
 import sys
 
 import typer
+from typer.core import TyperOption
 
 from ctxlab import __version__
 from ctxlab.errors import CtxlabError
@@ -25,6 +26,11 @@ COMMAND_MODULES: tuple[str, ...] = (
     "generate",
     "eval",
     "profile",
+    "serve",
+    "bench",
+    "memory",
+    "rag",
+    "workshop",
 )
 
 app = typer.Typer(
@@ -56,8 +62,21 @@ for _name in COMMAND_MODULES:
     importlib.import_module(f"ctxlab.commands.{_name}").register(app)
 
 
+def _flag_type(self: TyperOption, ctx: object) -> str | None:
+    """A boolean flag takes no value, so --help shows no `<bool>` type beside it."""
+    return None if self.is_flag else _typed(self, ctx)
+
+
+_typed = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
 def main() -> None:
-    """Run the CLI; a user mistake (CtxlabError) is one sentence on stderr and exit code 2."""
+    """Run the CLI; a user mistake (CtxlabError) is one sentence on stderr and exit code 2.
+
+    Usage errors that typer catches itself (an unknown option, a word where a number goes)
+    keep its short panel, which also exits with code 2.
+    """
     try:
         app()
     except CtxlabError as exc:

@@ -9,6 +9,7 @@ stderr, which keeps `--json` output on stdout clean. Nothing here imports torch.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,32 +35,52 @@ class _Silent(Tracker):
 
 
 class _PlainLines(Tracker):
-    """One line per update, at most every `every` seconds (and always the last one)."""
+    """Plain lines for a pipe or a log: nothing for work shorter than `delay` seconds, then
+    one line at once and one every `every` seconds (from a ticker thread, so a step that
+    never advances still shows it is alive), and a last line when it ends."""
 
-    def __init__(self, description: str, total: int | None, stream: TextIO, every: float):
-        self.description, self.total, self.stream, self.every = description, total, stream, every
+    def __init__(
+        self, description: str, total: int | None, stream: TextIO, every: float, delay: float
+    ):
+        self.description, self.total, self.stream = description, total, stream
+        self.every, self.delay = every, delay
         self.done = 0
         self.start = time.perf_counter()
-        self.last = 0.0
-        self._line(force=True)
+        self.printed = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        self._ticker.start()
 
-    def _line(self, force: bool = False) -> None:
-        now = time.perf_counter()
-        if not force and now - self.last < self.every:
-            return
-        self.last = now
-        count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
-        elapsed = now - self.start
-        self.stream.write(f"{self.description}: {count} ({elapsed:.0f} s)\n")
-        self.stream.flush()
+    def _line(self, state: str | None = None) -> None:
+        with self._lock:
+            count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
+            if state is None and not self.done and self.total is None:
+                count = "working"
+            elapsed = time.perf_counter() - self.start
+            self.stream.write(f"{self.description}: {state or count} ({elapsed:.0f} s)\n")
+            self.stream.flush()
+            self.printed = True
+
+    def _tick(self) -> None:
+        wait = self.delay
+        while not self._stop.wait(wait):
+            self._line()
+            wait = self.every
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        self._line(force=self.total is not None and self.done >= self.total)
 
     def describe(self, description: str) -> None:
         self.description = description
-        self._line(force=True)
+        if self.printed:
+            self._line()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._ticker.join()
+        if self.printed:
+            self._line("done")
 
 
 class _RichBar(Tracker):
@@ -81,23 +102,24 @@ def progress(
     enabled: bool = True,
     stream: TextIO | None = None,
     every: float = 5.0,
+    delay: float = 1.0,
 ) -> Iterator[Tracker]:
     """Report `total` steps of work (or an open-ended spinner when `total` is None).
 
     A terminal gets a transient rich bar (a spinner when there is no total); a pipe or a
-    file gets a plain line at the start, every `every` seconds and at the end.
+    file gets plain lines once the work has run `delay` seconds: one then, one every
+    `every` seconds, and a last one when it ends (work shorter than `delay` prints nothing).
     """
     out = stream if stream is not None else sys.stderr
     if not enabled:
         yield _Silent()
         return
     if not out.isatty():
-        tracker = _PlainLines(description, total, out, every)
-        yield tracker
-        if tracker.total is None or tracker.done < tracker.total:
-            tracker.stream.write(
-                f"{tracker.description}: done ({time.perf_counter() - tracker.start:.0f} s)\n"
-            )
+        tracker = _PlainLines(description, total, out, every, delay)
+        try:
+            yield tracker
+        finally:
+            tracker.close()
         return
     from rich.console import Console
     from rich.progress import (

@@ -1,9 +1,10 @@
 """Read an `ArchSpec` from a GGUF file's header, without touching the tensor data.
 
-`gguf.GGUFReader` memory-maps the file and parses only the key/value metadata and the tensor
-table (names, shapes, types); nothing is dequantized or read into memory, so this is cheap
-even for a 100 GB file. The parameter count comes from the tensor shapes in that table, and
-the weight width from their stored sizes (a Q4 file really is ~0.6 bytes per parameter).
+`ctxlab.arch.gguf_header` parses only the key/value metadata and the tensor table (names,
+shapes, types) and checks them against the file's size; nothing is dequantized or read into
+memory, so this is cheap even for a 100 GB file. The parameter count comes from the tensor
+shapes in that table, and the weight width from their stored sizes (a Q4 file really is
+~0.6 bytes per parameter).
 """
 
 from __future__ import annotations
@@ -11,19 +12,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ctxlab.arch.gguf_header import GGUFHeader, read_gguf_header
+from ctxlab.arch.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, MAX_WIDTH, check_heads
 from ctxlab.arch.spec import ArchSpec, LayerSpec, RecurrentState
 from ctxlab.errors import CtxlabError
 
 # Architectures whose GGUF leaves the sliding pattern implicit (llama.cpp hard-codes it):
 # every Nth layer is global.
 _DEFAULT_SWA_PERIOD = {"gemma3": 6, "gemma2": 2, "gpt-oss": 2, "cohere2": 4}
+# The most each key (after the architecture prefix) may hold; past it the value is absurd.
+_KEY_LIMITS = {
+    "block_count": MAX_LAYERS,
+    "embedding_length": MAX_WIDTH,
+    "attention.head_count": MAX_HEADS,
+    "attention.head_count_kv": MAX_HEADS,
+    "attention.key_length": MAX_DIM,
+    "attention.value_length": MAX_DIM,
+    "attention.key_length_mla": MAX_DIM,
+    "attention.value_length_mla": MAX_DIM,
+    "attention.kv_lora_rank": MAX_DIM,
+    "attention.sliding_window": MAX_TOKENS,
+    "rope.dimension_count": MAX_DIM,
+    "context_length": MAX_TOKENS,
+    "ssm.state_size": MAX_DIM,
+    "ssm.inner_size": MAX_WIDTH,
+    "ssm.conv_kernel": MAX_DIM,
+    "kda.head_dim": MAX_DIM,
+}
 
 
 class _Meta:
     """Metadata access that names the file and the key in every error."""
 
-    def __init__(self, reader: Any, origin: str) -> None:
-        self.reader = reader
+    def __init__(self, header: GGUFHeader, origin: str) -> None:
+        self.fields = header.metadata
         self.origin = origin
         arch = self.raw("general.architecture")
         if not isinstance(arch, str) or not arch:
@@ -34,12 +56,7 @@ class _Meta:
         return CtxlabError(f"{self.origin}: GGUF key {key!r} {why}")
 
     def raw(self, key: str) -> Any:
-        field = self.reader.fields.get(key)
-        if field is None:
-            return None
-        if len(field.types) == 0:
-            return None
-        return field.contents()
+        return self.fields.get(key)
 
     def key(self, suffix: str) -> str:
         return f"{self.arch}.{suffix}"
@@ -53,6 +70,14 @@ class _Meta:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.fail(key, f"must be an integer >= {minimum}, got {value!r}")
+        return self._in_range(suffix, value)
+
+    def _in_range(self, suffix: str, value: int) -> int:
+        limit = _KEY_LIMITS.get(suffix, MAX_TOKENS)
+        if value > limit:
+            raise self.fail(
+                self.key(suffix), f"of {value:,} is absurdly large; ctxlab accepts up to {limit:,}"
+            )
         return value
 
     def per_layer(self, suffix: str, n_layers: int, default: int | None = None) -> list[int]:
@@ -64,7 +89,7 @@ class _Meta:
                 isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
             ):
                 raise self.fail(key, f"must hold {n_layers} non-negative integers")
-            return value
+            return [self._in_range(suffix, v) for v in value]
         return [self.int(suffix, default=default)] * n_layers
 
 
@@ -86,22 +111,10 @@ def _swa_flags(meta: _Meta, n_layers: int) -> list[bool]:
     return [(i + 1) % period != 0 for i in range(n_layers)]
 
 
-def _open(path: Path) -> Any:
-    import gguf  # the reader is only needed here; keep `import ctxlab.arch` light
-
-    if not path.is_file():
-        raise CtxlabError(f"{path}: GGUF file not found")
-    try:
-        return gguf.GGUFReader(path, "r")
-    except (ValueError, IndexError, KeyError, TypeError, OSError, OverflowError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CtxlabError(f"{path}: not a readable GGUF file ({reason})") from None
-
-
-def _param_counts(reader: Any, meta: _Meta) -> tuple[int, int, int]:
+def _param_counts(header: GGUFHeader, meta: _Meta) -> tuple[int, int, int]:
     """(total params, active params, stored bytes) from the tensor table."""
     total = stored = experts = 0
-    for tensor in reader.tensors:
+    for tensor in header.tensors:
         n = int(tensor.n_elements)
         total += n
         stored += int(tensor.n_bytes)
@@ -118,14 +131,16 @@ def _param_counts(reader: Any, meta: _Meta) -> tuple[int, int, int]:
 def from_gguf(path: str | Path) -> ArchSpec:
     """Build an `ArchSpec` from a GGUF file's metadata and tensor table."""
     path = Path(path)
-    reader = _open(path)
-    meta = _Meta(reader, str(path))
+    header = read_gguf_header(path)
+    meta = _Meta(header, str(path))
 
     n_layers = meta.int("block_count")
     hidden = meta.int("embedding_length")
     heads = meta.per_layer("attention.head_count", n_layers)
     kv_heads = meta.per_layer("attention.head_count_kv", n_layers, default=max(heads))
     q_heads = max(heads)
+    if q_heads < 1:
+        raise meta.fail(meta.key("attention.head_count"), "must be at least 1 in some layer")
     d_k = meta.int("attention.key_length", default=hidden // q_heads)
     d_v = meta.int("attention.value_length", default=hidden // q_heads)
     swa = _swa_flags(meta, n_layers)
@@ -148,17 +163,19 @@ def from_gguf(path: str | Path) -> ArchSpec:
                 LayerSpec("mla", kv_heads=heads[i], d_k=d_k, d_v=d_v, d_c=d_c, d_rope=d_rope)
             )
         elif swa[i]:
+            check_heads(heads[i] or q_heads, kv_heads[i], f"{path}: layer {i}")
             layers.append(
                 LayerSpec("sliding", kv_heads=kv_heads[i], d_k=d_k, d_v=d_v, window=window)
             )
         else:
+            check_heads(heads[i] or q_heads, kv_heads[i], f"{path}: layer {i}")
             layers.append(LayerSpec("full", kv_heads=kv_heads[i], d_k=d_k, d_v=d_v))
 
-    total, active, stored = _param_counts(reader, meta)
+    total, active, stored = _param_counts(header, meta)
     if total <= 0:
         raise CtxlabError(f"{path}: the GGUF file lists no tensors")
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
-    vocab = meta.int("vocab_size", default=len(tokens.data) if tokens is not None else 0, minimum=0)
+    tokens = meta.raw("tokenizer.ggml.tokens")  # a string array: its length
+    vocab = meta.int("vocab_size", default=tokens if isinstance(tokens, int) else 0, minimum=0)
     name = meta.raw("general.name")
     notes.append(
         f"parameters counted from the GGUF tensor table; weights stored at "
@@ -174,6 +191,7 @@ def from_gguf(path: str | Path) -> ArchSpec:
         vocab_size=vocab,
         max_position=meta.int("context_length", default=0, minimum=0),
         weight_dtype_bytes=stored / total,
+        weight_format="as stored in the GGUF",
         source=f"GGUF metadata: {path}",
         notes=tuple(notes),
     )

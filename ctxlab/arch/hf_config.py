@@ -19,6 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ctxlab.arch.limits import (
+    MAX_COUNT,
+    MAX_DIM,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    check_heads,
+)
 from ctxlab.arch.params import estimate_params
 from ctxlab.arch.spec import ArchSpec, LayerSpec, RecurrentState
 from ctxlab.errors import CtxlabError
@@ -33,6 +42,50 @@ _LAYER_TYPE_MIXER = {
     "linear_attention": "linear",
     "mamba": "mamba",
 }
+# The most each integer field may hold (MAX_COUNT for any field not named); past it the
+# value is absurd and one sentence stops the reader before any per-layer work.
+_FIELD_LIMITS = {
+    "num_hidden_layers": MAX_LAYERS,
+    "num_attention_heads": MAX_HEADS,
+    "num_key_value_heads": MAX_HEADS,
+    "linear_num_value_heads": MAX_HEADS,
+    "num_heads": MAX_HEADS,
+    "head_dim": MAX_DIM,
+    "kv_lora_rank": MAX_DIM,
+    "qk_rope_head_dim": MAX_DIM,
+    "qk_nope_head_dim": MAX_DIM,
+    "v_head_dim": MAX_DIM,
+    "linear_key_head_dim": MAX_DIM,
+    "linear_value_head_dim": MAX_DIM,
+    "mamba_d_state": MAX_DIM,
+    "mamba_d_conv": MAX_DIM,
+    "mamba_expand": 64,
+    "hidden_size": MAX_WIDTH,
+    "sliding_window": MAX_TOKENS,
+    "max_position_embeddings": MAX_TOKENS,
+    "attn_layer_period": MAX_LAYERS,
+    "attn_layer_offset": MAX_LAYERS,
+    "sliding_window_pattern": MAX_LAYERS,
+    "max_window_layers": MAX_LAYERS,
+}
+# Sizes the parameter estimate reads: when present they must be whole numbers in range.
+_SIZE_FIELDS = (
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_local_experts",
+    "n_routed_experts",
+    "num_experts",
+    "num_experts_per_tok",
+    "experts_per_token",
+    "num_experts_per_token",
+    "n_shared_experts",
+    "num_shared_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "expert_layer_offset",
+    "q_lora_rank",
+    "vocab_size",
+)
 # Families whose configs leave the sliding pattern implicit (older files lack layer_types).
 _DEFAULT_PATTERN = {"gemma3": 6, "gemma3_text": 6, "gemma2": 2}
 
@@ -58,6 +111,11 @@ class _Reader:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise self.fail(field, f"must be an integer >= {minimum}, got {value!r}")
+        limit = _FIELD_LIMITS.get(field, MAX_COUNT)
+        if value > limit:
+            raise self.fail(
+                field, f"of {value:,} is absurdly large; ctxlab accepts up to {limit:,}"
+            )
         return value
 
     def bool(self, field: str, default: bool) -> bool:
@@ -214,6 +272,8 @@ def from_hf_config(
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", default=heads)
+    if not r.has("kv_lora_rank"):  # MLA has no KV heads of its own to group
+        check_heads(heads, kv_heads, f"{origin}: num_key_value_heads")
     if r.has("head_dim"):
         head_dim = r.int("head_dim")
     else:
@@ -233,13 +293,18 @@ def from_hf_config(
         for m in mixers
     )
 
+    for field in _SIZE_FIELDS:
+        if r.has(field):
+            r.int(field, minimum=0)
+    if r.has("expert_layer_period"):
+        r.int("expert_layer_period")
     estimate_cfg = dict(cfg, head_dim=head_dim, num_key_value_heads=kv_heads)
     kinds = [
         "mla" if r.has("kv_lora_rank") and m in ("attention", "sliding") else m for m in mixers
     ]
     try:
         estimate = estimate_params(estimate_cfg, kinds, hidden)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError, AttributeError) as exc:
         raise CtxlabError(f"{origin}: cannot read the MLP/MoE sizes ({exc})") from None
 
     notes = [

@@ -142,8 +142,15 @@ def _gemma_3_27b(p: Preset) -> ArchSpec:
     )
 
 
+# MXFP4 stores 32 4-bit values with one shared 8-bit scale: 4.25 bits per parameter.
+MXFP4_BYTES = 4.25 / 8
+
+
 def _gpt_oss(p: Preset, n_layers: int, params: int, active: int, experts: int) -> ArchSpec:
     layers = tuple(_swa(8, 64, 128) if i % 2 == 0 else _gqa(8, 64) for i in range(n_layers))
+    # Active = dense + 4/E of the experts, total = dense + all experts: solve for the experts.
+    expert_params = (params - active) * experts // (experts - 4)
+    weight_bytes = expert_params * MXFP4_BYTES + (params - expert_params) * 2
     return ArchSpec(
         name=p.name,
         layers=layers,
@@ -153,11 +160,14 @@ def _gpt_oss(p: Preset, n_layers: int, params: int, active: int, experts: int) -
         active_params=active,
         vocab_size=201_088,
         max_position=131_072,
+        weight_dtype_bytes=weight_bytes / params,
+        weight_format="MXFP4 experts and BF16 rest, as published",
         source=p.source,
         notes=(
             f"{experts} experts, 4 routed per token",
             "head_dim 64 is not hidden/heads (2880/64 = 45)",
-            "MoE weights ship in MXFP4; weight bytes here assume 16-bit",
+            "weights as published: MoE experts in MXFP4 (4.25 bits per parameter), the rest "
+            "in BF16",
         ),
     )
 
@@ -180,10 +190,12 @@ def _deepseek_v3(p: Preset) -> ArchSpec:
         active_params=37_000_000_000,
         vocab_size=129_280,
         max_position=163_840,
+        weight_dtype_bytes=1,
+        weight_format="FP8, as published",
         source=p.source,
         notes=(
             "671B main-model parameters (the 14B multi-token-prediction module is excluded)",
-            "weights ship in FP8; weight bytes here assume 16-bit unless changed",
+            "weights as published: FP8 (1 byte per parameter; --weights-bytes changes it)",
         ),
     )
 

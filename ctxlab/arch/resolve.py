@@ -18,17 +18,7 @@ def resolve_arch(
     gguf: str | Path | None = None,
 ) -> ArchSpec:
     """Build the architecture from exactly one of: preset `name`, HF `config`, `gguf` file."""
-    given = [
-        label
-        for label, value in (("a preset name", name), ("--config", config), ("--gguf", gguf))
-        if value is not None
-    ]
-    if len(given) != 1:
-        what = "none" if not given else " and ".join(given)
-        raise CtxlabError(
-            "give exactly one architecture source (a preset name, --config config.json or "
-            f"--gguf file), got {what}"
-        )
+    check_one_source(name, config, gguf)
     if name is not None:
         from ctxlab.arch.presets import get_preset
 
@@ -41,3 +31,18 @@ def resolve_arch(
 
     assert gguf is not None
     return from_gguf(gguf)
+
+
+def check_one_source(name: object, config: object, gguf: object) -> None:
+    """Exactly one architecture source; the same sentence for every command that takes one."""
+    given = [
+        label
+        for label, value in (("a preset name", name), ("--config", config), ("--gguf", gguf))
+        if value is not None
+    ]
+    if len(given) != 1:
+        what = "none" if not given else " and ".join(given)
+        raise CtxlabError(
+            "give exactly one architecture source (a preset name, --config config.json or "
+            f"--gguf file), got {what}."
+        )

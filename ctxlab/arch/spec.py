@@ -198,6 +198,7 @@ class ArchSpec:
     max_position: int = 0
     cache_dtype_bytes: float = 2
     weight_dtype_bytes: float = 2
+    weight_format: str = "16-bit"  # how the weights are published, e.g. "FP8"
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 

@@ -47,8 +47,6 @@ def run_calibration(
     dtype: str = "float32",
 ) -> dict[str, Any]:
     """Everything `--calibrate` prints, as one dict; files go to `out`."""
-    from rich.progress import Progress
-
     from ctxlab.commands.profile import measure_profile, open_engine
     from ctxlab.engine.profile import warm_up
     from ctxlab.engine.replay import TimedRequest, replay
@@ -82,11 +80,14 @@ def run_calibration(
     prompts = cal.token_ids(trace, vocab, seed)
     jobs = [TimedRequest(r.arrival, prompts[i], r.output_len) for i, r in enumerate(trace.requests)]
     span = trace.requests[-1].arrival
-    with Progress(console=console, transient=True, disable=console is None) as bar:
-        task = bar.add_task(
-            f"replaying {len(jobs)} requests over {span:.0f} s in real time", total=len(jobs)
-        )
-        res = replay(engine, jobs, on_finish=lambda _j: bar.advance(task))
+    from ctxlab.progress import progress
+
+    with progress(
+        f"replaying {len(jobs)} requests over {span:.0f} s in real time",
+        total=len(jobs),
+        enabled=console is not None,
+    ) as bar:
+        res = replay(engine, jobs, on_finish=lambda _j: bar.advance())
     bad = [
         i
         for i, (r, job) in enumerate(zip(res.requests, jobs, strict=True))

@@ -13,6 +13,15 @@ from pathlib import Path
 
 import typer
 
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    BudgetOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    input_file,
+    output_dir,
+)
 from ctxlab.errors import CtxlabError
 
 eval_app = typer.Typer(
@@ -33,9 +42,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _out_dir(out: Path | None, kind: str) -> Path:
-    path = out or Path("out") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return output_dir(out or Path("out") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 @eval_app.callback()
@@ -49,21 +56,17 @@ def grid(
     policy: str = typer.Option(
         "full", "--policy", help="Comma list, e.g. full,snapkv,h2o,streaming or snapkv@128."
     ),
-    budget: str = typer.Option(
-        None,
-        "--budget",
-        help="Default KV budget for non-full policies: tokens (256) or ratio (0.25).",
-    ),
+    budget: BudgetOpt = None,
     tasks: str = typer.Option(None, "--tasks", help="Override the suite's tasks (comma list)."),
     lengths: str = typer.Option(None, "--lengths", help="Override lengths, e.g. 512,1024,2048."),
     depths: int = typer.Option(None, "--depths", help="Number of needle depths from 0% to 100%."),
     samples: int = typer.Option(None, "--samples", help="Samples per cell."),
-    seed: int = typer.Option(0, "--seed", help="Data seed: the same seed gives the same prompts."),
+    seed: SeedOpt = 0,
     backend: str = typer.Option("ctxlab", "--backend", help="ctxlab (this engine) or openai."),
     base_url: str = typer.Option(
         None, "--base-url", help="OpenAI-compatible server for --backend openai."
     ),
-    model: str = typer.Option("smollm2-135m", "--model", help="Model name, .gguf file or folder."),
+    model: ModelOpt = DEFAULT_MODEL,
     threshold: float = typer.Option(
         None, "--threshold", help="Effective-length bar: absolute score (default 85.6, RULER's)."
     ),
@@ -72,8 +75,10 @@ def grid(
         "--relative-threshold",
         help="Bar as a fraction of full's score at the shortest length.",
     ),
-    out: Path = typer.Option(None, "--out", help="Output folder (default out/eval-TIMESTAMP)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    out: Path = typer.Option(
+        None, "--out", help="Output folder (default out/eval-TIMESTAMP).", show_default=False
+    ),
+    as_json: JsonOpt = False,
 ) -> None:
     """Run the RULER-style grid for each policy; rows, tables and plots go to the output folder."""
     if ctx.invoked_subcommand is not None:
@@ -96,6 +101,7 @@ def grid(
         raise CtxlabError(f"unknown backend {backend!r}; use ctxlab or openai")
     if backend == "openai" and not base_url:
         raise CtxlabError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
+    grid_lengths = _ints(lengths, "--lengths") if lengths else list(chosen.lengths)
     runs = [PolicyRun(name, b) for name, b in parse_policy_runs(policy, budget)]
     if backend == "openai" and any(r.policy != "full" for r in runs):
         raise CtxlabError(
@@ -103,13 +109,17 @@ def grid(
         )
     grid_spec = Grid(
         tasks=task_names,
-        lengths=_ints(lengths, "--lengths") if lengths else list(chosen.lengths),
+        lengths=grid_lengths,
         depths=depth_grid(depths or chosen.depths),
         samples=samples or chosen.samples,
         seed=seed,
         runs=runs,
     )
     folder = _out_dir(out, "eval")
+    if backend == "ctxlab":
+        from ctxlab.model.registry import resolve_model_path
+
+        resolve_model_path(model)  # a missing model is one sentence before anything runs
     from ctxlab.eval.harness import run_eval
 
     summary = run_eval(grid_spec, backend, base_url, model, folder, threshold, relative, as_json)
@@ -120,9 +130,15 @@ def grid(
 @eval_app.command("summarize")
 def summarize(
     rows: Path = typer.Argument(..., help="A rows.jsonl written by ctxlab eval."),
-    threshold: float = typer.Option(None, "--threshold"),
-    relative: float = typer.Option(None, "--relative-threshold"),
-    as_json: bool = typer.Option(False, "--json"),
+    threshold: float = typer.Option(
+        None, "--threshold", help="Effective-length bar: absolute score (default 85.6, RULER's)."
+    ),
+    relative: float = typer.Option(
+        None,
+        "--relative-threshold",
+        help="Bar as a fraction of full's score at the shortest length.",
+    ),
+    as_json: JsonOpt = False,
     compact: bool = typer.Option(
         False, "--compact", help="Skip the per-cell table; print the policy x length means."
     ),
@@ -131,8 +147,9 @@ def summarize(
     from ctxlab.eval.harness import summarize_rows
     from ctxlab.eval.summary import read_rows
 
-    if not rows.is_file():
-        raise CtxlabError(f"rows file {rows} does not exist")
+    input_file(rows, "rows file", "rows.jsonl written by ctxlab eval")
+    if threshold is not None and relative is not None:
+        raise CtxlabError("give --threshold or --relative-threshold, not both")
     doc = summarize_rows(
         read_rows(rows), rows.parent, threshold, relative, as_json, per_cell=not compact
     )
@@ -146,25 +163,43 @@ def perplexity(
     cache: int = typer.Option(256, "--cache", help="Cache budget of window and streaming."),
     chunk: int = typer.Option(32, "--chunk", help="Tokens fed per step (1 = token by token)."),
     segment: int = typer.Option(256, "--segment", help="Tokens per perplexity segment."),
-    model: str = typer.Option("smollm2-135m", "--model"),
-    out: Path = typer.Option(None, "--out", help="Output folder (default out/ppl-TIMESTAMP)."),
-    as_json: bool = typer.Option(False, "--json"),
+    model: ModelOpt = DEFAULT_MODEL,
+    out: Path = typer.Option(
+        None, "--out", help="Output folder (default out/ppl-TIMESTAMP).", show_default=False
+    ),
+    as_json: JsonOpt = False,
 ) -> None:
     """Stream a text longer than the cache through full, window and streaming (sinks)."""
     from rich.console import Console
     from rich.table import Table
 
-    from ctxlab.eval.perplexity import plot_streaming, streaming_perplexity, text_ids
-    from ctxlab.model import load_model
+    from ctxlab.eval.perplexity import (
+        STREAM_RUNS,
+        check_stream_args,
+        plot_streaming,
+        streaming_perplexity,
+        text_ids,
+    )
+    from ctxlab.progress import progress
 
+    check_stream_args(tokens, cache, chunk, segment)
     folder = _out_dir(out, "ppl")
-    loaded = load_model(model)
+    from ctxlab.model.open_model import open_model
+
+    loaded = open_model(model)
     ids = text_ids(loaded.tokenizer, tokens)
     console = Console(stderr=as_json)
-    with console.status("streaming the text through full, window and streaming ..."):
-        results = streaming_perplexity(loaded, ids, cache, chunk, segment)
+    with progress(
+        f"streaming {tokens:,} tokens through full, window and streaming", total=len(STREAM_RUNS)
+    ) as bar:
+        results = streaming_perplexity(
+            loaded, ids, cache, chunk, segment, on_chunk=lambda _label, _n: bar.advance()
+        )
     trained = getattr(loaded.config, "max_position", None)
-    png = plot_streaming(results, trained, cache, folder / "streaming_perplexity.png")
+    kv_dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+    png = plot_streaming(
+        results, trained, cache, folder / "streaming_perplexity.png", kv_dtype=kv_dtype
+    )
     doc = {
         "tokens": tokens,
         "cache_tokens": cache,
@@ -177,7 +212,10 @@ def perplexity(
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
-    table = Table(title=f"perplexity per {segment}-token segment ({tokens} tokens, cache {cache})")
+    table = Table(
+        title=f"perplexity per {segment}-token segment ({tokens} tokens, cache {cache} tokens, "
+        f"{kv_dtype} KV)"
+    )
     table.add_column("tokens")
     for r in results:
         table.add_column(f"{r.label} ({r.position_mode})", justify="right")
@@ -193,17 +231,23 @@ def perplexity(
 def lost_in_middle(
     documents: int = typer.Option(10, "--documents", help="Documents per prompt (k)."),
     samples: int = typer.Option(3, "--samples", help="Seeds per position."),
-    seed: int = typer.Option(0, "--seed"),
-    model: str = typer.Option("smollm2-135m", "--model"),
-    out: Path = typer.Option(None, "--out", help="Output folder (default out/lim-TIMESTAMP)."),
-    as_json: bool = typer.Option(False, "--json"),
+    seed: SeedOpt = 0,
+    model: ModelOpt = DEFAULT_MODEL,
+    out: Path = typer.Option(
+        None, "--out", help="Output folder (default out/lim-TIMESTAMP).", show_default=False
+    ),
+    as_json: JsonOpt = False,
 ) -> None:
     """Score by the gold document's position among k documents (Liu et al., 2023)."""
     from ctxlab.eval.harness import run_lost_in_middle
 
     if documents < 2 or samples < 1:
         raise CtxlabError("--documents must be at least 2 and --samples at least 1")
-    doc = run_lost_in_middle(model, documents, samples, seed, _out_dir(out, "lim"), as_json)
+    folder = _out_dir(out, "lim")
+    from ctxlab.model.registry import resolve_model_path
+
+    resolve_model_path(model)
+    doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
 

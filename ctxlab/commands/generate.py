@@ -1,6 +1,8 @@
 """`ctxlab generate "text"`: run one prompt through the paged engine, print text + metrics.
 
-torch and the model are imported inside the command so `ctxlab --help` stays fast.
+torch and the model are imported inside the command so `ctxlab --help` stays fast, and
+every check that needs no model (paths, sampling values, KV format, page and pool sizes,
+policy and budget) runs before the model loads, so a typo costs a second, not a load.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from ctxlab.commands.options import (
     PageSizeOpt,
     PolicyOpt,
     WeightsOpt,
+    check_sampling,
+    input_file,
 )
 from ctxlab.errors import CtxlabError
 
@@ -30,7 +34,9 @@ from ctxlab.errors import CtxlabError
 def register(app: typer.Typer) -> None:
     @app.command("generate")
     def generate(
-        prompt: str = typer.Argument(None, help="The prompt text (or use --file)."),
+        prompt: str = typer.Argument(
+            None, help="The prompt text (or use --file).", metavar="PROMPT", show_default=False
+        ),
         chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as one user message."),
         file: Path = typer.Option(None, "--file", help="Read the prompt from this file."),
         model: ModelOpt = DEFAULT_MODEL,
@@ -38,7 +44,9 @@ def register(app: typer.Typer) -> None:
         temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
         top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1 = off)."),
         top_k: int = typer.Option(0, "--top-k", help="Sample from the k likeliest (0 = off)."),
-        seed: int = typer.Option(None, "--seed", help="Sampling seed."),
+        seed: int = typer.Option(
+            None, "--seed", help="Sampling seed (temperature > 0).", show_default=False
+        ),
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
         no_prefix_cache: NoPrefixCacheOpt = False,
@@ -50,10 +58,9 @@ def register(app: typer.Typer) -> None:
         weights: WeightsOpt = "fp32",
     ) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
+        check_sampling(max_tokens, temperature, top_p, top_k)
         if file is not None:
-            if not file.is_file():
-                raise CtxlabError(f"prompt file {file} does not exist.")
-            prompt = file.read_text()
+            prompt = input_file(file, "--file", "text file").read_text()
         if not prompt:
             raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
         options = EngineOptions(
@@ -67,14 +74,20 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
+        from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams
+        from ctxlab.model.open_model import open_model
 
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
-        llm = LLM(**options.llm_kwargs())
+        loaded = open_model(model, dtype, weights=weights)
+        llm = LLM(loaded, **{k: v for k, v in options.llm_kwargs().items() if k != "model"})
         request = [{"role": "user", "content": prompt}] if chat else prompt
-        out = llm.generate(request, params)[0]
+        out = run_one(llm.engine, request, params)
+        keeps_all = _budget_keeps_all(budget, len(out.prompt_token_ids), max_tokens)
+        if keeps_all:
+            typer.echo(f"note: {keeps_all}", err=True)
         m = out.metrics
         stats = llm.stats()
         if as_json:
@@ -88,6 +101,7 @@ def register(app: typer.Typer) -> None:
                 "dtype": dtype,
                 "policy": policy or "full",
                 "budget": budget,
+                "budget_keeps_all": keeps_all is not None,
                 "kv_format": llm.engine.kv.kv_format,
                 "weights": weights,
             }
@@ -101,8 +115,22 @@ def register(app: typer.Typer) -> None:
             f"{m.resident_kv_bytes / 2**20:.2f} MiB | preemptions {m.preemptions}"
             + (f" | policy {policy} budget {budget}" if policy else "")
             + (f" | KV {llm.engine.kv.kv_format}" if llm.engine.kv.kv_format else "")
+            + (f" | weights {weights}" if weights != "fp32" else "")
             + "]"
         )
+
+
+def _budget_keeps_all(budget: str | None, prompt_tokens: int, max_tokens: int) -> str | None:
+    """A sentence when a token budget covers the whole request, so the policy evicts nothing."""
+    from ctxlab.policy.budget import Budget
+
+    tokens = None if budget is None else Budget.parse(budget).tokens  # None: a share
+    if tokens is None or tokens < prompt_tokens + max_tokens:
+        return None
+    return (
+        f"--budget {tokens:,} tokens covers the whole request (prompt {prompt_tokens:,} + "
+        f"--max-tokens {max_tokens:,}), so the policy keeps every token, as full does."
+    )
 
 
 def _rate(m) -> float:

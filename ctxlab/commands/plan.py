@@ -12,33 +12,28 @@ from typing import Any
 
 import typer
 
+from ctxlab.commands.options import (
+    ConfigOpt,
+    CurrencyOpt,
+    DeviceBandwidthOpt,
+    DeviceFlopsOpt,
+    DeviceMemoryOpt,
+    DeviceOpt,
+    GgufOpt,
+    GpusOpt,
+    JsonOpt,
+    MemBandwidthAlias,
+    MemoryBytesAlias,
+    PageSizeOpt,
+    PeakFlopsAlias,
+    PresetArg,
+    ReserveBytesOpt,
+    WeightsBytesOpt,
+    device_from_flags,
+    one_source,
+    plot_path,
+)
 from ctxlab.errors import CtxlabError
-
-
-def _device(name: str, peak_flops: float | None, mem_bandwidth: float | None, memory: str | None):
-    from ctxlab.plan.devices import device_from_options
-    from ctxlab.plan.units import parse_bytes
-
-    memory_bytes = None if memory is None else parse_bytes(memory, "--memory-bytes")
-    return device_from_options(name, peak_flops, mem_bandwidth, memory_bytes)
-
-
-def _archs(arch: str | None, config: Path | None, gguf: Path | None) -> list:
-    from ctxlab.arch import resolve_arch
-
-    specs = []
-    if arch:
-        specs += [resolve_arch(name=name.strip()) for name in arch.split(",") if name.strip()]
-    if config is not None:
-        specs.append(resolve_arch(config=config))
-    if gguf is not None:
-        specs.append(resolve_arch(gguf=gguf))
-    if not specs:
-        raise CtxlabError(
-            "give an architecture: a preset name, --config config.json or --gguf file "
-            "(ctxlab plan --list shows the presets)"
-        )
-    return specs
 
 
 def print_catalogue() -> None:
@@ -69,22 +64,22 @@ def print_catalogue() -> None:
             device.source,
         )
     console.print(table)
-    console.print("custom: --device custom --peak-flops F --mem-bandwidth B --memory-bytes 80GiB")
+    console.print(
+        "custom: --device custom --device-flops F --device-bandwidth B --device-memory 80GiB"
+    )
 
 
 def plan(
-    arch: str | None = typer.Argument(
-        None, help="Preset name, or several separated by commas (see --list)."
-    ),
+    arch: PresetArg = None,
     context: str = typer.Option(
         "4096,32768,131072", "--context", "-c", help="Context lengths, e.g. 4096,128K."
     ),
     concurrency: int = typer.Option(1, "--concurrency", "-n", help="Requests served at once."),
-    page_size: int = typer.Option(16, "--page-size", help="Tokens per KV page."),
-    device: str = typer.Option("h100", "--device", help="h100, h200, a100-80gb or custom."),
-    gpus: int = typer.Option(1, "--gpus", help="Devices in tensor parallel."),
-    config: Path | None = typer.Option(None, "--config", help="A Hugging Face config.json."),
-    gguf: Path | None = typer.Option(None, "--gguf", help="A GGUF file (header only is read)."),
+    page_size: PageSizeOpt = 16,
+    device: DeviceOpt = "h100",
+    gpus: GpusOpt = None,
+    config: ConfigOpt = None,
+    gguf: GgufOpt = None,
     cache_dtype: str | None = typer.Option(
         None, "--cache-dtype", help="Cache dtype: fp32, bf16, fp16, fp8, int8, int4."
     ),
@@ -92,31 +87,43 @@ def plan(
         0, "--shared-prefix", help="Prefix tokens shared by all concurrent requests."
     ),
     output_tokens: int = typer.Option(256, "--output-tokens", help="Tokens generated."),
-    weights_bytes: str | None = typer.Option(
-        None, "--weights-bytes", help="Weights in memory, e.g. 48GiB (default: params x 2 B)."
+    weights_bytes: WeightsBytesOpt = None,
+    reserve_bytes: ReserveBytesOpt = None,
+    device_flops: DeviceFlopsOpt = None,
+    device_bandwidth: DeviceBandwidthOpt = None,
+    device_memory: DeviceMemoryOpt = None,
+    peak_flops: PeakFlopsAlias = None,
+    mem_bandwidth: MemBandwidthAlias = None,
+    memory_bytes: MemoryBytesAlias = None,
+    price_input: float | None = typer.Option(
+        None, "--price-input", help="Price of uncached input tokens, per --price-unit tokens."
     ),
-    reserve_bytes: str | None = typer.Option(
-        None, "--reserve-bytes", help="Runtime reserve, e.g. 8GiB (default: 10% of memory)."
+    price_output: float | None = typer.Option(
+        None, "--price-output", help="Price of output tokens, per --price-unit tokens."
     ),
-    peak_flops: float | None = typer.Option(None, "--peak-flops", help="FLOP/s, e.g. 989e12."),
-    mem_bandwidth: float | None = typer.Option(
-        None, "--mem-bandwidth", help="Bytes/s, e.g. 3.35e12."
+    price_cache_write: float | None = typer.Option(
+        None, "--price-cache-write", help="Price of writing the prefix to the provider cache."
     ),
-    memory_bytes: str | None = typer.Option(None, "--memory-bytes", help="e.g. 80GiB."),
-    price_input: float | None = typer.Option(None, "--price-input", help="Uncached input."),
-    price_output: float | None = typer.Option(None, "--price-output", help="Output tokens."),
-    price_cache_write: float | None = typer.Option(None, "--price-cache-write"),
-    price_cache_read: float | None = typer.Option(None, "--price-cache-read"),
+    price_cache_read: float | None = typer.Option(
+        None, "--price-cache-read", help="Price of reading the prefix back from that cache."
+    ),
     price_unit: int = typer.Option(1_000_000, "--price-unit", help="Tokens per price."),
-    gpu_hourly: float | None = typer.Option(None, "--gpu-hourly", help="Self-hosted GPU rate."),
-    cpu_hourly: float | None = typer.Option(None, "--cpu-hourly", help="Self-hosted CPU rate."),
+    currency: CurrencyOpt = "USD",
+    gpu_hourly: float | None = typer.Option(
+        None, "--gpu-hourly", help="Self-hosted price of one GPU hour (all --gpus together)."
+    ),
+    cpu_hourly: float | None = typer.Option(
+        None, "--cpu-hourly", help="Self-hosted price of one CPU hour."
+    ),
     gpu_seconds: float | None = typer.Option(
         None, "--gpu-seconds", help="Measured GPU seconds (default: roofline estimate)."
     ),
     cpu_seconds: float = typer.Option(0.0, "--cpu-seconds", help="Measured CPU seconds."),
     successes: int = typer.Option(1, "--successes", help="Successful requests in that time."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    plot: Path | None = typer.Option(None, "--plot", help="Write KV bytes vs context PNG."),
+    as_json: JsonOpt = False,
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Write a PNG of KV bytes against context, e.g. kv.png."
+    ),
     list_: bool = typer.Option(False, "--list", help="List presets and devices."),
 ) -> None:
     """Plan KV memory, paging, sharing, capacity, compute and cost for long context."""
@@ -127,9 +134,27 @@ def plan(
     from ctxlab.plan.report import build_plan
     from ctxlab.plan.units import parse_bytes, parse_token_list
 
+    if plot is not None:
+        plot_path(plot)
     contexts = parse_token_list(context, "--context")
-    dev = _device(device, peak_flops, mem_bandwidth, memory_bytes)
-    specs = _archs(arch, config, gguf)
+    if shared_prefix > min(contexts):
+        raise CtxlabError(
+            f"--shared-prefix {shared_prefix:,} tokens cannot exceed the context length "
+            f"({min(contexts):,}); a request cannot share more than it holds"
+        )
+    dev = device_from_flags(
+        device,
+        device_flops,
+        device_bandwidth,
+        device_memory,
+        (peak_flops, mem_bandwidth, memory_bytes),
+    )
+    if arch is None and config is None and gguf is None:
+        raise CtxlabError(
+            "give an architecture: a preset name, --config config.json or --gguf file "
+            "(ctxlab plan --list shows the presets)"
+        )
+    specs = one_source(arch, config, gguf, many=True)
     prices = None
     if price_input is not None or price_output is not None:
         if price_input is None or price_output is None:
@@ -144,7 +169,8 @@ def plan(
         rates = SelfHostedRates(gpu_hourly, cpu_hourly, gpu_seconds, cpu_seconds, successes)
     elif gpu_seconds is not None or cpu_hourly is not None:
         raise CtxlabError("self-hosted cost needs --gpu-hourly")
-
+    weights = None if weights_bytes is None else parse_bytes(weights_bytes, "--weights-bytes")
+    reserve = None if reserve_bytes is None else parse_bytes(reserve_bytes, "--reserve-bytes")
     plans = [
         build_plan(
             spec,
@@ -154,30 +180,34 @@ def plan(
             page_size=page_size,
             shared_prefix=shared_prefix,
             cache_dtype=cache_dtype,
-            weights_bytes=None if weights_bytes is None else parse_bytes(weights_bytes),
-            reserve_bytes=None if reserve_bytes is None else parse_bytes(reserve_bytes),
+            weights_bytes=weights,
+            reserve_bytes=reserve,
             output_tokens=output_tokens,
             prices=prices,
             self_hosted=rates,
             gpus=gpus,
+            currency=currency,
         )
         for spec in specs
     ]
-    plot_path = None
+    plot_file = None
     if plot is not None:
         from ctxlab.plan.memory import with_cache_dtype
         from ctxlab.plan.plot import plot_kv_vs_context
 
-        plot_path = plot_kv_vs_context(
-            [with_cache_dtype(s, cache_dtype) for s in specs], contexts, plot
+        plot_file = plot_kv_vs_context(
+            [with_cache_dtype(s, cache_dtype) for s in specs],
+            contexts,
+            plot,
+            cache_dtype=cache_dtype,
         )
     if as_json:
         out: dict[str, Any] = (
             plans[0] if len(plans) == 1 else {"schema": "ctxlab.plan-set/1", "plans": plans}
         )
         typer.echo(json.dumps(out, indent=2))
-        if plot_path is not None:
-            typer.echo(f"plot written to {plot_path}", err=True)
+        if plot_file is not None:
+            typer.echo(f"plot written to {plot_file}", err=True)
         return
     from rich.console import Console
 
@@ -188,8 +218,8 @@ def plan(
         if i:
             console.rule()
         print_plan(p, console)
-    if plot_path is not None:
-        console.print(f"plot written to {plot_path}")
+    if plot_file is not None:
+        console.print(f"plot written to {plot_file}")
 
 
 def register(app: typer.Typer) -> None:

@@ -6,13 +6,15 @@ import json
 
 import typer
 
+from ctxlab.commands.options import JsonOpt
+
 
 def _fmt(value: object) -> str:
     return "none" if value is None else str(value)
 
 
 def policies(
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: JsonOpt = False,
 ) -> None:
     """List each policy: the stack layer it acts on, its paper, its parameters and defaults."""
     from ctxlab.policy.registry import describe_policies

@@ -13,6 +13,17 @@ from typing import Any
 
 import typer
 
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    DTypeOpt,
+    EngineOptions,
+    JsonOpt,
+    KVPoolTokensOpt,
+    ModelOpt,
+    PageSizeOpt,
+    SeedOpt,
+    output_file,
+)
 from ctxlab.errors import CtxlabError
 
 DEFAULT_OUT = Path("out/profile/step-profile.json")
@@ -37,9 +48,9 @@ def open_engine(
 
     torch.set_num_threads(threads)
     from ctxlab.engine import LLMEngine
-    from ctxlab.model import load_model
+    from ctxlab.model.open_model import open_model
 
-    loaded = load_model(model, dtype=dtype)
+    loaded = open_model(model, dtype)
     engine = LLMEngine(
         loaded.model,
         loaded.config,
@@ -69,9 +80,8 @@ def measure_profile(
 
     `earlier` is a profile document measured before on the same engine: its steps are kept
     (phase "before"), and the new ones are marked "after", so one file brackets a run."""
-    from rich.progress import Progress
-
     from ctxlab.engine.profile import FULL, QUICK, measure, profile_document, warm_up
+    from ctxlab.progress import progress
 
     design = design or (QUICK if quick else FULL)
     need = design.max_tokens()
@@ -80,13 +90,13 @@ def measure_profile(
             f"the profile needs a pool of at least {need} tokens; raise --kv-pool-tokens"
         )
     vocab = loaded.config.vocab_size
-    with Progress(console=console, transient=True, disable=console is None) as bar:
-        task = bar.add_task("warming up", total=design.scenarios() + 1)
+    with progress("warming up", total=design.scenarios() + 1, enabled=console is not None) as bar:
         warm_up(engine, vocab, seed)
-        bar.advance(task)
+        bar.advance()
 
         def step_done(label: str) -> None:
-            bar.update(task, advance=1, description=f"measured {label}")
+            bar.advance()
+            bar.describe(f"measured {label}")
 
         steps = measure(engine, design, vocab, seed, step_done)
     name = "quick" if design is QUICK else ("full" if design is FULL else "custom")
@@ -168,29 +178,50 @@ def print_profile(console: Any, doc: dict, fit: dict, out: Path) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("profile")
     def profile(
-        model: str = typer.Option("smollm2-135m", "--model", help="Model name, .gguf or folder."),
+        model: ModelOpt = DEFAULT_MODEL,
         out: Path = typer.Option(DEFAULT_OUT, "--out", help="Profile JSON file to write."),
         quick: bool = typer.Option(False, "--quick", help="Fewer steps (about a third)."),
         threads: int = typer.Option(1, "--threads", help="torch threads (pinned)."),
-        dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
-        kv_pool_tokens: int = typer.Option(32768, "--kv-pool-tokens", help="Pool, tokens."),
-        block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block."),
-        max_num_batched_tokens: int = typer.Option(4096, help="Engine token budget per step."),
-        max_num_seqs: int = typer.Option(64, help="Engine's most running requests."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the random prompts."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        dtype: DTypeOpt = "float32",
+        kv_pool_tokens: KVPoolTokensOpt = 32768,
+        page_size: PageSizeOpt = 16,
+        max_num_batched_tokens: int = typer.Option(
+            4096, "--max-num-batched-tokens", help="Engine token budget per step."
+        ),
+        max_num_seqs: int = typer.Option(
+            64, "--max-num-seqs", help="Most requests the engine runs at once."
+        ),
+        seed: SeedOpt = 0,
+        as_json: JsonOpt = False,
     ) -> None:
         """Time the real engine's steps (prefill chunks, decode batches, mixed) on this
         machine and write a step profile for `ctxlab simulate --profile`."""
         from rich.console import Console
 
+        output_file(out, ".json")
+        if threads <= 0:
+            raise CtxlabError(f"--threads must be positive, got {threads}")
+        if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
+            raise CtxlabError("--max-num-batched-tokens and --max-num-seqs must be positive")
+        EngineOptions(
+            model=model, page_size=page_size, kv_pool_tokens=kv_pool_tokens, dtype=dtype
+        ).check()
+        from ctxlab.engine.profile import FULL, QUICK
+        from ctxlab.model.registry import resolve_model_path
+
+        resolve_model_path(model)
+        need = (QUICK if quick else FULL).max_tokens()
+        if need > kv_pool_tokens:
+            raise CtxlabError(
+                f"the profile needs a pool of at least {need} tokens; raise --kv-pool-tokens"
+            )
         console = Console(stderr=as_json)
         loaded, engine = open_engine(
             model,
             dtype,
             threads,
             kv_pool_tokens,
-            block_size,
+            page_size,
             max_num_batched_tokens,
             max_num_seqs,
         )

@@ -10,7 +10,29 @@ from pathlib import Path
 
 import typer
 
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    ConfigOpt,
+    DeviceBandwidthOpt,
+    DeviceFlopsOpt,
+    DeviceMemoryOpt,
+    DeviceOpt,
+    GgufOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    PageSizeOpt,
+    PresetArg,
+    ReserveBytesOpt,
+    SeedOpt,
+    WeightsBytesOpt,
+    device_from_flags,
+    input_file,
+    one_source,
+    output_dir,
+)
 from ctxlab.errors import CtxlabError
+from ctxlab.progress import progress
 
 _HEADLINE = (
     ("requests_completed", "requests completed", "{:,.0f}"),
@@ -30,13 +52,6 @@ _HEADLINE = (
     ("makespan_s", "simulated time (s)", "{:,.1f}"),
 )
 _LATENCY = ("ttft", "tpot", "itl", "e2e", "queue")
-
-
-def _device(name: str, flops: float | None, bandwidth: float | None, memory: str | None):
-    from ctxlab.plan.devices import device_from_options
-
-    flags = ("--device-flops", "--device-bandwidth", "--device-memory")
-    return device_from_options(name, flops, bandwidth, _bytes(memory, "--device-memory"), flags)
 
 
 def _bytes(value: str | None, what: str) -> int | None:
@@ -66,56 +81,99 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         trace: str | None = typer.Argument(
-            None, help="A Mooncake .jsonl or a .csv trace, or synthetic:key=value,... (see docs)."
+            None,
+            help="A Mooncake .jsonl or a .csv trace, or synthetic:key=value,... "
+            "(docs/simulate.md).",
+            metavar="TRACE",
+            show_default=False,
         ),
-        arch: str | None = typer.Option(None, "--arch", help="Architecture preset name."),
-        config: Path | None = typer.Option(None, "--config", help="Hugging Face config.json."),
-        gguf: Path | None = typer.Option(None, "--gguf", help="GGUF file (header only)."),
-        device: str = typer.Option("h100", "--device", help="Device preset, or 'custom'."),
-        device_flops: float | None = typer.Option(None, help="Peak dense FLOP/s override."),
-        device_bandwidth: float | None = typer.Option(None, help="Memory bytes/s override."),
-        device_memory: str | None = typer.Option(None, help="Device memory, e.g. 80GiB."),
-        gpus: int = typer.Option(1, help="Tensor-parallel devices serving one instance."),
-        weights_bytes: str | None = typer.Option(None, help="Weight bytes (default: arch's)."),
-        reserve_bytes: str | None = typer.Option(None, help="Runtime reserve (default 10%)."),
-        page_size: int = typer.Option(16, help="Tokens per KV page."),
-        chunk_tokens: int = typer.Option(2048, help="Token budget per step (chunked prefill)."),
-        max_running: int = typer.Option(256, help="Most requests running at once."),
-        pool_bytes: str | None = typer.Option(None, help="KV pool size, e.g. 40GiB."),
-        unlimited_cache: bool = typer.Option(False, help="A pool that never fills."),
-        offload_bytes: str | None = typer.Option(None, help="Host offload tier size."),
-        offload_bandwidth: float = typer.Option(25e9, help="Host tier bytes/s."),
-        disaggregated: bool = typer.Option(False, help="Separate prefill and decode pools."),
-        prefill_gpus: int = typer.Option(1, help="Devices of the prefill instance."),
-        kv_transfer_bandwidth: float = typer.Option(50e9, help="Prefill->decode KV bytes/s."),
-        slo_ttft: float = typer.Option(2.0, help="TTFT SLO (s) for goodput."),
-        slo_tpot: float = typer.Option(0.1, help="TPOT SLO (s) for goodput."),
-        compute_efficiency: float = typer.Option(0.5, help="Share of peak FLOP/s reached."),
-        memory_efficiency: float = typer.Option(0.8, help="Share of bandwidth reached."),
-        step_overhead: float = typer.Option(0.0005, help="Fixed seconds per step."),
-        profile: Path | None = typer.Option(None, help="Measured step-time profile JSON."),
-        hash_block: int = typer.Option(512, help="Tokens per trace hash id (Mooncake: 512)."),
+        preset: PresetArg = None,
+        arch_alias: str | None = typer.Option(None, "--arch", hidden=True),
+        config: ConfigOpt = None,
+        gguf: GgufOpt = None,
+        device: DeviceOpt = "h100",
+        device_flops: DeviceFlopsOpt = None,
+        device_bandwidth: DeviceBandwidthOpt = None,
+        device_memory: DeviceMemoryOpt = None,
+        gpus: GpusOpt = None,
+        weights_bytes: WeightsBytesOpt = None,
+        reserve_bytes: ReserveBytesOpt = None,
+        page_size: PageSizeOpt = 16,
+        chunk_tokens: int = typer.Option(
+            2048, "--chunk-tokens", help="Token budget per step (chunked prefill)."
+        ),
+        max_running: int = typer.Option(256, "--max-running", help="Most requests at once."),
+        pool_bytes: str | None = typer.Option(
+            None,
+            "--pool-bytes",
+            help="KV pool size, e.g. 40GiB (default: what the device "
+            "leaves after weights and reserve).",
+        ),
+        unlimited_cache: bool = typer.Option(
+            False, "--unlimited-cache", help="A pool that never fills."
+        ),
+        offload_bytes: str | None = typer.Option(
+            None, "--offload-bytes", help="Host offload tier size, e.g. 256GiB."
+        ),
+        offload_bandwidth: float = typer.Option(
+            25e9, "--offload-bandwidth", help="Host tier bytes/s."
+        ),
+        disaggregated: bool = typer.Option(
+            False, "--disaggregated", help="Separate prefill and decode instances."
+        ),
+        prefill_gpus: int = typer.Option(
+            1, "--prefill-gpus", help="--disaggregated: devices of the prefill instance."
+        ),
+        kv_transfer_bandwidth: float = typer.Option(
+            50e9, "--kv-transfer-bandwidth", help="--disaggregated: prefill->decode KV bytes/s."
+        ),
+        slo_ttft: float = typer.Option(2.0, "--slo-ttft", help="TTFT SLO (s) for goodput."),
+        slo_tpot: float = typer.Option(0.1, "--slo-tpot", help="TPOT SLO (s) for goodput."),
+        compute_efficiency: float = typer.Option(
+            0.5, "--compute-efficiency", help="Share of peak FLOP/s reached."
+        ),
+        memory_efficiency: float = typer.Option(
+            0.8, "--memory-efficiency", help="Share of memory bandwidth reached."
+        ),
+        step_overhead: float = typer.Option(
+            0.0005, "--step-overhead", help="Fixed seconds per step."
+        ),
+        profile: Path | None = typer.Option(
+            None, "--profile", help="Measured step-time profile JSON (from ctxlab profile)."
+        ),
+        hash_block: int = typer.Option(
+            512, "--hash-block", help="Tokens per trace hash id (Mooncake: 512)."
+        ),
         sweep: str | None = typer.Option(
-            None, help="PARAM=v1,v2,...: pool-bytes, page-size, chunk-tokens or offload-bytes."
+            None,
+            "--sweep",
+            help="PARAM=v1,v2,...: pool-bytes, page-size, chunk-tokens or offload-bytes.",
         ),
         calibrate: bool = typer.Option(
-            False, help="Run a generated trace on the real engine and here; compare latencies."
+            False,
+            "--calibrate",
+            help="Run a generated trace on the real engine and here; compare latencies.",
         ),
-        requests: int = typer.Option(24, help="--calibrate: requests in the generated trace."),
-        seed: int = typer.Option(0, help="--calibrate: seed of the trace and prompts."),
+        requests: int = typer.Option(
+            24, "--requests", help="--calibrate: requests in the generated trace."
+        ),
+        seed: SeedOpt = 0,
         rate: float | None = typer.Option(
-            None, help="--calibrate: arrivals/s (default: 1.5 x solo capacity, from the profile)."
+            None,
+            "--rate",
+            help="--calibrate: arrivals/s (default: 1.5 x solo capacity, from the profile).",
         ),
-        model: str = typer.Option("smollm2-135m", help="--calibrate: the engine's model."),
-        threads: int = typer.Option(1, help="--calibrate: torch threads (pinned)."),
-        out: Path = typer.Option(Path("out/simulate"), help="Folder for the PNG plots."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+        model: ModelOpt = DEFAULT_MODEL,
+        threads: int = typer.Option(1, "--threads", help="--calibrate: torch threads (pinned)."),
+        out: Path = typer.Option(
+            Path("out/simulate"),
+            "--out",
+            help="Folder for the PNG plots (--calibrate: out/calibrate).",
+        ),
+        as_json: JsonOpt = False,
     ) -> None:
         """Replay a trace: TTFT/TPOT/ITL percentiles, reused tokens, evictions, preemptions."""
-        from rich.console import Console
-
-        from ctxlab.arch import resolve_arch
-        from ctxlab.sim.config import SimConfig
+        from ctxlab.sim.config import SimConfig, fewest_gpus, resolve
         from ctxlab.sim.run import simulate as run_sim
         from ctxlab.sim.sweep import parse_sweep, sweep_configs
         from ctxlab.sim.trace import load_trace
@@ -125,8 +183,19 @@ def register(app: typer.Typer) -> None:
             return
         if trace is None:
             raise CtxlabError("give a TRACE (a .jsonl, a .csv or synthetic:...) or --calibrate")
-        spec = resolve_arch(arch, config, gguf)
-        dev = _device(device, device_flops, device_bandwidth, device_memory)
+        if arch_alias is not None and preset is not None:
+            raise CtxlabError("give the preset once: as the second argument or with --arch.")
+        preset = preset if preset is not None else arch_alias
+        if preset is None and config is None and gguf is None:
+            raise CtxlabError(
+                "give an architecture after the trace: a preset name (e.g. llama-3.1-8b), "
+                "--config config.json or --gguf file"
+            )
+        output_dir(out)
+        if profile is not None:
+            input_file(profile, "--profile", "step-profile JSON file")
+        (spec,) = one_source(preset, config, gguf)
+        dev = device_from_flags(device, device_flops, device_bandwidth, device_memory)
         cfg = SimConfig(
             page_size=page_size,
             chunk_tokens=chunk_tokens,
@@ -135,7 +204,6 @@ def register(app: typer.Typer) -> None:
             unlimited=unlimited_cache,
             weights_bytes=_bytes(weights_bytes, "--weights-bytes"),
             reserve_bytes=_bytes(reserve_bytes, "--reserve-bytes"),
-            gpus=gpus,
             offload_bytes=_bytes(offload_bytes, "--offload-bytes") or 0,
             offload_bandwidth=offload_bandwidth,
             disaggregated=disaggregated,
@@ -148,23 +216,32 @@ def register(app: typer.Typer) -> None:
             step_overhead=step_overhead,
             profile=None if profile is None else str(profile),
         )
+        chosen = gpus is None
+        cfg = cfg.with_(gpus=fewest_gpus(spec, dev, cfg) if gpus is None else gpus)
+        resolve(spec, dev, cfg)  # weights that do not fit: one sentence before any work
+        if cfg.disaggregated:
+            resolve(spec, dev, cfg, gpus=cfg.prefill_gpus)
+        if profile is not None:
+            from ctxlab.sim.steptime import ProfileStepTime
+
+            ProfileStepTime(profile)  # every step checked before the trace is read
         runs = [("run", cfg)]
         sweep_name = None
         if sweep:
             sweep_name, values = parse_sweep(sweep)
             runs = list(sweep_configs(cfg, sweep_name, values))
-        tr = load_trace(trace, block_tokens=hash_block)  # all lines checked before simulating
-        console = Console(stderr=as_json)
+        with progress("reading the trace"):
+            tr = load_trace(trace, block_tokens=hash_block)  # every line checked first
         results = []
-        from rich.progress import Progress
-
-        with Progress(console=console, transient=True, disable=as_json) as bar:
-            task = bar.add_task(f"simulating {len(tr):,} requests", total=len(runs))
+        with progress(f"simulating {len(tr):,} requests", total=len(runs)) as bar:
             for label, run_cfg in runs:
                 results.append((label, run_sim(tr, spec, dev, run_cfg)))
-                bar.advance(task)
-        title = f"{tr.name}: {spec.name} on {gpus} x {dev.name}"
-        out.mkdir(parents=True, exist_ok=True)
+                bar.advance()
+        gpus_note = " (the fewest that hold the weights)" if chosen and cfg.gpus > 1 else ""
+        title = (
+            f"{tr.name}: {spec.name} ({spec.cache_dtype_bytes:g}-byte cache) on "
+            f"{cfg.gpus} x {dev.name}{gpus_note}"
+        )
         from ctxlab.sim.plots import sweep_plot, usage_plot
 
         if sweep_name:
@@ -179,6 +256,8 @@ def register(app: typer.Typer) -> None:
                 "trace": tr.name,
                 "arch": spec.name,
                 "device": dev.name,
+                "gpus": cfg.gpus,
+                "gpus_source": "fewest that hold the weights" if chosen else "given",
                 "step_model": results[0][1].step_model,
                 "plot": str(plot),
             }
@@ -191,6 +270,9 @@ def register(app: typer.Typer) -> None:
                 payload.update(results[0][1].metrics)
             typer.echo(json.dumps(payload, default=float))
             return
+        from rich.console import Console
+
+        console = Console()
         _print_tables(console, title, sweep_name, results)
         console.print(f"step time: {results[0][1].step_model}")
         console.print(f"plot written to {plot}")
@@ -202,8 +284,10 @@ def _calibrate(requests, seed, profile, model, threads, rate, out, as_json) -> N
     from ctxlab.commands._calibrate import check_args, print_calibration, run_calibration
 
     check_args(requests, threads)
+    if profile is not None:
+        input_file(profile, "--profile", "step-profile JSON file")
     console = Console(stderr=as_json)
-    folder = out if out != Path("out/simulate") else Path("out/calibrate")
+    folder = output_dir(out if out != Path("out/simulate") else Path("out/calibrate"))
     payload = run_calibration(requests, seed, profile, model, threads, rate, folder, console)
     if as_json:
         typer.echo(json.dumps(payload, default=float))

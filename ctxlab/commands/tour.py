@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from ctxlab.commands.options import output_dir
 
 PUBLISHED = (
     "llama-3.1-8b",
@@ -28,10 +31,19 @@ PUBLISHED = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class TourContext:
     out: Path
     console: Console
+    _loaded: Any = field(default=None, repr=False)
+
+    def model(self) -> Any:
+        """The default model, loaded once for every step that needs it (with progress)."""
+        if self._loaded is None:
+            from ctxlab.model.open_model import open_model
+
+            self._loaded = open_model("smollm2-135m")
+        return self._loaded
 
 
 @dataclass(frozen=True)
@@ -145,19 +157,24 @@ def _simulate_trace(ctx: TourContext) -> list[Path]:
 
 def _engine_policies(ctx: TourContext) -> list[Path]:
     from ctxlab.engine import LLM, SamplingParams
-    from ctxlab.model import load_model
-
-    loaded = load_model("smollm2-135m")
     from ctxlab.eval.vocab import essay_sentences
+    from ctxlab.progress import progress
+
+    loaded = ctx.model()
 
     story = " ".join(essay_sentences()[100:160])
     chat = [{"role": "user", "content": f"{story}\n\nIn one sentence, what is this text about?"}]
     table = Table(title="The real model on the paged engine, one long prompt", title_justify="left")
     for col in ("policy", "prompt tokens", "resident KV", "TTFT", "answer"):
         table.add_column(col, justify="left" if col in ("policy", "answer") else "right")
-    for policy, budget in ((None, None), ("snapkv", 128), ("streaming", 128)):
-        llm = LLM(loaded, kv_pool_tokens=4096, policy=policy, budget=budget)
-        (out,) = llm.generate([chat], SamplingParams(max_tokens=32))
+    runs = ((None, None), ("snapkv", 128), ("streaming", 128))
+    outs = []
+    with progress("answering under full, snapkv and streaming", total=len(runs)) as bar:
+        for policy, budget in runs:
+            llm = LLM(loaded, kv_pool_tokens=4096, policy=policy, budget=budget)
+            outs.append(llm.generate([chat], SamplingParams(max_tokens=32))[0])
+            bar.advance()
+    for (policy, budget), out in zip(runs, outs, strict=True):
         m = out.metrics
         table.add_row(
             "full" if policy is None else f"{policy}@{budget}",
@@ -166,18 +183,33 @@ def _engine_policies(ctx: TourContext) -> list[Path]:
             f"{m.ttft * 1e3:.0f} ms",
             out.text.strip().replace("\n", " ")[:70],
         )
-    table.caption = "storage: what each policy kept in the pool; product: the answer it allowed"
+    table.caption = (
+        "storage: what each policy kept in the pool (float32 KV); product: the answer it allowed"
+    )
     ctx.console.print(table)
     return []
 
 
 def _streaming_perplexity(ctx: TourContext) -> list[Path]:
-    from ctxlab.eval.perplexity import plot_streaming, streaming_perplexity, text_ids
-    from ctxlab.model import load_model
+    from ctxlab.eval.perplexity import (
+        STREAM_RUNS,
+        plot_streaming,
+        streaming_perplexity,
+        text_ids,
+    )
+    from ctxlab.progress import progress
 
-    loaded = load_model("smollm2-135m")
+    loaded = ctx.model()
     ids = text_ids(loaded.tokenizer, 512)
-    results = streaming_perplexity(loaded, ids, cache_tokens=64, chunk=32, segment=128)
+    with progress("streaming 512 tokens three ways", total=len(STREAM_RUNS)) as bar:
+        results = streaming_perplexity(
+            loaded,
+            ids,
+            cache_tokens=64,
+            chunk=32,
+            segment=128,
+            on_chunk=lambda _label, _n: bar.advance(),
+        )
     table = Table(title="Streaming 512 tokens through a 64-token cache", title_justify="left")
     for col in ("run", "positions", "perplexity", "KV at end"):
         table.add_column(col, justify="right")
@@ -188,7 +220,10 @@ def _streaming_perplexity(ctx: TourContext) -> list[Path]:
             f"{r.overall_ppl:.1f}",
             f"{r.resident_kv_bytes / 2**20:.2f} MiB",
         )
-    table.caption = "window and streaming keep the same bytes; only streaming keeps 4 sink tokens"
+    table.caption = (
+        "window and streaming keep the same bytes; only streaming keeps 4 sink tokens; "
+        "the plot shows 32 points per run"
+    )
     ctx.console.print(table)
     trained = loaded.config.max_position
     return [plot_streaming(results, trained, 64, ctx.out / "streaming_perplexity.png")]
@@ -212,12 +247,13 @@ def tour(
 ) -> None:
     """A short end-to-end tour of what ctxlab does today (the main job of `make run`)."""
     console = Console()
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     written: list[Path] = []
     steps = [step for step in STEPS if not (no_model and step.needs_model)]
+    ctx = TourContext(out=out, console=console)
     for i, step in enumerate(steps, 1):
         console.rule(f"[bold]{i}/{len(steps)} {step.title}")
-        written += step.run(TourContext(out=out, console=console))
+        written += step.run(ctx)
     console.rule("[bold]files written")
     for path in written:
         console.print(str(path))

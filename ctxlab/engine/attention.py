@@ -1,12 +1,14 @@
 """The paged attention backend: the model's `attend` over the head-granular pool.
 
-Per step the runner fills a `StepPlan`; per layer `attend` (1) writes the new K/V into the
-pool rows planned for them, then (2) computes attention with torch SDPA:
-- decode tokens (1 new token per sequence) are batched: each sequence's lanes of this layer
-  are gathered from the pool into `[B, Hkv, L, d]` with a length mask per (sequence, lane);
-  the query heads sharing a KV head ride as extra query rows, so K/V are never repeated.
-  Sequences of very different lengths are split into length buckets (`decode_buckets`) so
-  a short sequence does not gather and attend over the padding of the longest one;
+Per step the runner fills a `StepPlan`, the one thing attention reads (as nano-vllm's
+`Context`). Per layer `attend` (1) writes the new K/V into the pool rows planned for them,
+then (2) computes attention:
+- decode tokens (1 new token per sequence) go through `decode_attention`, the one decode
+  attention function: a block table per (sequence, lane), a mask, optional extra K/V rows
+  and optionally the probabilities. The query heads sharing a KV head ride as extra query
+  rows, so K/V are never repeated. Without a policy, sequences of very different lengths
+  are split into length buckets (`decode_buckets`) so a short sequence does not attend over
+  the padding of the longest one;
 - a prefill chunk with nothing cached before it attends causally to its own K/V directly;
 - a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
@@ -15,61 +17,32 @@ A sliding-window layer (Mistral, Gemma local layers) adds `key > query - W` to e
 masks; its lanes still hold every token (freeing what falls out of the window is what the
 `window` policy does), and lane index equals position there, so no policy may compact them.
 
+What a policy's runtime adds to the plan (it never wraps attention): rows whose queries it
+keeps, whether decode probabilities are wanted (H2O's scores), whether each layer reads
+only its own longest lane (PyramidKV), a page reader that narrows each layer's decode table
+to chosen pages (Quest) and extra K/V rows per layer (recall's far tier). Attention fills
+the plan's `queries` and `probs`; the runtime reads them after the forward.
+
 Everything that does not depend on the layer (buckets, per-layer block ids, masks) is built
-once per step, on first use, and cached on the plan; a policy that swaps in a modified plan
-(`dataclasses.replace`) gets a fresh cache because those fields are not init fields.
+once per step, on first use, and cached on the plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from ctxlab.engine.decode_attention import decode_attention
+from ctxlab.engine.lane_runs import plan_runs
+from ctxlab.engine.step_plan import DecodeBucket, PrefillItem, StepPlan
 from ctxlab.kv.pool import KVPool
 
 # Padding cost model of `decode_buckets`: one more bucket costs, per layer, about as much as
 # gathering and attending over this many extra (sequence, block) pairs (a gather, an SDPA
 # call and an index copy ~ 100-150 us on a CPU core; one padded block ~ 4-5 us).
 BUCKET_OVERHEAD_BLOCKS = 32
-
-
-@dataclass
-class PrefillItem:
-    start: int  # first index of this sequence's tokens in the flat batch
-    end: int
-    fresh: bool  # nothing of this sequence was in the cache before this chunk
-    table: torch.Tensor | None = None  # [n_lanes, nb]
-    prev_len: torch.Tensor | None = None  # [n_lanes] tokens before the chunk
-    first_pos: int = 0
-    _mask: torch.Tensor | None = field(default=None, init=False, repr=False)
-
-
-@dataclass
-class DecodeBucket:
-    """Decode sequences attended together: their rows in the decode batch and, per layer,
-    their block ids `[n_layers, Bg * Hkv * nb]` and mask `[n_layers, Bg, Hkv, 1, nb * bs]`
-    (None when every lane holds exactly `length` tokens)."""
-
-    rows: torch.Tensor | None  # [Bg] rows of the decode batch; None = all, in order
-    ids: torch.Tensor
-    mask: torch.Tensor | None
-    n_seqs: int
-    n_blocks: int
-    length: int  # keys attended (trimmed to the longest lane when the mask is None)
-    lens: torch.Tensor | None = None  # [Bg, n_lanes] keys per lane, for sliding windows
-    _window_masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class StepPlan:
-    rows: torch.Tensor  # [n_layers, T, Hkv] pool rows of the new tokens
-    decode_idx: torch.Tensor | None = None  # [Bd] flat indices of decode tokens
-    decode_table: torch.Tensor | None = None  # [Bd, n_lanes, nb]
-    decode_mask: torch.Tensor | None = None  # [Bd, n_lanes, 1, L] bool
-    prefills: list[PrefillItem] = field(default_factory=list)
-    _buckets: list[DecodeBucket] | None = field(default=None, init=False, repr=False)
 
 
 def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -> list[list[int]]:
@@ -96,12 +69,13 @@ def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -
 
 class PagedAttention:
     def __init__(self, pool: KVPool, n_heads: int, sliding_windows: tuple[int | None, ...] = ()):
-        self.pool = pool
+        self.pool: Any = pool
         self.layout = pool.layout
         self.n_heads = n_heads
         self.n_kv = self.layout.n_kv_heads
         self.group = n_heads // self.n_kv
         self.windows = sliding_windows
+        self.in_place = True  # long dense lanes read in place (False: gathered, to compare)
         self.plan: StepPlan | None = None
 
     def attend(
@@ -110,6 +84,10 @@ class PagedAttention:
         plan = self.plan
         assert plan is not None, "the runner sets a StepPlan before each forward"
         self.pool.write(plan.rows[layer_idx], k, v)
+        if plan.keep_queries is not None:
+            plan.queries[layer_idx] = q.index_select(0, plan.keep_queries)
+        if plan.pages is not None:
+            plan.pages.record(plan.rows[layer_idx], k)
         T = q.shape[0]
         lanes = self.layout.lanes_of_layer(layer_idx)
         if plan.decode_idx is not None and not plan.prefills and plan.decode_idx.numel() == T:
@@ -117,7 +95,7 @@ class PagedAttention:
         out = q.new_empty(T, self.n_heads, v.shape[-1])
         if plan.decode_idx is not None:
             dec = self._decode(q.index_select(0, plan.decode_idx), plan, layer_idx)
-            out.index_copy_(0, plan.decode_idx, dec)
+            out.index_copy_(0, plan.decode_idx, dec.to(out.dtype))
         for item in plan.prefills:
             s, e = item.start, item.end
             if item.fresh:
@@ -130,6 +108,50 @@ class PagedAttention:
         return self.windows[layer_idx] if self.windows else None
 
     # -- decode ---------------------------------------------------------------------------
+    def _decode(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor:
+        """Attention of one new token per sequence; q is `[B, H, d]` in decode-batch order."""
+        if plan.shaped_decode:
+            out = self._decode_shaped(q, plan, layer)
+            if out is not None:
+                return out
+        buckets = self._buckets(plan)
+        if len(buckets) == 1:
+            return self._decode_bucket(q, buckets[0], layer)
+        out = None
+        for b in buckets:
+            assert b.rows is not None
+            o = self._decode_bucket(q.index_select(0, b.rows), b, layer)
+            if out is None:
+                out = o.new_empty(q.shape[0], *o.shape[1:])
+            out.index_copy_(0, b.rows, o)
+        assert out is not None
+        return out
+
+    def _decode_shaped(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor | None:
+        """The whole decode batch at once, read as the policy's runtime asked; None when the
+        page reader reads everything anyway (then the plain path runs)."""
+        assert plan.decode_table is not None and plan.decode_mask is not None
+        lanes = self.layout.lanes_of_layer(layer)
+        table, mask = plan.decode_table[:, lanes], plan.decode_mask[:, lanes]
+        B, H, d = q.shape
+        qg = q.view(B, self.n_kv, self.group, d)
+        if plan.pages is not None:
+            narrowed = plan.pages.narrow(layer, qg, table, mask)
+            if narrowed is None:
+                return None
+            table, mask = narrowed
+        if plan.own_width:  # this layer's longest lane, not the longest of any layer
+            n = int(mask.sum(-1).max())
+            nb = -(-n // self.layout.block_size)
+            table, mask = table[..., :nb], mask[..., : nb * self.layout.block_size]
+        extra = plan.extra.rows(layer, q) if plan.extra is not None else None
+        o, probs = decode_attention(
+            qg, self.pool, table, mask, extra=extra, want_probs=plan.want_probs
+        )
+        if probs is not None:
+            plan.probs[layer] = probs
+        return o.reshape(B, H, -1)
+
     def _buckets(self, plan: StepPlan) -> list[DecodeBucket]:
         if plan._buckets is not None:
             return plan._buckets
@@ -156,6 +178,9 @@ class PagedAttention:
             n0 = int(lg.flatten()[0])
             dense = bool((lg == n0).all()) and bool(mg[..., :n0].all())
             bmask = None
+            runs = None
+            if dense and self.in_place and not self.pool.quantized:
+                runs = plan_runs(tg, n0, lay.n_layers, self.n_kv, bs)
             if not dense:
                 bmask = mg.reshape(Bg, lay.n_layers, self.n_kv, 1, nbg * bs).transpose(0, 1)
                 bmask = bmask.contiguous()
@@ -168,37 +193,23 @@ class PagedAttention:
                     n_blocks=nbg,
                     length=n0 if dense else nbg * bs,
                     lens=lg,
+                    runs=runs,
                 )
             )
         plan._buckets = buckets
         return buckets
 
-    def _decode(self, q: torch.Tensor, plan: StepPlan, layer: int) -> torch.Tensor:
-        """Attention of one new token per sequence; q is `[B, H, d]` in decode-batch order."""
-        buckets = self._buckets(plan)
-        if len(buckets) == 1:
-            return self._decode_bucket(q, buckets[0], layer)
-        out = None
-        for b in buckets:
-            assert b.rows is not None
-            o = self._decode_bucket(q.index_select(0, b.rows), b, layer)
-            if out is None:
-                out = o.new_empty(q.shape[0], *o.shape[1:])
-            out.index_copy_(0, b.rows, o)
-        assert out is not None
-        return out
-
     def _decode_bucket(self, q: torch.Tensor, b: DecodeBucket, layer: int) -> torch.Tensor:
         Bg = b.n_seqs
-        kk, vv = self.pool.gather(b.ids[layer].view(Bg, self.n_kv, b.n_blocks))
-        if b.mask is None and b.length < kk.shape[2]:
-            kk, vv = kk[:, :, : b.length], vv[:, :, : b.length]
+        table = b.ids[layer].view(Bg, self.n_kv, b.n_blocks)
         qg = q.reshape(Bg, self.n_kv, self.group, -1)
         mask = None if b.mask is None else b.mask[layer]
         window = self._window(layer)
         if window is not None:
-            mask = self._decode_window_mask(b, layer, window, kk.shape[2])
-        o = F.scaled_dot_product_attention(qg, kk, vv, attn_mask=mask)
+            length = b.length if b.mask is None else b.n_blocks * self.layout.block_size
+            mask = self._decode_window_mask(b, layer, window, length)
+        runs = b.runs[layer] if b.runs is not None and window is None else None
+        o, _ = decode_attention(qg, self.pool, table, mask, length=b.length, runs=runs)
         return o.reshape(Bg, self.n_heads, -1)
 
     def _decode_window_mask(self, b: DecodeBucket, layer: int, window: int, L: int) -> torch.Tensor:

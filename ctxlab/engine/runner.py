@@ -7,14 +7,13 @@ writes and attends. Logits are computed only for the last token of sequences tha
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from ctxlab.engine.attention import PagedAttention, PrefillItem, StepPlan
+from ctxlab.engine.attention import PagedAttention
+from ctxlab.engine.policy_runtime import NullRuntime, StepItem
 from ctxlab.engine.sampling import sample
 from ctxlab.engine.scheduler import ScheduledSeq
-from ctxlab.errors import CtxlabError
+from ctxlab.engine.step_plan import PrefillItem, StepPlan
 from ctxlab.kv.manager import KVCacheManager
 
 
@@ -25,20 +24,13 @@ class Runner:
         kv: KVCacheManager,
         n_heads: int,
         sliding_windows: tuple[int | None, ...] = (),
-        driver: Any = None,
+        runtime: NullRuntime | None = None,
     ):
         self.model = model
         self.kv = kv
         self.layout = kv.layout
-        self.backend: Any = PagedAttention(kv.pool, n_heads, sliding_windows)
-        self.driver = driver  # a retention/selection policy's hooks (ctxlab.policy.driver)
-        if driver is not None and any(w is not None for w in sliding_windows):
-            raise CtxlabError(
-                "KV policies are not supported on models with sliding-window layers yet "
-                "(their lanes must keep lane index = position); run with the full cache."
-            )
-        if driver is not None:
-            self.backend = driver.wrap(self.backend)
+        self.backend = PagedAttention(kv.pool, n_heads, sliding_windows)
+        self.runtime = runtime or NullRuntime()  # a policy's runtime (engine/policy_runtime)
         self.device = kv.pool.device
 
     def plan(self, batch: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, StepPlan]:
@@ -55,7 +47,7 @@ class Runner:
             seq, n = sch.seq, sch.num_new
             start = seq.num_computed
             ids.extend(seq.token_ids[start : start + n])
-            off = self.driver.position_offset(seq.seq_id) if self.driver is not None else 0
+            off = self.runtime.position_offset(seq.seq_id)
             pos.extend(range(start - off, start - off + n))
             prev_len = seq.kv.lane_len.clone()
             rows.append(kv.slot_rows(seq.kv, n))
@@ -102,16 +94,19 @@ class Runner:
             t += sch.num_new
             if sch.samples:
                 ends.append(t - 1)
-        if self.driver is not None:
-            self.driver.begin_step([_step_item(sch) for sch in batch])
+        self.runtime.begin_step([_step_item(sch) for sch in batch])
         input_ids, positions, plan = self.plan(batch)
+        self.runtime.add_to_plan(plan)
         self.backend.plan = plan
         try:
             hidden = self.model.forward(input_ids, positions, self.backend)
         finally:
             self.backend.plan = None
-        if self.driver is not None:
-            self.driver.end_step()  # the policy keeps what it keeps; the rest is freed
+        # Full blocks go to the prefix cache as computed, before a policy cuts them: a later
+        # request with the same prefix reuses the whole prompt's state and makes its own cut.
+        for sch in batch:
+            self.kv.commit(sch.seq.kv, sch.seq.token_ids, sch.seq.cache_salt)
+        self.runtime.end_step(plan)  # the policy keeps what it keeps; the rest is freed
         self._score_prompts(batch, hidden)
         if not sampling:
             return []
@@ -142,8 +137,6 @@ class Runner:
             t += sch.num_new
 
 
-def _step_item(sch: ScheduledSeq) -> Any:
-    from ctxlab.policy.driver import StepItem
-
+def _step_item(sch: ScheduledSeq) -> StepItem:
     seq = sch.seq
     return StepItem(seq.seq_id, seq.kv, seq.num_computed, sch.num_new, seq.num_prompt, sch.samples)

@@ -63,6 +63,13 @@ class EngineBackend:
         )
 
     @property
+    def kv_dtype(self) -> str:
+        """How the pool stores K/V: the model's dtype, or a quantized format's name."""
+        fmt = getattr(self.llm.engine.kv, "kv_format", None)
+        dtype = next(self.loaded.model.parameters()).dtype
+        return fmt or str(dtype).removeprefix("torch.")
+
+    @property
     def position_mode(self) -> str:
         return getattr(self.policy, "position_mode", "original")
 

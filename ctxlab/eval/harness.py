@@ -20,6 +20,7 @@ from ctxlab.eval.summary import (
     Row,
     cells,
     effective_lengths,
+    kv_dtype_label,
     length_means,
     plot_heatmaps,
     plot_score_vs_bytes,
@@ -42,7 +43,7 @@ def run_eval(
     quiet: bool = False,
     batch_size: int = 4,
 ) -> dict[str, Any]:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from ctxlab.progress import progress
 
     console = Console(stderr=True)
     if backend == "openai":
@@ -58,9 +59,9 @@ def run_eval(
             return OpenAIBackend(str(base_url))
     else:
         from ctxlab.eval.engine_backend import EngineBackend, token_counter
-        from ctxlab.model import load_model
+        from ctxlab.model.open_model import open_model
 
-        loaded = load_model(model)
+        loaded = open_model(model, enabled=not quiet)
         count = token_counter(loaded.tokenizer)
         model_name = model
         pool = pool_tokens_for(grid, batch_size)
@@ -70,22 +71,14 @@ def run_eval(
 
     rows_path = out_dir / "rows.jsonl"
     rows_path.unlink(missing_ok=True)
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        disable=quiet,
-    ) as progress:
-        bar = progress.add_task("eval samples", total=grid.size())
+    with progress("eval samples", total=grid.size(), enabled=not quiet) as bar:
         rows = run_grid(
             grid,
             count,
             backend_for,
             rows_path,
             model_name,
-            on_progress=lambda n: progress.advance(bar, n),
+            on_progress=bar.advance,
             batch_size=batch_size,
         )
     console.print(f"rows: {rows_path}")
@@ -109,7 +102,11 @@ def summarize_rows(
     else:
         eff = effective_lengths(rows, threshold if threshold is not None else RULER_THRESHOLD)
     no_bytes = all(r.get("resident_kv_bytes") is None for r in rows)
-    table = Table(title="score (0-100) and resident KV measured from the pool, per cell")
+    remote = any(r.get("backend") == "openai" for r in rows)
+    table = Table(
+        title="score (0-100) and resident KV measured from the pool, per cell "
+        f"({kv_dtype_label(rows)} KV)"
+    )
     for column in ("task", "length", "policy", "score", "resident KV (MiB)", "samples"):
         table.add_column(column, justify="right" if column not in ("task", "policy") else "left")
     for c in table_cells:
@@ -119,7 +116,8 @@ def summarize_rows(
         console.print(table)
     console.print(_length_means_table(rows))
     if no_bytes:
-        console.print("KV bytes: not measured (remote backend: its cache is not visible here).")
+        why = "remote backend: its cache is not visible here" if remote else "not in these rows"
+        console.print(f"KV bytes: not measured ({why}).")
     eff_table = Table(title="effective context length (mean of all tasks at each length)")
     eff_table.add_column("policy")
     eff_table.add_column("effective length", justify="right")
@@ -181,10 +179,11 @@ def run_lost_in_middle(
     from ctxlab.eval.engine_backend import EngineBackend, token_counter
     from ctxlab.eval.lost_in_middle import lost_in_middle_samples
     from ctxlab.eval.scoring import string_match
-    from ctxlab.model import load_model
+    from ctxlab.model.open_model import open_model
+    from ctxlab.progress import progress
 
     console = Console(stderr=quiet)
-    loaded = load_model(model)
+    loaded = open_model(model)
     count = token_counter(loaded.tokenizer)
     all_samples = [
         s for k in range(samples) for s in lost_in_middle_samples(documents, seed + k, count)
@@ -192,7 +191,7 @@ def run_lost_in_middle(
     longest = max(s.prompt_tokens + s.max_new_tokens for s in all_samples)
     backend = EngineBackend(loaded, PolicyRun(), kv_pool_tokens=longest * 4 + 1024)
     rows = []
-    with console.status(f"answering {len(all_samples)} prompts ..."):
+    with progress("answering the prompts", total=len(all_samples)) as bar:
         for start in range(0, len(all_samples), 4):
             batch = all_samples[start : start + 4]
             for s, gen in zip(batch, backend.generate(batch), strict=True):
@@ -208,16 +207,25 @@ def run_lost_in_middle(
                         "resident_kv_bytes": gen.resident_kv_bytes,
                     }
                 )
+            bar.advance(len(batch))
     (out_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     by_pos = [
         sum(r["score"] for r in rows if r["position"] == p) / samples for p in range(documents)
     ]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(range(1, documents + 1), by_pos, "o-")
-    ax.set_xlabel("position of the gold document")
+    ax.plot(
+        range(1, documents + 1),
+        by_pos,
+        "o-",
+        label=f"mean score over {samples} seed(s) at each position",
+    )
+    ax.set_xlabel("position of the gold document (1 = first)")
     ax.set_ylabel("score (0-100)")
     ax.set_ylim(-5, 105)
-    ax.set_title(f"lost in the middle: {documents} documents, {samples} seeds")
+    ax.set_title(
+        f"lost in the middle: {documents} documents, {samples} seeds ({backend.kv_dtype} KV)"
+    )
+    ax.legend(fontsize=8)
     fig.tight_layout()
     png = out_dir / "lost_in_middle.png"
     fig.savefig(png, dpi=110)

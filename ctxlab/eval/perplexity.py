@@ -46,6 +46,12 @@ class StreamResult:
     segment_ppl: list[float] = field(default_factory=list)
     overall_ppl: float = math.nan
     resident_kv_bytes: int = 0
+    curve_ends: list[int] = field(default_factory=list)  # the plot's sliding windows: ends
+    curve_ppl: list[float] = field(default_factory=list)
+    curve_window: int = 0  # tokens in each sliding window
+
+
+CURVE_POINTS = 32  # points per line in the plot, whatever the table's segment
 
 
 def segment_perplexity(logprobs: Sequence[float], segment: int) -> tuple[list[int], list[float]]:
@@ -58,6 +64,22 @@ def segment_perplexity(logprobs: Sequence[float], segment: int) -> tuple[list[in
     return ends, ppl
 
 
+def sliding_perplexity(
+    logprobs: Sequence[float], window: int, points: int
+) -> tuple[list[int], list[float]]:
+    """Perplexity of the last `window` tokens at about `points` evenly spaced positions.
+
+    Overlapping windows give a smooth curve with many points where disjoint segments give
+    few (or noisy, short) ones; every value covers exactly `window` tokens."""
+    n = len(logprobs)
+    window = max(1, min(window, n))
+    step = max(1, (n - window) // max(1, points - 1))
+    ends = list(range(window, n + 1, step))
+    if ends[-1] != n:
+        ends.append(n)
+    return ends, [math.exp(-sum(logprobs[e - window : e]) / window) for e in ends]
+
+
 def text_ids(tokenizer: Any, tokens: int, offset_chars: int = 0) -> list[int]:
     """`tokens` token ids of the shipped natural text, from a character offset."""
     from ctxlab.eval.vocab import essay_text
@@ -67,6 +89,16 @@ def text_ids(tokenizer: Any, tokens: int, offset_chars: int = 0) -> list[int]:
     if len(ids) < tokens:
         raise CtxlabError(f"the shipped text has fewer than {tokens} tokens after that offset")
     return ids[:tokens]
+
+
+def check_stream_args(tokens: int, cache_tokens: int, chunk: int, segment: int) -> None:
+    """Every check that needs no model, so `ctxlab eval perplexity` fails before loading."""
+    if cache_tokens <= 4 or chunk <= 0 or segment <= 0:
+        raise CtxlabError("cache must exceed 4 tokens; chunk and segment must be positive")
+    if tokens <= cache_tokens:
+        raise CtxlabError(
+            f"the text ({tokens} tokens) must be longer than the cache ({cache_tokens})"
+        )
 
 
 def streaming_perplexity(
@@ -82,12 +114,7 @@ def streaming_perplexity(
     from ctxlab.engine.sampling import SamplingParams
     from ctxlab.policy.registry import make_policy
 
-    if cache_tokens <= 4 or chunk <= 0 or segment <= 0:
-        raise CtxlabError("cache must exceed 4 tokens; chunk and segment must be positive")
-    if len(ids) <= cache_tokens:
-        raise CtxlabError(
-            f"the text ({len(ids)} tokens) must be longer than the cache ({cache_tokens})"
-        )
+    check_stream_args(len(ids), cache_tokens, chunk, segment)
     results = []
     for run in runs:
         policy = None
@@ -108,6 +135,8 @@ def streaming_perplexity(
         if len(scored) != len(ids) - 1:
             raise RuntimeError(f"{run.label}: scored {len(scored)} of {len(ids) - 1} tokens")
         ends, ppl = segment_perplexity(scored, segment)
+        window = max(32, len(scored) // 8)
+        fine_ends, fine_ppl = sliding_perplexity(scored, window, CURVE_POINTS)
         results.append(
             StreamResult(
                 label=run.label,
@@ -118,6 +147,9 @@ def streaming_perplexity(
                 segment_ppl=ppl,
                 overall_ppl=math.exp(-sum(scored) / len(scored)),
                 resident_kv_bytes=out.metrics.resident_kv_bytes,
+                curve_ends=fine_ends,
+                curve_ppl=fine_ppl,
+                curve_window=window,
             )
         )
         if on_chunk:
@@ -126,26 +158,47 @@ def streaming_perplexity(
 
 
 def plot_streaming(
-    results: Sequence[StreamResult], trained_length: int | None, cache_tokens: int, path: Path
+    results: Sequence[StreamResult],
+    trained_length: int | None,
+    cache_tokens: int,
+    path: Path,
+    kv_dtype: str = "float32",
 ) -> Path:
+    """Perplexity along the stream, one line per run, about CURVE_POINTS points each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    from ctxlab.plan.units import short_tokens
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for r in results:
         kv = r.resident_kv_bytes / 2**20
-        ax.plot(r.segment_ends, r.segment_ppl, "o-", label=f"{r.label} ({kv:.1f} MiB KV at end)")
-    ax.axvline(cache_tokens, color="grey", ls=":", label=f"cache size {cache_tokens}")
+        ends, ppl = (r.curve_ends, r.curve_ppl) if r.curve_ends else (r.segment_ends, r.segment_ppl)
+        ax.plot(
+            ends,
+            ppl,
+            ".-",
+            label=f"{r.label}, {r.position_mode} positions ({kv:.2f} MiB KV at end)",
+        )
+    ax.axvline(cache_tokens, color="grey", ls=":", label=f"cache size ({cache_tokens} tokens)")
     if trained_length and trained_length <= max(results[0].segment_ends):
-        ax.axvline(trained_length, color="black", ls="--", label=f"trained length {trained_length}")
+        ax.axvline(
+            trained_length, color="black", ls="--", label=f"trained length ({trained_length:,})"
+        )
+    width = results[0].curve_window or results[0].segment_ends[0]
     ax.set_yscale("log")
-    ax.set_xlabel("tokens streamed")
-    ax.set_ylabel("perplexity of the segment (log scale)")
-    ax.set_title("streaming perplexity: why sinks matter")
-    ax.legend(fontsize=8)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: short_tokens(v)))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+    ax.set_xlabel("tokens streamed (K = 1,024)")
+    ax.set_ylabel(f"perplexity of the last {width} tokens (log)")
+    ax.set_title(f"Streaming perplexity: why sinks matter ({kv_dtype} KV cache)")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

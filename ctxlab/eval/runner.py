@@ -104,6 +104,7 @@ def run_grid(
                         "references": list(sample.references),
                         "prompt_tokens": sample.prompt_tokens,
                         "resident_kv_bytes": gen.resident_kv_bytes,
+                        "kv_dtype": getattr(backend, "kv_dtype", None),
                     }
                     fh.write(json.dumps(row) + "\n")
                     rows.append(row)

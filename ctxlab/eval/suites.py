@@ -42,11 +42,18 @@ def parse_policy_runs(spec: str, budget: str | None) -> list[tuple[str, str | No
     `full` never takes a budget; every other policy takes its own `@budget` or the default.
     Every policy is checked here (name, budget), before anything runs.
     """
+    from ctxlab.policy import make_policy, policy_names
+
     runs = []
     for item in (part.strip() for part in spec.split(",")):
         if not item:
             continue
         name, _, own = item.partition("@")
+        if name not in policy_names():
+            raise CtxlabError(
+                f"policy {name!r} is unknown; choose one of {', '.join(policy_names())} "
+                "(ctxlab policies describes them)"
+            )
         chosen = own or budget
         if name == "full":
             chosen = None
@@ -55,8 +62,6 @@ def parse_policy_runs(spec: str, budget: str | None) -> list[tuple[str, str | No
         runs.append((name, chosen))
         # Build each policy once now, so a bad name or budget stops the run before the first
         # sample rather than after an hour of the policies listed before it.
-        from ctxlab.policy import make_policy
-
         make_policy(name, chosen)
     if not runs:
         raise CtxlabError("--policy names no policy; e.g. --policy full,snapkv")

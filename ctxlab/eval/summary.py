@@ -20,17 +20,57 @@ from ctxlab.eval.scoring import RULER_THRESHOLD, EffectiveLength, effective_leng
 Row = dict[str, object]
 
 
+# What every row needs for the tables (the rest is shown when present).
+_ROW_FIELDS = {"task": str, "length": int, "policy": str, "score": (int, float)}
+
+
 def read_rows(path: Path) -> list[Row]:
+    """The rows of a rows.jsonl, each checked; an empty file or a bad line is one sentence."""
     rows = []
-    with path.open(encoding="utf-8") as fh:
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise CtxlabError(f"cannot read rows file {path}: {exc.strerror}") from None
+    with fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise CtxlabError(f"{path}: line {number} is not JSON ({exc.msg})") from None
+            except UnicodeDecodeError:
+                raise CtxlabError(f"{path}: line {number} is not UTF-8 text") from None
+            why = _row_problem(row)
+            if why:
+                raise CtxlabError(
+                    f"{path}: line {number} {why}; is it a rows.jsonl of ctxlab eval?"
+                )
+            rows.append(row)
+    if not rows:
+        raise CtxlabError(f"rows file {path} holds no rows; run ctxlab eval to write one")
     return rows
+
+
+def _row_problem(row: object) -> str | None:
+    if not isinstance(row, dict):
+        return "is not a JSON object"
+    for key, kind in _ROW_FIELDS.items():
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            return f"has no valid {key!r}"
+    if not 0 <= float(row["score"]) <= 100 or int(row["length"]) <= 0:
+        return "has a score outside 0-100 or a length that is not positive"
+    kv = row.get("resident_kv_bytes")
+    if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int | float) or kv < 0):
+        return "has a resident_kv_bytes that is not a byte count"
+    return None
+
+
+def kv_dtype_label(rows: Iterable[Row]) -> str:
+    """How the rows' caches were stored, for plot titles ("float32", "int8, float32")."""
+    kinds = sorted({str(r["kv_dtype"]) for r in rows if r.get("kv_dtype")})
+    return ", ".join(kinds) if kinds else "cache dtype not recorded"
 
 
 def policy_label(row: Row) -> str:
@@ -126,6 +166,8 @@ def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ctxlab.plan.units import short_tokens
+
     written = []
     by_policy: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
@@ -148,11 +190,13 @@ def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:
             figsize=(max(5.0, 1.6 + 0.9 * len(lengths)), max(3.2, 1.2 + 0.35 * len(depths)))
         )
         image = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+        ax.set_xticks(range(len(lengths)), [short_tokens(n) for n in lengths])
         ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
-        ax.set_xlabel("context length (tokens)")
+        ax.set_xlabel("context length (tokens; K = 1,024)")
         ax.set_ylabel("needle depth")
-        ax.set_title(f"{policy}: mean score of the depth tasks", fontsize=10)
+        ax.set_title(
+            f"{policy}: mean score of the depth tasks ({kv_dtype_label(group)} KV)", fontsize=10
+        )
         fig.colorbar(image, ax=ax, label="score (0-100)")
         fig.tight_layout()
         path = out_dir / f"heatmap_{_slug(policy)}.png"
@@ -184,12 +228,20 @@ def _score_plot(series: dict[str, list[tuple[float, float]]], title: str, path: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ctxlab.plan.plot import plain_axes
+
     names = sorted({p.partition("@")[0] for p in series})
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for policy, points in sorted(series.items()):
         points = sorted(points)
-        ax.plot([p[0] / 2**20 for p in points], [p[1] for p in points], **_style(policy, names))
-    ax.set_xlabel("resident KV (MiB, measured from the pool); one point per length")
+        ax.plot([max(p[0], 1) for p in points], [p[1] for p in points], **_style(policy, names))
+    ax.set_xscale("log", base=2)
+    xs = [max(p[0], 1) for points in series.values() for p in points]
+    if xs:  # at least an octave each side, so the axis has labelled ticks
+        ax.set_xlim(min(xs) / 2, max(xs) * 2)
+    ax.set_ylim(-5, 105)
+    plain_axes(ax, x="bytes", y=None)
+    ax.set_xlabel("resident KV measured from the pool (log scale); one point per length")
     ax.set_ylabel("score (0-100)")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -210,7 +262,8 @@ def plot_score_vs_bytes(rows: Sequence[Row], out_dir: Path) -> list[Path]:
             if c.task == task:
                 series[c.policy].append((c.kv_bytes, c.score))  # type: ignore[arg-type]
         path = out_dir / f"score_vs_kv_{_slug(task)}.png"
-        written.append(_score_plot(series, f"{task}: quality against what it cost", path))
+        title = f"{task}: quality against what it cost ({kv_dtype_label(rows)} KV)"
+        written.append(_score_plot(series, title, path))
     means = {
         policy: [(m.kv_bytes, m.score) for m in by_len.values() if m.kv_bytes is not None]
         for policy, by_len in length_means(rows).items()
@@ -218,7 +271,7 @@ def plot_score_vs_bytes(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     means = {p: pts for p, pts in means.items() if pts}
     if means and len({c.task for c in table}) > 1:
         path = out_dir / "score_vs_kv_all_tasks.png"
-        title = "mean over tasks: quality against what it cost"
+        title = f"mean over tasks: quality against what it cost ({kv_dtype_label(rows)} KV)"
         written.append(_score_plot(means, title, path))  # type: ignore[arg-type]
     return written
 

@@ -4,17 +4,21 @@ A logical block is `block_size` token positions across every lane; in lockstep m
 backed by a group of `n_lanes` physical blocks. The prefix cache maps a block's chained hash
 to that group. Only full blocks are shared, the last prompt token is never taken from the
 cache (its logits are needed), and a shared group is never written: new tokens always land
-in blocks the sequence allocated itself.
+in blocks the sequence allocated itself. Compaction (a retention policy's cut, which
+rewrites lanes already written) lives in `ctxlab.kv.compaction`; the manager's
+`compact_lanes` and friends hand it this pool and allocator.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.kv import compaction
 from ctxlab.kv.allocator import BlockAllocator
 from ctxlab.kv.hashing import BlockHash, hash_blocks
 from ctxlab.kv.layout import KVLayout
@@ -102,16 +106,21 @@ class KVCacheManager:
 
     # -- prefix cache ---------------------------------------------------------------------
     def lookup_prefix(
-        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None
+        self,
+        seq: SeqKV,
+        token_ids: Sequence[int],
+        salt: str | None = None,
+        compute_tail: int = 1,
     ) -> PrefixHit:
         """Cached groups for the leading full blocks of `token_ids` (no side effects).
 
-        The block holding the last token is never matched, so at least one token is computed
-        and produces the logits for the next one.
+        The blocks holding the last `compute_tail` tokens are never matched: at least one
+        token is computed (its logits give the next token), and a retention policy that
+        reads the prompt's last W queries gets them computed rather than skipped.
         """
         if not self.enable_prefix_caching:
             return PrefixHit([], [], 0)
-        n_share = (len(token_ids) - 1) // self.block_size
+        n_share = max(0, len(token_ids) - max(1, compute_tail)) // self.block_size
         self._extend_hashes(seq, token_ids, salt, n_share)
         groups: list[tuple[int, ...]] = []
         for h in seq.block_hashes[:n_share]:
@@ -190,8 +199,11 @@ class KVCacheManager:
             if want > have:
                 ids = self.alloc.allocate((want - have) * self.n_lanes)
                 seq.ensure_capacity(want)
-                seq.table[:, have:want] = (
-                    torch.tensor(ids, dtype=torch.int64).view(want - have, self.n_lanes).T
+                # Lane-major: each lane takes a run of the ids (consecutive ones from a fresh
+                # free queue), so a long prompt's lanes are runs of adjacent blocks that decode
+                # attention reads in place (`KVPool.run_view`) instead of gathering.
+                seq.table[:, have:want] = torch.tensor(ids, dtype=torch.int64).view(
+                    self.n_lanes, want - have
                 )
                 seq.n_blocks[:] = want
             return
@@ -229,34 +241,27 @@ class KVCacheManager:
             seq.slot_pos.scatter_(1, idx, pos)
         seq.lane_len += n_new
 
-    def compact_lane(self, seq: SeqKV, lane: int, keep: torch.Tensor) -> None:
-        """Keep only slots `keep` (sorted) of one lane, in fresh blocks; free the old ones.
+    # -- compaction (what a retention policy's answer becomes): see `ctxlab.kv.compaction` --
+    def lane_positions(self, seq: SeqKV, lanes: slice | list[int]) -> torch.Tensor:
+        """Original positions `[len(lanes), L]` the lanes hold; -1 pads shorter lanes."""
+        return compaction.lane_positions(seq, lanes)
 
-        This is the hook retention policies use: the lane leaves lockstep, its kept tokens
-        are copied into blocks it owns alone (shared blocks are never changed), and blocks
-        it no longer needs return to the pool for real.
-        """
-        bs = self.block_size
-        if seq.slot_pos is None:
-            cap = int(seq.n_blocks.max()) * bs
-            seq.slot_pos = torch.arange(cap).repeat(self.n_lanes, 1)
-        nb = int(seq.n_blocks[lane])
-        old = seq.table[lane, :nb].clone()
-        rows = old[keep // bs] * bs + keep % bs
-        k, v = self.pool.read_rows(rows)  # read before the old blocks are freed
-        pos = seq.slot_pos[lane, keep].clone()
-        self.alloc.decref(old.flip(0).tolist())
-        n = len(keep)
-        new_nb = -(-n // bs)
-        ids = torch.tensor(self.alloc.allocate(new_nb), dtype=torch.int64)
-        seq.table[lane, :new_nb] = ids
-        new_rows = ids.repeat_interleave(bs)[:n] * bs + torch.arange(n) % bs
-        self.pool.write_rows(new_rows, k, v)
-        seq.slot_pos[lane, :n] = pos
-        seq.slot_pos[lane, n:] = -1
-        seq.n_blocks[lane] = new_nb
-        seq.lane_len[lane] = n
-        seq.lockstep = False
+    slots_of = staticmethod(compaction.slots_of)
+
+    def compaction_fits(self, seq: SeqKV, lanes: list[int], keep: list[torch.Tensor]) -> list[int]:
+        """Indices (into `lanes`) of the cuts the pool can take now."""
+        return compaction.compaction_fits(seq, self.alloc, lanes, keep)
+
+    def compact_lane(self, seq: SeqKV, lane: int, keep: torch.Tensor) -> None:
+        """`compact_lanes` for one lane."""
+        self.compact_lanes(seq, [lane], [keep])
+
+    def compact_lanes(
+        self, seq: SeqKV, lanes: list[int], keep: list[torch.Tensor], rope: Any = None
+    ) -> None:
+        """Keep only slots `keep[i]` (sorted) of lane `lanes[i]`, in fresh blocks; free the
+        rest for real (a shared prefix block only loses this sequence's reference)."""
+        compaction.compact_lanes(seq, self.pool, self.alloc, lanes, keep, rope)
 
     def commit(self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None) -> None:
         """Offer every newly full (written) block of `seq` to the prefix cache."""

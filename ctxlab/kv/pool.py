@@ -5,7 +5,7 @@ physical block of every lane. Which block belongs to which lane and sequence is 
 allocator's and the block table's business; the pool only stores, writes and gathers.
 `QuantKVPool` (`ctxlab/kv/quant_pool.py`) stores int8 or KIVI codes behind the same
 methods; code outside `ctxlab/kv` reads and writes rows only through them (`write`,
-`gather`, `read_rows`, `write_rows`, `copy_rows`), never through the tensors.
+`gather`, `run_view`, `read_rows`, `write_rows`, `copy_rows`), never through the tensors.
 """
 
 from __future__ import annotations
@@ -89,6 +89,25 @@ class KVPool:
             k = k[..., : lay.head_dim]
         if lay.head_dim_v != v.shape[-1]:
             v = v[..., : lay.head_dim_v]
+        return k, v
+
+    def run_view(
+        self, first: int, n_blocks: int, n_heads: int, head_stride: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K `[n_heads, n_blocks * block_size, d_k]` and V (`d_v`) of adjacent blocks, read in
+        place (views, no copy): head h holds blocks `first + h * head_stride` onwards.
+
+        Decode attention reads a long lane this way instead of gathering it (a copy of the
+        whole lane per layer per token); `head_stride >= 0`.
+        """
+        lay = self.layout
+        width = self._k_rows.shape[1]
+        size = (n_heads, n_blocks * lay.block_size)
+        stride = (head_stride * lay.block_size * width, width)
+        k0 = self.data[0].storage_offset() + first * lay.block_size * width
+        v0 = self.data[1].storage_offset() + first * lay.block_size * width
+        k = self.data.as_strided((*size, lay.head_dim), (*stride, 1), k0)
+        v = self.data.as_strided((*size, lay.head_dim_v), (*stride, 1), v0)
         return k, v
 
     def read_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ctxlab.arch.limits import MAX_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, check_heads
 from ctxlab.errors import CtxlabError
 
 GIB = 1024**3
@@ -31,10 +32,6 @@ ARCH_MODES = ("preset", "raw")
 RECURRENT_KINDS = ("mamba", "linear", "kda")
 BYTES_PER_ELEMENT = (0.5, 1.0, 2.0, 4.0)
 
-MAX_TOKENS = 1 << 30  # a billion-token context is already far past any model
-MAX_LAYERS = 10_000
-MAX_HEADS = 4_096
-MAX_DIM = 65_536
 MAX_GIB = 1024.0 * 1024.0  # one PiB of device memory
 
 
@@ -362,6 +359,12 @@ def _raw_arch_errors(values: dict[str, Any], errors: dict[str, str]) -> dict[str
     for name in needed:
         if name not in errors and values.get(name) is None:
             out[name] = f"{FIELDS_BY_NAME[name].label} is needed by the chosen layers"
+    q, kv = values.get("query_heads"), values.get("kv_heads")
+    if "kv_heads" in needed and isinstance(q, int) and isinstance(kv, int):
+        try:
+            check_heads(q, kv, "the architecture")
+        except CtxlabError as exc:
+            out["kv_heads"] = str(exc)
     return out
 
 

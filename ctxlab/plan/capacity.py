@@ -39,6 +39,50 @@ def kv_budget(memory_bytes: int, weights_bytes: int, reserve_bytes: int) -> KVBu
     return KVBudget(memory_bytes, weights_bytes, reserve_bytes)
 
 
+MAX_GPUS = 4096  # a search bound: no single model instance spans more devices
+
+
+def reserve_for(memory_bytes: int, reserve_bytes: int | None, fraction: float) -> int:
+    """The runtime reserve: as given, or a fraction of the memory of all devices."""
+    return reserve_bytes if reserve_bytes is not None else int(memory_bytes * fraction)
+
+
+def gpus_for_weights(
+    device_memory: int, weights_bytes: int, reserve_bytes: int | None, fraction: float
+) -> int | None:
+    """Fewest devices whose memory holds the weights plus the reserve with room left for a
+    KV cache; None when no count up to MAX_GPUS does."""
+    for n in range(1, MAX_GPUS + 1):
+        memory = device_memory * n
+        if weights_bytes + reserve_for(memory, reserve_bytes, fraction) < memory:
+            return n
+    return None
+
+
+def no_room(
+    name: str,
+    weights_bytes: int,
+    weights_label: str,
+    reserve_bytes: int,
+    gpus: int,
+    device_name: str,
+    device_memory: int,
+    need: int | None,
+) -> CtxlabError:
+    """One sentence for weights that do not fit, naming the device count that would hold them."""
+    fix = (
+        f"{need} x {device_name} would hold them (--gpus {need}, or leave --gpus out to plan on "
+        "the fewest that do)"
+        if need is not None
+        else f"no count up to {MAX_GPUS:,} devices holds them; check --weights-bytes"
+    )
+    return CtxlabError(
+        f"{name} weights ({fmt_bytes(weights_bytes)}{weights_label}) plus the reserve "
+        f"({fmt_bytes(reserve_bytes)}) leave no room for a KV cache on {gpus} x {device_name} "
+        f"({fmt_bytes(device_memory * gpus)}); {fix}."
+    )
+
+
 def max_concurrent(budget_bytes: int, bytes_per_request: int) -> int | None:
     """Requests that fit at once; None when a request holds no cache (memory does not bound)."""
     if bytes_per_request <= 0:

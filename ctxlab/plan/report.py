@@ -10,15 +10,17 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
 - `device`: {name, peak_flops (FLOP/s), mem_bandwidth (bytes/s), memory_bytes, source};
   with `gpus` > 1 the sums over all GPUs (name "N x device").
 - `inputs`: {contexts [tokens], concurrency, page_size, shared_prefix_tokens,
-  output_tokens, gpus, cache_dtype (name or null), weights_bytes, reserve_bytes,
-  reserve_source, prices (dict or null), self_hosted (dict or null)}.
+  output_tokens, gpus, gpus_source ("given", or why that count was chosen), cache_dtype
+  (name or null), weights_bytes, weights_source, reserve_bytes, reserve_source, prices
+  (dict or null), self_hosted (dict or null), currency}.
 - `kv_bytes_per_token`: int, logical bytes one more token costs over all growing layers.
 - `contexts`: the context lengths, in the order given.
 - `sections`: {name: {`layer`, `title`, `summary` {...}, `rows` [one dict per context]}},
   in this order; `layer` says which layer of the stack the section belongs to:
   - `memory` (representation): summary {kv_bytes_per_token, kv_bytes_per_token_by_kind,
-    fixed_state_bytes_per_request, growth_stops_at_tokens}; rows {context_tokens,
-    kv_bytes_per_request, kv_bytes_per_request_by_kind, kv_bytes_for_concurrency}.
+    fixed_state_bytes_per_request, growth_stops_at_tokens, trained_length (tokens, 0 when
+    unknown)}; rows {context_tokens, beyond_trained_length (bool), kv_bytes_per_request,
+    kv_bytes_per_request_by_kind, kv_bytes_for_concurrency}.
   - `paging` (allocation): summary {page_size}; rows {context_tokens,
     allocated_tokens_per_request, wasted_tokens_per_request, allocated_bytes_per_request,
     wasted_bytes_per_request, peak_allocated_bytes_per_request (the most a request holds on
@@ -36,7 +38,7 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
     attention_flops_share, decode_weight_bytes_per_step, decode_cache_bytes_per_step,
     decode_bytes_per_step, decode_seconds_per_token, decode_batch_seconds_per_step}.
   - `cost` (cost), present only when prices or rates are given: summary {prices,
-    self_hosted}; rows {context_tokens, hosted_cold_cost, hosted_warm_cost (cold: the
+    self_hosted, currency}; rows {context_tokens, hosted_cold_cost, hosted_warm_cost (cold: the
     shared prefix is written to the provider cache; warm: it is read back; both bill
     context - prefix uncached input and `output_tokens` output), self_hosted_gpu_seconds,
     self_hosted_gpu_seconds_source, self_hosted_cost_per_success}; cost keys are null
@@ -53,14 +55,11 @@ from dataclasses import asdict
 from typing import Any
 
 from ctxlab.arch.spec import ArchSpec
-from ctxlab.errors import CtxlabError
-from ctxlab.plan import capacity, compute, cost, memory, paging, parallel, sharing
+from ctxlab.plan import capacity, compute, cost, inputs, memory, paging, sharing
 from ctxlab.plan.devices import Device, get_device
 
 SCHEMA = "ctxlab.plan/1"
 
-# vLLM's default gpu_memory_utilization is 0.9: it leaves a tenth of the device for the rest.
-DEFAULT_RESERVE_FRACTION = 0.10
 DEFAULT_OUTPUT_TOKENS = 256
 
 SECTION_LAYERS: dict[str, tuple[str, str]] = {
@@ -102,34 +101,30 @@ def build_plan(
     output_tokens: int = DEFAULT_OUTPUT_TOKENS,
     prices: cost.HostedPrices | None = None,
     self_hosted: cost.SelfHostedRates | None = None,
-    gpus: int = 1,
+    gpus: int | None = 1,
+    currency: str = "USD",
 ) -> dict[str, Any]:
-    """Every planner figure for `arch` at each context length; see the module docstring."""
-    arch, device = _resolve(arch, device)
-    device = parallel.scaled_device(device, gpus)
+    """Every planner figure for `arch` at each context length; see the module docstring.
+
+    `gpus=None` plans on the fewest devices that hold the weights plus the reserve and says
+    so in `inputs.gpus_source`; a given count that cannot hold them is one sentence naming
+    the count that would."""
+    arch, one_device = _resolve(arch, device)
     arch = memory.with_cache_dtype(arch, cache_dtype)
     contexts = [int(c) for c in contexts]
-    if not contexts:
-        raise CtxlabError("give at least one context length")
-    for value, what in ((page_size, "page size"), (concurrency, "concurrency")):
-        if value <= 0:
-            raise CtxlabError(f"{what} must be a positive number, got {value}")
-    for context in contexts:
-        if context <= 0:
-            raise CtxlabError(f"context length must be a positive number of tokens, got {context}")
-    if shared_prefix < 0:
-        raise CtxlabError(f"shared prefix length must be zero or positive, got {shared_prefix}")
-    if output_tokens < 0:
-        raise CtxlabError(f"output tokens must be zero or positive, got {output_tokens}")
+    inputs.check_inputs(contexts, concurrency, page_size, shared_prefix, output_tokens, gpus)
 
     notes: list[str] = []
     weights = arch.weight_bytes if weights_bytes is None else weights_bytes
+    weights_source = arch.weight_format if weights_bytes is None else "given"
+    chosen = inputs.choose_gpus(arch, one_device, gpus, weights, weights_source, reserve_bytes)
+    gpus, gpus_source, device, reserve = chosen
     if reserve_bytes is None:
-        reserve = int(device.memory_bytes * DEFAULT_RESERVE_FRACTION)
         reserve_source = "default: 10% of device memory (vLLM gpu_memory_utilization 0.9)"
     else:
-        reserve, reserve_source = reserve_bytes, "given"
+        reserve_source = "given"
     budget = capacity.kv_budget(device.memory_bytes, weights, reserve)
+    trained = arch.max_position
 
     mem_rows, page_rows, share_rows, cap_rows, comp_rows, cost_rows = [], [], [], [], [], []
     for context in contexts:
@@ -137,6 +132,7 @@ def build_plan(
         mem_rows.append(
             {
                 "context_tokens": context,
+                "beyond_trained_length": bool(trained) and context > trained,
                 "kv_bytes_per_request": req.bytes_per_request,
                 "kv_bytes_per_request_by_kind": req.bytes_by_kind,
                 "kv_bytes_for_concurrency": req.bytes_for_concurrency,
@@ -216,6 +212,7 @@ def build_plan(
                 "kv_bytes_per_token_by_kind": memory.kv_bytes_per_token_by_kind(arch),
                 "fixed_state_bytes_per_request": arch.fixed_state_bytes(),
                 "growth_stops_at_tokens": memory.growth_stops_at(arch),
+                "trained_length": trained,
             },
             mem_rows,
         ),
@@ -250,10 +247,20 @@ def build_plan(
             {
                 "prices": asdict(prices) if prices else None,
                 "self_hosted": asdict(self_hosted) if self_hosted else None,
+                "currency": currency,
             },
             cost_rows,
         )
 
+    beyond = [c for c in contexts if trained and c > trained]
+    if beyond:
+        notes.append(
+            f"{', '.join(f'{c:,}' for c in beyond)} tokens (marked *) are beyond "
+            f"{arch.name}'s trained length of {trained:,} tokens: the bytes and times are "
+            "arithmetic; the model was not trained to use that much context."
+        )
+    if gpus_source != "given" and gpus > 1:
+        notes.append(f"Planned on {gpus} x {one_device.name}: {gpus_source}.")
     notes.append(
         "Times are rooflines at the device's peak FLOP/s and memory bandwidth: lower bounds."
     )
@@ -293,6 +300,8 @@ def build_plan(
             "active_params": arch.active_params,
             "cache_dtype_bytes": arch.cache_dtype_bytes,
             "weight_dtype_bytes": arch.weight_dtype_bytes,
+            "weight_format": arch.weight_format,
+            "trained_length": trained,
             "notes": list(arch.notes),
         },
         "device": {
@@ -309,12 +318,15 @@ def build_plan(
             "shared_prefix_tokens": shared_prefix,
             "output_tokens": output_tokens,
             "gpus": gpus,
+            "gpus_source": gpus_source,
             "cache_dtype": cache_dtype,
             "weights_bytes": weights,
+            "weights_source": weights_source,
             "reserve_bytes": reserve,
             "reserve_source": reserve_source,
             "prices": asdict(prices) if prices else None,
             "self_hosted": asdict(self_hosted) if self_hosted else None,
+            "currency": currency,
         },
         "kv_bytes_per_token": memory.kv_bytes_per_token(arch),
         "contexts": contexts,

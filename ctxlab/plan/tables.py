@@ -30,18 +30,38 @@ def _kinds(by_kind: dict[str, int]) -> str:
     return ", ".join(f"{kind}: {fmt_bytes(n)}" for kind, n in by_kind.items()) or "-"
 
 
-def _money(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
+def _money(x: float | None, currency: str) -> str:
+    return "-" if x is None else f"{x:.4g} {currency}"
+
+
+def _context(plan: dict[str, Any], i: int) -> str:
+    """A context length, marked * when it is beyond the model's trained length."""
+    row = plan["sections"]["memory"]["rows"][i]
+    mark = " *" if row.get("beyond_trained_length") else ""
+    return fmt_tokens(row["context_tokens"]) + mark
 
 
 def header_lines(plan: dict[str, Any]) -> list[str]:
     arch, device, inputs = plan["arch"], plan["device"], plan["inputs"]
     kinds = ", ".join(f"{n} x {k}" for k, n in arch["layer_kinds"].items())
     dtype = inputs["cache_dtype"] or f"{arch['cache_dtype_bytes']:g} bytes/element"
+    trained = arch.get("trained_length") or 0
+    chosen = inputs.get("gpus_source", "given")
+    gpus = ""
+    if inputs["gpus"] > 1:
+        gpus = (
+            " (tensor parallel; the fewest that hold the weights plus the reserve)"
+            if chosen != "given"
+            else " (tensor parallel)"
+        )
     return [
         f"[bold]{arch['name']}[/bold]: {arch['n_layers']} layers ({kinds}); "
-        f"{arch['params']:,} parameters; cache dtype {dtype}",
-        f"device {device['name']}: {device['peak_flops'] / 1e12:,.0f} TFLOP/s, "
+        f"{arch['params']:,} parameters"
+        + (f", trained to {trained:,} tokens" if trained else "")
+        + f"; cache dtype {dtype}",
+        f"weights {fmt_bytes(inputs['weights_bytes'])} "
+        f"({inputs.get('weights_source', 'given')}), reserve {fmt_bytes(inputs['reserve_bytes'])}",
+        f"device {device['name']}{gpus}: {device['peak_flops'] / 1e12:,.0f} TFLOP/s, "
         f"{device['mem_bandwidth'] / 1e12:,.2f} TB/s, {fmt_bytes(device['memory_bytes'])}",
         f"concurrency {inputs['concurrency']}, page size {inputs['page_size']}, "
         f"shared prefix {inputs['shared_prefix_tokens']:,} tokens, "
@@ -70,9 +90,9 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
             else ""
         )
     )
-    for r in mem["rows"]:
+    for i, r in enumerate(mem["rows"]):
         t.add_row(
-            fmt_tokens(r["context_tokens"]),
+            _context(plan, i),
             f"{fmt_bytes(r['kv_bytes_per_request'])} ({fmt_gb(r['kv_bytes_per_request'])})",
             _kinds(r["kv_bytes_per_request_by_kind"]),
             fmt_bytes(r["kv_bytes_for_concurrency"]),
@@ -86,9 +106,9 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
         ["context", "allocated slots", "wasted slots", "allocated bytes", "wasted bytes"],
     )
     t.caption = f"pages of {page['summary']['page_size']} tokens: ceil(tokens / P) x P slots"
-    for r in page["rows"]:
+    for i, r in enumerate(page["rows"]):
         t.add_row(
-            fmt_tokens(r["context_tokens"]),
+            _context(plan, i),
             fmt_tokens(r["allocated_tokens_per_request"]),
             fmt_tokens(r["wasted_tokens_per_request"]),
             fmt_bytes(r["allocated_bytes_per_request"]),
@@ -107,9 +127,9 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
         f"{share['summary']['shared_prefix_tokens']:,} prefix tokens; avoided = (N - 1) x "
         "prefix bytes still resident; 'full pages' shares whole pages only"
     )
-    for r in share["rows"]:
+    for i, r in enumerate(share["rows"]):
         t.add_row(
-            fmt_tokens(r["context_tokens"]),
+            _context(plan, i),
             fmt_tokens(r["prefix_tokens_shared"]),
             fmt_bytes(r["bytes_without_sharing"]),
             fmt_bytes(r["bytes_avoided_by_sharing"]),
@@ -126,10 +146,10 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
         f"device {fmt_bytes(s['device_memory_bytes'])}"
         f" - weights {fmt_bytes(s['weights_bytes'])} - reserve {fmt_bytes(s['reserve_bytes'])}"
     )
-    for r in cap["rows"]:
+    for i, r in enumerate(cap["rows"]):
         fits = r["max_concurrent_requests"]
         t.add_row(
-            fmt_tokens(r["context_tokens"]),
+            _context(plan, i),
             "unbounded" if fits is None else f"{fits:,}",
             "yes" if r["concurrency_fits"] else "no",
             r["capacity_sentence"],
@@ -141,9 +161,9 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
     t = _table(plan, "compute", ["context", "FLOPs", "weights", "attention", "attn share", "time"])
     t.title = f"Prefill at roofline on {device}  [dim](layer: compute)[/dim]"
     t.caption = "2 x active params x tokens + causal attention; time at peak FLOP/s (lower bound)"
-    for r in comp["rows"]:
+    for i, r in enumerate(comp["rows"]):
         t.add_row(
-            fmt_tokens(r["context_tokens"]),
+            _context(plan, i),
             fmt_flops(r["prefill_flops"]),
             fmt_flops(r["prefill_weight_flops"]),
             fmt_flops(r["prefill_attention_flops"]),
@@ -155,12 +175,17 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
         plan, "compute", ["context", "weights read", "cache read", "bytes/step", "time/token"]
     )
     t.title = f"Decode at roofline on {device}  [dim](layer: compute)[/dim]"
-    t.caption = f"one request alone; a step of all {n} together takes " + ", ".join(
-        fmt_seconds(r["decode_batch_seconds_per_step"]) for r in comp["rows"]
-    )
-    for r in comp["rows"]:
+    t.caption = "one request alone"
+    if n > 1:
+        t.caption += f"; a step of all {n} together takes " + ", ".join(
+            f"{fmt_seconds(r['decode_batch_seconds_per_step'])} at "
+            f"{fmt_tokens(r['context_tokens'])}"
+            for r in comp["rows"]
+        )
+        t.caption += " tokens"
+    for i, r in enumerate(comp["rows"]):
         t.add_row(
-            fmt_tokens(r["context_tokens"]),
+            _context(plan, i),
             fmt_bytes(r["decode_weight_bytes_per_step"]),
             fmt_bytes(r["decode_cache_bytes_per_step"]),
             fmt_bytes(r["decode_bytes_per_step"]),
@@ -170,22 +195,25 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
 
     if "cost" in plan["sections"]:
         c = plan["sections"]["cost"]
+        cur = c["summary"].get("currency", "USD")
         t = _table(
             plan,
             "cost",
-            ["context", "hosted (cold)", "hosted (warm)", "self-hosted GPU s", "per success"],
+            ["context", "hosted (cold)", "hosted (warm)", "self-hosted GPU time", "per success"],
         )
         t.caption = (
-            "cold: the shared prefix is written to the provider cache; warm: it is read back"
+            "per request, in "
+            f"{cur}; cold: the shared prefix is written to the provider cache; warm: it is "
+            "read back; per success: self-hosted cost of one successful request"
         )
-        for r in c["rows"]:
+        for i, r in enumerate(c["rows"]):
             gpu = r["self_hosted_gpu_seconds"]
             t.add_row(
-                fmt_tokens(r["context_tokens"]),
-                _money(r["hosted_cold_cost"]),
-                _money(r["hosted_warm_cost"]),
+                _context(plan, i),
+                _money(r["hosted_cold_cost"], cur),
+                _money(r["hosted_warm_cost"], cur),
                 "-" if gpu is None else fmt_seconds(gpu),
-                _money(r["self_hosted_cost_per_success"]),
+                _money(r["self_hosted_cost_per_success"], cur),
             )
         tables.append(t)
     return tables

@@ -132,3 +132,19 @@ _WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", 
 def count_word(n: int) -> str:
     """Small counts as words ('one', 'two'), larger ones as digits, for plain sentences."""
     return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}"
+
+
+def short_tokens(n: float) -> str:
+    """Axis ticks in tokens as model cards write them: 512, 4K, 128K, 1M (binary K and M)."""
+    for unit, size in (("M", 1024**2), ("K", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}" if n == int(n) else f"{n:.3g}"
+
+
+def short_bytes(n: float) -> str:
+    """Axis ticks in binary bytes: 512 MiB, 1 GiB, 1.5 TiB."""
+    for unit, size in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.3g} B"

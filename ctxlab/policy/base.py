@@ -1,157 +1,67 @@
-"""The narrow seam between the engine and a retention or selection policy.
+"""What every policy answers, and the scorer base every eviction paper shares.
 
-A policy never touches the pool. At two hooks the engine shows it one layer of one sequence
-as a `LayerObs` (the original positions each lane holds, and only what the policy asked for:
-the observation window's attention at the end of prefill, the current query's attention or
-the accumulated attention during decode, the keys, the query) and the policy answers, per
-lane (KV head of that layer), the sorted original positions to keep. The engine does the
-compaction and the freeing, so what a policy says is dropped is really gone from the pool.
+A policy is a pure decision object: the engine shows it what it asked to see (a
+`LayerView`, a `PageObs`, a `FarObs`; see `observation.py`) and executes the answer (kept
+positions per lane, pages to read, far blocks to bring back). It never touches the pool,
+the step plan or the engine, so the same object drives the paged engine and a transformers
+cache (`ctxlab.hf`). `Policy` gives every hook a neutral answer (keep everything, no
+budget), so the engine calls them without asking which policy it holds.
 
-`ScorerPolicy` owns the part every eviction paper shares: a budget in tokens or as a ratio,
-tokens that are always kept (attention sinks, the observation / recent window) and a per-lane
-top-k; a concrete policy only writes `score`.
+`ScorerPolicy` owns the part every eviction paper shares: a `Budget` (tokens or a share of
+the prompt), tokens that are always kept (attention sinks, the observation / recent window)
+and a per-lane top-k; a concrete policy only writes `score`.
+
+Composition is by wrapping (`PolicyWrapper`): a storage format wraps any policy
+(`QuantPolicy(base=...)`), recall wraps an eviction policy (`RecallPolicy(base=...)`).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.policy.budget import TOKENS_256, Budget
+from ctxlab.policy.observation import LayerView
 
 PositionMode = Literal["original", "cache-slot"]
 StackLayer = Literal["retention", "selection", "storage"]
 POSITION_MODES: tuple[str, ...] = ("original", "cache-slot")
 
-# What a hook can carry; a policy lists the ones it reads so the engine computes no more.
-NEEDS = ("obs_attn", "step_attn", "acc_attn", "keys", "query")
-
-
-def parse_budget(value: int | float | str) -> int | float:
-    """A budget in tokens (int >= 1) or as a ratio of the prompt (float in (0, 1))."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = int(text) if text.isdigit() else float(text)
-        except ValueError:
-            raise CtxlabError(
-                f"budget {text!r} is neither a token count (e.g. 256) nor a ratio (e.g. 0.25)."
-            ) from None
-    if isinstance(value, bool):
-        raise CtxlabError(f"budget must be a token count or a ratio, got {value!r}.")
-    if isinstance(value, int):
-        if value < 1:
-            raise CtxlabError(f"a token budget must be at least 1, got {value}.")
-        return value
-    if isinstance(value, float):
-        if value.is_integer() and value >= 1:
-            return int(value)
-        if not 0.0 < value < 1.0:
-            raise CtxlabError(
-                f"a ratio budget must lie strictly between 0 and 1, got {value}; "
-                "give a token count as an integer."
-            )
-        return value
-    raise CtxlabError(f"budget must be a token count or a ratio, got {value!r}.")
-
-
-def budget_tokens(budget: int | float, prompt_len: int) -> int:
-    """Tokens per lane a budget allows for a prompt of `prompt_len` tokens."""
-    b = parse_budget(budget)
-    if isinstance(b, int):
-        return b
-    return max(1, math.floor(b * prompt_len))
-
-
-@dataclass
-class LayerObs:
-    """One layer of one sequence as a policy sees it at a hook.
-
-    `positions[h, i]` is the original position of slot i of KV head h (-1 pads shorter
-    lanes; real slots are sorted ascending). Optional tensors are present only if the
-    policy's `needs` names them.
-    """
-
-    layer: int
-    n_layers: int
-    n_heads: int  # query heads of the layer (GQA groups are consecutive query heads)
-    positions: torch.Tensor  # [n_kv, L] int64
-    seq_len: int  # tokens seen so far; the next token gets this position
-    prompt_len: int
-    step: int = 0  # decode steps done (0 at the prefill hook)
-    keys: torch.Tensor | None = None  # [n_kv, L, d] (as stored: rotated)
-    query: torch.Tensor | None = None  # [n_heads, d] current decode query
-    obs_attn: torch.Tensor | None = None  # [n_heads, w, L] last w prompt queries, softmaxed
-    step_attn: torch.Tensor | None = None  # [n_heads, L] current query, softmaxed
-    acc_attn: torch.Tensor | None = None  # [n_kv, L] attention summed over steps and group
-
-    @property
-    def n_kv(self) -> int:
-        return int(self.positions.shape[0])
-
-    @property
-    def valid(self) -> torch.Tensor:
-        return self.positions >= 0
-
-    @property
-    def lane_lens(self) -> torch.Tensor:
-        return self.valid.sum(dim=1)
-
-    def need(self, name: str) -> torch.Tensor:
-        t = getattr(self, name)
-        if t is None:
-            raise RuntimeError(f"the engine did not provide {name!r} to this policy")
-        return t
-
-
-def group_reduce(x: torch.Tensor, n_kv: int, how: str = "mean") -> torch.Tensor:
-    """Fold query heads `[n_heads, ...]` into their KV heads `[n_kv, ...]` (GQA groups)."""
-    g = x.shape[0] // n_kv
-    y = x.reshape(n_kv, g, *x.shape[1:])
-    if how == "mean":
-        return y.mean(dim=1)
-    if how == "sum":
-        return y.sum(dim=1)
-    if how == "max":
-        return y.amax(dim=1)
-    raise ValueError(f"unknown reduction {how!r}")
-
-
-def attention_probs(
-    q: torch.Tensor, keys: torch.Tensor, key_pos: torch.Tensor, q_pos: torch.Tensor
-) -> torch.Tensor:
-    """Softmax attention of queries `q [H, t, d]` over lanes `keys [n_kv, L, d]`.
-
-    Causal by original position (a query at p sees keys at positions <= p), padding
-    (`key_pos < 0`) masked; returns `[H, t, L]` in float32. This is the slow, obvious
-    computation the hooks are defined by; the engine may pass probabilities it already has.
-    """
-    n_heads, _, d = q.shape
-    n_kv = keys.shape[0]
-    k = keys.float().repeat_interleave(n_heads // n_kv, dim=0)
-    kp = key_pos.repeat_interleave(n_heads // n_kv, dim=0)
-    logits = torch.einsum("htd,hld->htl", q.float(), k) / math.sqrt(d)
-    ok = (kp[:, None, :] >= 0) & (kp[:, None, :] <= q_pos.view(1, -1, 1))
-    logits = logits.masked_fill(~ok, float("-inf"))
-    return torch.softmax(logits, dim=-1).nan_to_num(0.0)
+Keep = list[torch.Tensor]  # per lane (KV head of one layer): sorted original positions kept
 
 
 @dataclass
 class Policy:
-    """What every policy answers; the dataclass fields of a subclass are its parameters."""
+    """Every hook with its neutral answer; the dataclass fields of a subclass are its
+    parameters."""
 
     name: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     stack_layer: ClassVar[StackLayer] = "retention"
-    needs: ClassVar[frozenset[str]] = frozenset()
+    needs: ClassVar[frozenset[str]] = frozenset()  # see observation.NEEDS
+    evicts: ClassVar[bool] = False  # answers with kept positions at the hooks
     position_mode: PositionMode = "original"
 
-    @property
-    def evicts(self) -> bool:
-        return self.stack_layer == "retention"
+    @classmethod
+    def from_budget(cls, budget: Budget | None = None, **params: Any) -> Policy:
+        """The policy with `budget` put where this class keeps it (its `budget` field here).
+
+        A class whose budget means something else (Longformer's window, recall's split)
+        overrides this, so building a policy by name needs no name checks. A budget given
+        to a policy that takes none is one sentence, not silently ignored.
+        """
+        if budget is not None:
+            if "budget" not in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
+                raise CtxlabError(
+                    f"{cls.name} takes no budget; drop the budget or choose a policy that "
+                    "evicts or selects (e.g. snapkv)."
+                )
+            params["budget"] = budget
+        return cls(**params)
 
     def check(self) -> None:
         """Raise CtxlabError (one sentence) for parameters that cannot work."""
@@ -160,11 +70,35 @@ class Policy:
                 f"position mode {self.position_mode!r} is unknown; use one of {POSITION_MODES}."
             )
 
-    def on_prefill(self, obs: LayerObs) -> list[torch.Tensor] | None:
+    # -- storage --------------------------------------------------------------------------
+    def storage(self) -> tuple[str | None, int]:
+        """(KV storage format or None for the model dtype, quantization group)."""
+        return None, 32
+
+    # -- retention ------------------------------------------------------------------------
+    def query_window(self) -> int:
+        """How many recent queries per layer the engine must keep for this policy."""
+        if self.needs & {"acc_attn", "obs_attn"}:
+            return 32
+        return 1 if self.needs & {"step_attn", "query"} else 0
+
+    def resident_tokens(self, prompt_len: int) -> int | None:
+        """Tokens a lane may hold in the pool for a prompt of this length (None: unbounded)."""
+        return None
+
+    def lane_budget(self, obs: LayerView) -> int | None:
+        """Tokens each lane of this layer may keep (None: no budget, ask every layer)."""
+        return None
+
+    def decode_trigger(self, block_size: int = 1) -> int:
+        """Tokens a lane may run over its budget during decode before it is cut back."""
+        return 0
+
+    def on_prefill(self, obs: LayerView) -> Keep | None:
         """Positions to keep per lane once the whole prompt is cached (None: keep all)."""
         return None
 
-    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
+    def on_decode(self, obs: LayerView) -> Keep | None:
         """Positions to keep per lane after a decode step wrote its token (None: keep all)."""
         return None
 
@@ -184,8 +118,12 @@ class ScorerPolicy(Policy):
     one-token-per-step schedule.
     """
 
-    budget: int | float = 256
+    evicts: ClassVar[bool] = True
+    budget: Budget = TOKENS_256
     slack: int | None = None
+
+    def __post_init__(self) -> None:
+        self.budget = Budget.parse(self.budget)  # `H2OPolicy(budget=256)` works too
 
     def n_sinks(self) -> int:
         return 0
@@ -193,21 +131,23 @@ class ScorerPolicy(Policy):
     def n_recent(self, lane_budget: int) -> int:
         return 0
 
-    def lane_budget(self, obs: LayerObs) -> int:
-        """Tokens each lane of this layer may keep (PyramidKV varies it with depth)."""
-        return budget_tokens(self.budget, obs.prompt_len)
+    def resident_tokens(self, prompt_len: int) -> int | None:
+        return self.budget.tokens_for(prompt_len)
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def lane_budget(self, obs: LayerView) -> int:
+        """Tokens each lane of this layer may keep (PyramidKV varies it with depth)."""
+        return self.budget.tokens_for(obs.prompt_len)
+
+    def score(self, obs: LayerView) -> torch.Tensor:
         """`[n_kv, L]`: higher means keep; padding and forced slots are handled for you."""
         raise NotImplementedError
 
     def check(self) -> None:
         super().check()
-        b = parse_budget(self.budget)
         if self.slack is not None and self.slack < 0:
             raise CtxlabError(f"slack must be >= 0 tokens, got {self.slack}.")
-        if isinstance(b, int):
-            self.check_budget(b)
+        if self.budget.tokens is not None:
+            self.check_budget(self.budget.tokens)
 
     def check_budget(self, lane_budget: int) -> None:
         forced = self.n_sinks() + self.n_recent(lane_budget)
@@ -217,7 +157,7 @@ class ScorerPolicy(Policy):
                 f"window alone keep {forced} tokens."
             )
 
-    def select(self, obs: LayerObs, trigger: int = 0) -> list[torch.Tensor] | None:
+    def select(self, obs: LayerView, trigger: int = 0) -> Keep | None:
         """Per-lane kept positions, or None when no lane is over `budget + trigger`."""
         b = self.lane_budget(obs)
         self.check_budget(b)
@@ -242,16 +182,13 @@ class ScorerPolicy(Policy):
         return [torch.sort(kept[h, : ks[h]]).values for h in range(obs.n_kv)]
 
     def decode_trigger(self, block_size: int = 1) -> int:
-        """Tokens a lane may run over its budget during decode before it is cut back.
-
-        The engine passes its block size; a pure call (block size 1) cuts at once.
-        """
+        """The engine passes its block size; a pure call (block size 1) cuts at once."""
         return block_size - 1 if self.slack is None else self.slack
 
-    def on_prefill(self, obs: LayerObs) -> list[torch.Tensor] | None:
+    def on_prefill(self, obs: LayerView) -> Keep | None:
         return self.select(obs)
 
-    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
+    def on_decode(self, obs: LayerView) -> Keep | None:
         return self.select(obs, trigger=self.decode_trigger())
 
     def wants_decode_hook(self, step: int) -> bool:
@@ -273,7 +210,7 @@ class PromptEndCut:
     def decode_trigger(self, block_size: int = 1) -> int:
         return (self.rerun_every or 1) - 1
 
-    def on_decode(self, obs: LayerObs) -> list[torch.Tensor] | None:
+    def on_decode(self, obs: LayerView) -> Keep | None:
         if self.rerun_every is None:
             return None
         return self.select(obs, trigger=self.decode_trigger())  # type: ignore[attr-defined]
@@ -282,10 +219,64 @@ class PromptEndCut:
         return self.rerun_every is not None
 
 
-def keep_to_slots(positions: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Slot indices (in one lane whose real slots hold sorted `positions`) of kept positions."""
-    n = int((positions >= 0).sum())
-    slots = torch.searchsorted(positions[:n], keep)
-    if slots.numel() and (int(slots.max()) >= n or not torch.equal(positions[slots], keep)):
-        raise RuntimeError("a policy kept a position its lane does not hold")
-    return slots
+@dataclass
+class PolicyWrapper(Policy):
+    """A policy around another: every hook is the base's (None: keep all).
+
+    A subclass adds what it wraps the base with: a storage format, a far tier.
+    """
+
+    base: Policy | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything the wrapper does not define is its base's (a wrapped Quest still picks
+        pages): the wrapper is its base plus what it adds."""
+        if name.startswith("__") or name == "base":
+            raise AttributeError(name)
+        base = self.__dict__.get("base")
+        if base is None:
+            raise AttributeError(f"{type(self).__name__} has no {name!r}")
+        return getattr(base, name)
+
+    def __post_init__(self) -> None:
+        if self.base is not None and not isinstance(self.base, Policy):
+            raise CtxlabError(f"{self.name} wraps a policy, got {type(self.base).__name__}.")
+        if self.base is not None:
+            self.position_mode = self.base.position_mode
+
+    @property
+    def needs(self) -> frozenset[str]:  # type: ignore[override]
+        return self.base.needs if self.base is not None else frozenset()
+
+    @property
+    def evicts(self) -> bool:  # type: ignore[override]
+        return self.base is not None and self.base.evicts
+
+    def check(self) -> None:
+        super().check()
+        if self.base is not None:
+            self.base.check()
+
+    def storage(self) -> tuple[str | None, int]:
+        return self.base.storage() if self.base is not None else (None, 32)
+
+    def query_window(self) -> int:
+        return self.base.query_window() if self.base is not None else 0
+
+    def resident_tokens(self, prompt_len: int) -> int | None:
+        return self.base.resident_tokens(prompt_len) if self.base is not None else None
+
+    def lane_budget(self, obs: LayerView) -> int | None:
+        return self.base.lane_budget(obs) if self.base is not None else None
+
+    def decode_trigger(self, block_size: int = 1) -> int:
+        return self.base.decode_trigger(block_size) if self.base is not None else 0
+
+    def on_prefill(self, obs: LayerView) -> Keep | None:
+        return self.base.on_prefill(obs) if self.base is not None else None
+
+    def on_decode(self, obs: LayerView) -> Keep | None:
+        return self.base.on_decode(obs) if self.base is not None else None
+
+    def wants_decode_hook(self, step: int) -> bool:
+        return self.base is not None and self.base.wants_decode_hook(step)

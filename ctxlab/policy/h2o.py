@@ -22,7 +22,8 @@ from typing import ClassVar
 
 import torch
 
-from ctxlab.policy.base import LayerObs, ScorerPolicy
+from ctxlab.policy.base import ScorerPolicy
+from ctxlab.policy.observation import LayerView
 
 
 @dataclass
@@ -35,8 +36,11 @@ class H2OPolicy(ScorerPolicy):
     heavy_ratio: float = 0.5
     obs_window: int = 32
 
+    def query_window(self) -> int:
+        return max(1, self.obs_window)  # the prompt queries that seed the scores
+
     def n_recent(self, lane_budget: int) -> int:
         return lane_budget - int(lane_budget * self.heavy_ratio)
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def score(self, obs: LayerView) -> torch.Tensor:
         return obs.need("acc_attn")

@@ -17,7 +17,8 @@ from typing import ClassVar
 
 import torch
 
-from ctxlab.policy.base import LayerObs, PromptEndCut, ScorerPolicy
+from ctxlab.policy.base import PromptEndCut, ScorerPolicy
+from ctxlab.policy.observation import LayerView
 
 
 @dataclass
@@ -29,5 +30,5 @@ class KNormPolicy(PromptEndCut, ScorerPolicy):
     needs: ClassVar[frozenset[str]] = frozenset({"keys"})
     rerun_every: int | None = None
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def score(self, obs: LayerView) -> torch.Tensor:
         return -torch.linalg.vector_norm(obs.need("keys").float(), dim=-1)

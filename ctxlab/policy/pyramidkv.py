@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, budget_tokens
+from ctxlab.policy.observation import LayerView
 from ctxlab.policy.snapkv import SnapKVPolicy
 
 
@@ -48,6 +48,6 @@ class PyramidKVPolicy(SnapKVPolicy):
     paper: ClassVar[str] = "PyramidKV (Cai et al., 2024)"
     beta: float = 20.0
 
-    def lane_budget(self, obs: LayerObs) -> int:
-        avg = budget_tokens(self.budget, obs.prompt_len)
+    def lane_budget(self, obs: LayerView) -> int:
+        avg = self.budget.tokens_for(obs.prompt_len)
         return pyramid_budgets(avg, obs.n_layers, self.obs_window, self.beta)[obs.layer]

@@ -15,7 +15,8 @@ with the engine's quantized pool (`ctxlab.kv.quant_pool.QuantKVPool`).
 
 In the engine the format is the pool's: `LLM(policy="quant")` keeps every token in a
 quantized pool, and `LLM(policy="snapkv", budget=256, kv_format="kivi4")` (CLI:
-`--kv-format kivi4`) runs any policy over one. `storage_format` resolves the two spellings.
+`--kv-format kivi4`) runs any policy over one: the engine wraps the policy in a
+`QuantPolicy`, as `QuantPolicy(fmt="kivi4", base=...)` does by hand.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from ctxlab.kv.quantize import (
     quantize_int8,
     unpack_bits,
 )
-from ctxlab.policy.base import Policy
+from ctxlab.policy.base import Policy, PolicyWrapper
+from ctxlab.policy.budget import Budget
 
 __all__ = [
     "FORMATS",
@@ -50,9 +52,14 @@ __all__ = [
     "pack_bits",
     "quantize_asym",
     "quantize_int8",
-    "storage_format",
     "unpack_bits",
 ]
+
+
+QUANT_BUDGET = (
+    "quant keeps every token (it is a storage format) and takes no budget; to bound the cache "
+    "give an eviction policy and a KV format, e.g. --policy snapkv --budget 256 --kv-format kivi4."
+)
 
 
 @dataclass
@@ -144,13 +151,13 @@ class QuantKV:
 
 
 @dataclass
-class QuantPolicy(Policy):
-    """Storage format of the pool: every token kept, stored int8 or KIVI 4/2-bit.
+class QuantPolicy(PolicyWrapper):
+    """Storage format of the pool: int8 or KIVI 4/2-bit, around any policy (None: keep all).
 
-    Alone it is full retention in a quantized pool; to compose it with eviction, give the
-    eviction policy and `kv_format` (`--kv-format`). In the pool, KIVI key groups are
-    gcd(group, block size) tokens (a group never spans two blocks) and value groups
-    gcd(group, head dim) channels.
+    `QuantPolicy(fmt="kivi4", base=SnapKVPolicy(...))` runs SnapKV over a KIVI-4 pool; the
+    engine's `kv_format=` is the same wrapping. In the pool, KIVI key groups are gcd(group,
+    block size) tokens (a group never spans two blocks) and value groups gcd(group, head
+    dim) channels.
     """
 
     name: ClassVar[str] = "quant"
@@ -159,6 +166,12 @@ class QuantPolicy(Policy):
     fmt: str = "kivi4"
     group: int = 32
 
+    @classmethod
+    def from_budget(cls, budget: Budget | None = None, **params: Any) -> Policy:
+        if budget is not None:
+            raise CtxlabError(QUANT_BUDGET)
+        return cls(**params)
+
     def check(self) -> None:
         super().check()
         if self.fmt not in FORMATS:
@@ -166,29 +179,5 @@ class QuantPolicy(Policy):
         if self.group < 1:
             raise CtxlabError(f"the quantization group must be at least 1 token, got {self.group}.")
 
-
-def storage_format(policy: Any, budget: Any, kv_format: str | None) -> tuple[str | None, int]:
-    """(pool format or None for the model dtype, KIVI group) from a policy and `kv_format`.
-
-    `policy` "quant" (or a `QuantPolicy`) is full retention in its format; any other policy
-    keeps its own behaviour over a pool in `kv_format`.
-    """
-    if kv_format is not None and kv_format not in FORMATS:
-        raise CtxlabError(
-            f"KV format {kv_format!r} is unknown; use one of {', '.join(FORMATS)} "
-            "(or none for the model's dtype)."
-        )
-    if not (policy == "quant" or isinstance(policy, QuantPolicy)):
-        return kv_format, 32
-    if budget is not None:
-        raise CtxlabError(
-            "quant keeps every token (it is a storage format); to bound the cache give an "
-            "eviction policy and a KV format, e.g. --policy snapkv --budget 256 --kv-format kivi4."
-        )
-    p = policy if isinstance(policy, QuantPolicy) else QuantPolicy(fmt=kv_format or "kivi4")
-    p.check()
-    if kv_format is not None and kv_format != p.fmt:
-        raise CtxlabError(
-            f"the quant policy stores {p.fmt} but kv_format is {kv_format}; give one of them."
-        )
-    return p.fmt, p.group
+    def storage(self) -> tuple[str | None, int]:
+        return self.fmt, self.group

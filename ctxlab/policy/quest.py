@@ -4,10 +4,11 @@ Tang et al., "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inferen
 2024, arXiv:2406.10774). Parameters copied: a page's summary is the per-channel minimum and
 maximum of its keys; for a query q, sum_c max(q_c * min_c, q_c * max_c) is an upper bound of
 q . k for every key k of the page; each decode step attends only to the top pages by that
-bound. Here pages are the pool's blocks, the bound is taken per KV head (the max over the
-query heads of its GQA group, so every head's best page counts), and the first page (the
-sinks) and the current (last) page are always read. `token_budget` is the tokens read per
-step per lane.
+bound. Here pages are the engine's blocks (the engine keeps each block's key summary as
+keys are written and shows them in a `PageObs`), the bound is taken per KV head (the max
+over the query heads of its GQA group, so every head's best page counts), and the first
+page (the sinks) and the current (last) page are always read. `budget` is the tokens read
+per step per lane.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import ClassVar
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy, budget_tokens, group_reduce, parse_budget
+from ctxlab.policy.base import Policy
+from ctxlab.policy.budget import TOKENS_512, Budget
+from ctxlab.policy.observation import PageObs
 
 
 def page_summaries(
@@ -51,69 +54,64 @@ def page_bound(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor) -> torch
     return prod.nan_to_num(0.0).sum(-1).masked_fill(empty, float("-inf"))
 
 
-def select_pages(
-    q: torch.Tensor,
-    kmin: torch.Tensor,
-    kmax: torch.Tensor,
-    lens: torch.Tensor,
-    page: int,
-    n_pages: int,
-    sink_pages: int = 1,
-) -> list[torch.Tensor]:
-    """Sorted page indices each KV head reads: sinks, the current page, then top bounds."""
-    bound = group_reduce(page_bound(q, kmin, kmax), kmin.shape[0], "max")  # [n_kv, P]
-    out = []
-    for h in range(kmin.shape[0]):
-        have = -(-int(lens[h]) // page)
-        if have <= n_pages:
-            out.append(torch.arange(have))
-            continue
-        s = bound[h, :have].clone()
-        s[: min(sink_pages, have)] = float("inf")
-        s[have - 1] = float("inf")
-        top = torch.topk(s, n_pages).indices
-        out.append(torch.sort(top).values)
-    return out
-
-
 @dataclass
 class QuestPolicy(Policy):
-    """Reads `token_budget // page` pages per lane per decode step; evicts nothing.
+    """Reads `budget // page` pages per lane per decode step; evicts nothing.
 
-    `token_budget` is tokens (int) or a share of each sequence's prompt (float in (0, 1)),
-    never fewer pages than the sink pages plus the current one."""
+    `budget` is tokens or a share of each sequence's prompt, never fewer pages than the
+    sink pages plus the current one. The page size is the engine's block size."""
 
     name: ClassVar[str] = "quest"
     paper: ClassVar[str] = "Quest: query-aware sparsity (Tang et al., ICML 2024)"
     stack_layer: ClassVar[str] = "selection"
-    needs: ClassVar[frozenset[str]] = frozenset({"query"})
-    token_budget: int | float = 512
-    page: int = 16
+    needs: ClassVar[frozenset[str]] = frozenset({"pages"})
+    budget: Budget = TOKENS_512
     sink_pages: int = 1
 
-    def pages_per_step(self, prompt_len: int | None = None) -> int:
-        """Pages each lane reads per step (a ratio budget needs the sequence's prompt length)."""
-        if isinstance(self.token_budget, float):
-            if prompt_len is None:
-                raise ValueError("a ratio budget needs the prompt length")
-            tokens = budget_tokens(self.token_budget, prompt_len)
-            return max(self.sink_pages + 1, tokens // self.page)
-        return max(1, self.token_budget // self.page)
+    def __post_init__(self) -> None:
+        self.budget = Budget.parse(self.budget)
 
     def check(self) -> None:
         super().check()
-        self.token_budget = parse_budget(self.token_budget)
-        if isinstance(self.token_budget, float):
-            return  # sized per sequence, at least the sink pages and the current one
-        if self.pages_per_step() < self.sink_pages + 1:
+        if self.sink_pages < 0:
+            raise CtxlabError(f"sink_pages must be >= 0, got {self.sink_pages}.")
+
+    def check_page(self, page: int) -> None:
+        """One sentence when a token budget cannot hold the sink pages and the current one."""
+        if not self.budget.is_ratio and self.pages_per_step(0, page) < self.sink_pages + 1:
             raise CtxlabError(
-                f"a Quest budget of {self.token_budget} tokens is too small: it must hold "
-                f"{self.sink_pages} sink page(s) and the current page of {self.page} tokens."
+                f"a Quest budget of {self.budget} tokens is too small: it must hold "
+                f"{self.sink_pages} sink page(s) and the current page of {page} tokens."
             )
 
+    def pages_per_step(self, prompt_len: int, page: int) -> int:
+        """Pages each lane of a sequence reads per decode step (pages of `page` tokens)."""
+        if self.budget.is_ratio:
+            tokens = self.budget.tokens_for(prompt_len)
+            return max(self.sink_pages + 1, tokens // page)
+        return max(1, self.budget.tokens_for(prompt_len) // page)
 
-def read_fraction(pages: list[torch.Tensor], lens: torch.Tensor, page: int) -> float:
-    """Fraction of stored KV bytes (whole pages) a step reads when it reads `pages`."""
-    read = sum(int(p.numel()) for p in pages)
-    total = sum(-(-int(n) // page) for n in lens)
-    return read / total if total else 1.0
+    def choose_pages(self, obs: PageObs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pages `[B, n_kv, P]` sorted, `ok [B, n_kv, P]`: the slot is a real page in the row's
+        budget) for every decode row and lane at once; P is the most pages any row reads.
+
+        The bound sum_c max(q_c min_c, q_c max_c) is q+ . max + q- . min (q+ and q- the
+        positive and negative parts of q): two matmuls, then the best head of each group.
+        """
+        qg = obs.query
+        B, _, nb, _ = obs.kmin.shape
+        per_row = obs.pages
+        P = min(int(per_row.max()), nb)
+        bound = torch.matmul(qg.clamp(min=0), obs.kmax.transpose(-1, -2))
+        bound = bound + torch.matmul(qg.clamp(max=0), obs.kmin.transpose(-1, -2))
+        bound = bound.amax(2)  # [B, n_kv, nb]
+        page_idx = torch.arange(nb, device=bound.device)
+        have = obs.have[..., None]
+        real = page_idx < have
+        forced = (page_idx < self.sink_pages) | (page_idx == have - 1)
+        bound = bound.masked_fill(~real, float("-inf")).masked_fill(forced & real, float("inf"))
+        top = torch.topk(bound, P, dim=-1).indices  # [B, n_kv, P], best first
+        in_budget = (torch.arange(P, device=top.device) < per_row.view(B, 1, 1)).expand_as(top)
+        top, order = torch.sort(top, dim=-1)
+        ok = torch.gather(real, -1, top) & torch.gather(in_budget, -1, order)
+        return top, ok

@@ -1,166 +1,80 @@
 """`recall`: a far tier for evicted blocks, and bringing the best ones back.
 
-Eviction is usually final. Here a base eviction policy (H2O, StreamingLLM, ...) decides
-what leaves the near tier (the pool); the evicted tokens of each lane go, a block of
-`block` tokens at a time, to a far tier (host memory or a file on disk) together with a
-Quest-style summary (per-channel key min and max). Every `every` decode steps the far
-blocks of each lane are scored by the bound of the current query (as in Quest, Tang et al.,
-ICML 2024) and the best `recall_blocks` are brought back into a reserved part of the budget,
-replacing the previous recalls (which stay in the far tier). The tier counts bytes moved in
-each direction, recall operations, and far-tier hits (a brought-back block that was not
-already resident). In the spirit of InfiniGen / ArkVale / ShadowKV-style offloading; no
-single paper's parameters are copied.
+Eviction is usually final. Here a base eviction policy (H2O, StreamingLLM, ...), wrapped,
+decides what leaves the near tier (the pool); the engine sends the evicted tokens of each
+lane, a block of `block` tokens at a time, to a far tier (host memory or a file on disk)
+together with a Quest-style summary (per-channel key min and max). Every `every` decode
+steps this policy scores each lane's far blocks by the bound of the current query (as in
+Quest, Tang et al., ICML 2024) and picks the best `recall_blocks`; the engine brings them
+back into a reserved part of the budget, replacing the previous recalls (which stay in the
+far tier), and the decode step attends to them beside the lane. In the spirit of InfiniGen
+/ ArkVale / ShadowKV-style offloading; no single paper's parameters are copied.
+
+Built by name, `budget` is the resident budget: the base policy keeps `budget -
+recall_blocks * block` tokens and the recalled blocks use the rest.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy
+from ctxlab.policy.base import Policy, PolicyWrapper
+from ctxlab.policy.budget import TOKENS_256, Budget
+from ctxlab.policy.h2o import H2OPolicy
+from ctxlab.policy.observation import FarObs
 from ctxlab.policy.quest import page_bound
 
+TIERS = ("memory", "disk")
 
-@dataclass
-class FarBlock:
-    positions: torch.Tensor  # [n] int64
-    kmin: torch.Tensor  # [d_k]
-    kmax: torch.Tensor  # [d_k]
-    offset: int = -1  # disk: byte offset of k then v in the file
-    k: torch.Tensor | None = None  # memory tier only
-    v: torch.Tensor | None = None
-    d_k: int = 0
-    d_v: int = 0
-    dtype: torch.dtype = torch.float32
+
+def _default_base() -> Policy:
+    """H2O on the default 256 tokens less the default 8 recalled blocks of 8 tokens."""
+    return H2OPolicy(budget=Budget(tokens=192))
 
 
 @dataclass
-class FarTier:
-    """Evicted blocks per lane with summaries; `kind` is "memory" or "disk"."""
-
-    kind: str = "memory"
-    path: str | None = None
-    lanes: dict[Hashable, list[FarBlock]] = field(default_factory=dict)  # key: a lane
-    bytes_out: int = 0  # near -> far
-    bytes_in: int = 0  # far -> near
-    recalls: int = 0  # recall operations that brought at least one block back
-    hits: int = 0  # blocks brought back from the far tier
-    _file: object | None = None
-    _summary: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("memory", "disk"):
-            raise CtxlabError(f"far tier kind {self.kind!r} is unknown; use 'memory' or 'disk'.")
-        if self.kind == "disk":
-            if self.path is None:
-                fd, self.path = tempfile.mkstemp(prefix="ctxlab-far-", suffix=".kv")
-                os.close(fd)
-            self._file = open(self.path, "w+b")  # noqa: SIM115 - lives as long as the tier
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.bytes_out + self.bytes_in
-
-    def drop(self, lane: Hashable) -> None:
-        """Forget a lane's far blocks (its sequence finished); the disk file is not shrunk."""
-        self.lanes.pop(lane, None)
-        self._summary.pop(lane, None)
-
-    def num_blocks(self, lane: Hashable) -> int:
-        return len(self.lanes.get(lane, []))
-
-    def put(self, lane: Hashable, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> int:
-        """Store one block of a lane; returns its index in the lane's far list."""
-        blk = FarBlock(positions.clone(), k.float().amin(0), k.float().amax(0))
-        blk.d_k, blk.d_v, blk.dtype = k.shape[-1], v.shape[-1], k.dtype
-        nbytes = k.numel() * k.element_size() + v.numel() * v.element_size()
-        if self.kind == "memory":
-            blk.k, blk.v = k.detach().clone().cpu(), v.detach().clone().cpu()
-        else:
-            f = self._file
-            f.seek(0, os.SEEK_END)  # type: ignore[attr-defined]
-            blk.offset = f.tell()  # type: ignore[attr-defined]
-            f.write(k.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())  # type: ignore[attr-defined]
-            f.write(v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())  # type: ignore[attr-defined]
-            f.flush()  # type: ignore[attr-defined]
-            blk.k = None
-        self.bytes_out += nbytes
-        self.lanes.setdefault(lane, []).append(blk)
-        self._summary.pop(lane, None)
-        return len(self.lanes[lane]) - 1
-
-    def read(self, lane: Hashable, idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(positions, k, v) of a far block, bit-exact; counts the bytes brought back."""
-        blk = self.lanes[lane][idx]
-        n = int(blk.positions.numel())
-        if self.kind == "memory":
-            k, v = blk.k, blk.v
-            assert k is not None and v is not None
-        else:
-            dk, dv, dt = blk.d_k, blk.d_v, blk.dtype
-            es = torch.tensor([], dtype=dt).element_size()
-            f = self._file
-            f.seek(blk.offset)  # type: ignore[attr-defined]
-            raw_k = bytearray(f.read(n * dk * es))  # type: ignore[attr-defined]
-            raw_v = bytearray(f.read(n * dv * es))  # type: ignore[attr-defined]
-            k = torch.frombuffer(raw_k, dtype=torch.uint8).view(dt).view(n, dk)
-            v = torch.frombuffer(raw_v, dtype=torch.uint8).view(dt).view(n, dv)
-        self.bytes_in += k.numel() * k.element_size() + v.numel() * v.element_size()
-        self.hits += 1
-        return blk.positions, k, v
-
-    def scores(self, lane: Hashable, q: torch.Tensor) -> torch.Tensor:
-        """Quest bound of each far block of a lane for the query heads `q [g, d]` (max)."""
-        blocks = self.lanes.get(lane, [])
-        if not blocks:
-            return torch.empty(0)
-        if lane not in self._summary:  # one KV head: [1, P, d]
-            self._summary[lane] = (
-                torch.stack([b.kmin for b in blocks])[None],
-                torch.stack([b.kmax for b in blocks])[None],
-            )
-        kmin, kmax = self._summary[lane]
-        return page_bound(q, kmin, kmax).amax(0)
-
-    def best(self, lane: Hashable, q: torch.Tensor, n: int) -> list[int]:
-        s = self.scores(lane, q)
-        if s.numel() == 0 or n <= 0:
-            return []
-        return sorted(torch.topk(s, min(n, s.numel())).indices.tolist())
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()  # type: ignore[attr-defined]
-            self._file = None
-            if self.path and os.path.exists(self.path):
-                os.unlink(self.path)
-
-
-@dataclass
-class RecallPolicy(Policy):
-    """A base eviction policy plus `recall_blocks` far blocks per lane brought back.
-
-    The resident budget is `budget`: the base policy runs with `budget - recall_blocks *
-    block` tokens and the recalled blocks use the rest.
-    """
+class RecallPolicy(PolicyWrapper):
+    """A base eviction policy plus `recall_blocks` far blocks per lane brought back."""
 
     name: ClassVar[str] = "recall"
     paper: ClassVar[str] = "far-tier recall with Quest-style block summaries"
     stack_layer: ClassVar[str] = "selection"
-    needs: ClassVar[frozenset[str]] = frozenset({"query"})
-    base: str = "h2o"
-    budget: int | float = 256
+    base: Policy | None = field(default_factory=_default_base)
     recall_blocks: int = 8
     block: int = 8
     every: int = 1
     tier: str = "memory"
     path: str | None = None
+
+    @classmethod
+    def from_budget(cls, budget: Budget | None = None, **params: Any) -> Policy:
+        """`base` by name gets the budget less the recalled share; a base object keeps its own."""
+        base = params.pop("base", "h2o")
+        probe = cls(base=None, **params)
+        if not isinstance(base, str):
+            if budget is not None:
+                raise CtxlabError("give the budget to recall's base policy, not to both.")
+            return cls(base=base, **params)
+        budget = budget or TOKENS_256
+        if budget.tokens is None:
+            raise CtxlabError("recall takes its budget in tokens, not as a share of the prompt.")
+        if budget.tokens <= probe.recall_tokens():
+            raise CtxlabError(
+                f"a budget of {budget} tokens is too small for recall: its "
+                f"{probe.recall_blocks} recalled blocks alone take {probe.recall_tokens()} tokens."
+            )
+        from ctxlab.policy.registry import make_policy  # the registry imports this module
+
+        rest = Budget(tokens=budget.tokens - probe.recall_tokens())
+        return cls(base=make_policy(base, rest), **params)
+
+    @property
+    def needs(self) -> frozenset[str]:  # type: ignore[override]
+        return super().needs | {"far"}
 
     def recall_tokens(self) -> int:
         return self.recall_blocks * self.block
@@ -169,12 +83,23 @@ class RecallPolicy(Policy):
         super().check()
         if self.every < 1:
             raise CtxlabError(f"recall every must be >= 1 decode steps, got {self.every}.")
-        if not isinstance(self.budget, int):
-            raise CtxlabError("recall takes its budget in tokens, not as a ratio.")
-        if self.budget <= self.recall_tokens():
-            raise CtxlabError(
-                f"a budget of {self.budget} tokens is too small for recall: its "
-                f"{self.recall_blocks} recalled blocks alone take {self.recall_tokens()} tokens."
-            )
-        if self.tier not in ("memory", "disk"):
+        if self.recall_blocks < 1 or self.block < 1:
+            raise CtxlabError("recall needs at least one recalled block of at least one token.")
+        if self.tier not in TIERS:
             raise CtxlabError(f"far tier kind {self.tier!r} is unknown; use 'memory' or 'disk'.")
+        if self.base is None or not self.base.evicts:
+            shown = "none" if self.base is None else self.base.name
+            raise CtxlabError(f"recall needs a base policy that evicts (e.g. h2o), got {shown}.")
+
+    def recall_due(self, step: int) -> bool:
+        """Whether the far blocks are chosen again at this decode step."""
+        return step % self.every == 0
+
+    def choose_far(self, obs: FarObs) -> list[int]:
+        """The far blocks (sorted indices) to bring back: the best `recall_blocks` by the
+        Quest bound of the lane's query heads (the best head of the group counts)."""
+        n = obs.kmin.shape[0]
+        if n == 0:
+            return []
+        s = page_bound(obs.query, obs.kmin[None], obs.kmax[None]).amax(0)
+        return sorted(torch.topk(s, min(self.recall_blocks, n)).indices.tolist())

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, PromptEndCut, ScorerPolicy, group_reduce
+from ctxlab.policy.base import PromptEndCut, ScorerPolicy
+from ctxlab.policy.observation import LayerView, group_reduce
 
 
 def snap_scores(
@@ -48,6 +49,9 @@ class SnapKVPolicy(PromptEndCut, ScorerPolicy):
     pooling: str = "max"
     rerun_every: int | None = None
 
+    def query_window(self) -> int:
+        return max(1, self.obs_window)
+
     def n_recent(self, lane_budget: int) -> int:
         return self.obs_window
 
@@ -58,5 +62,5 @@ class SnapKVPolicy(PromptEndCut, ScorerPolicy):
         if self.pooling not in ("max", "avg"):
             raise CtxlabError(f"pooling must be 'max' or 'avg', got {self.pooling!r}.")
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def score(self, obs: LayerView) -> torch.Tensor:
         return snap_scores(obs.need("obs_attn"), obs.n_kv, self.kernel, self.pooling)

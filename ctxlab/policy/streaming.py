@@ -15,7 +15,8 @@ from typing import ClassVar
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import LayerObs, PositionMode, ScorerPolicy
+from ctxlab.policy.base import PositionMode, ScorerPolicy
+from ctxlab.policy.observation import LayerView
 
 
 @dataclass
@@ -42,5 +43,5 @@ class StreamingPolicy(ScorerPolicy):
                 "sink tokens need at least one recent token beside them."
             )
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def score(self, obs: LayerView) -> torch.Tensor:
         return obs.positions.float()

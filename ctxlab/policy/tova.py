@@ -17,7 +17,8 @@ from typing import ClassVar
 
 import torch
 
-from ctxlab.policy.base import LayerObs, ScorerPolicy, group_reduce
+from ctxlab.policy.base import ScorerPolicy
+from ctxlab.policy.observation import LayerView, group_reduce
 
 
 @dataclass
@@ -30,7 +31,10 @@ class TOVAPolicy(ScorerPolicy):
     per_head: bool = False
     obs_window: int = 1
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def query_window(self) -> int:
+        return max(1, self.obs_window)
+
+    def score(self, obs: LayerView) -> torch.Tensor:
         attn = obs.step_attn if obs.step_attn is not None else obs.need("obs_attn")[:, -1]
         if self.per_head:
             return group_reduce(attn.float(), obs.n_kv, "mean")

@@ -12,7 +12,8 @@ from typing import ClassVar
 
 import torch
 
-from ctxlab.policy.base import LayerObs, ScorerPolicy
+from ctxlab.policy.base import ScorerPolicy
+from ctxlab.policy.observation import LayerView
 
 
 @dataclass
@@ -22,5 +23,5 @@ class WindowPolicy(ScorerPolicy):
     name: ClassVar[str] = "window"
     paper: ClassVar[str] = "Mistral 7B rolling buffer cache (Jiang et al., 2023)"
 
-    def score(self, obs: LayerObs) -> torch.Tensor:
+    def score(self, obs: LayerView) -> torch.Tensor:
         return obs.positions.float()

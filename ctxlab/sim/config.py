@@ -7,12 +7,13 @@ memory by default, like vLLM's 0.9 memory utilisation), unless `pool_bytes` is g
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
+from ctxlab.plan.capacity import gpus_for_weights, no_room
 from ctxlab.plan.devices import Device
-from ctxlab.plan.units import fmt_bytes
 from ctxlab.sim.steptime import ArchCost
 
 DEFAULT_RESERVE_FRACTION = 0.10
@@ -55,11 +56,21 @@ class SimConfig:
             "TPOT SLO": self.slo_tpot,
         }
         for what, value in positive.items():
-            if value <= 0:
-                raise CtxlabError(f"the {what} must be positive, got {value}")
+            if not (0 < value < math.inf):  # NaN fails too
+                raise CtxlabError(f"the {what} must be a positive number, got {value}")
         for what, value in (("pool", self.pool_bytes), ("offload tier", self.offload_bytes)):
             if value is not None and value < 0:
                 raise CtxlabError(f"the {what} size must be non-negative, got {value}")
+        for what, value in (
+            ("compute efficiency", self.compute_efficiency),
+            ("memory efficiency", self.memory_efficiency),
+        ):
+            if not 0 < value <= 1:
+                raise CtxlabError(f"the {what} must be in (0, 1], got {value}")
+        if not 0 <= self.step_overhead < math.inf:
+            raise CtxlabError(
+                f"the step overhead must be zero or positive, got {self.step_overhead}"
+            )
         if self.unlimited and self.pool_bytes is not None:
             raise CtxlabError("give either --pool-bytes or --unlimited-cache, not both")
 
@@ -86,6 +97,17 @@ class Setup:
         return self.pool_bytes // self.page_bytes
 
 
+def fewest_gpus(arch: ArchSpec, device: Device, config: SimConfig) -> int:
+    """The fewest devices that hold the weights plus the reserve."""
+    weights = config.weights_bytes if config.weights_bytes is not None else arch.weight_bytes
+    need = gpus_for_weights(
+        device.memory_bytes, weights, config.reserve_bytes, DEFAULT_RESERVE_FRACTION
+    )
+    if need is None:
+        raise no_room(arch.name, weights, "", 0, 1, device.name, device.memory_bytes, None)
+    return need
+
+
 def resolve(arch: ArchSpec, device: Device, config: SimConfig, gpus: int | None = None) -> Setup:
     """Size the pool; an impossible one (weights do not fit) is one sentence."""
     gpus = config.gpus if gpus is None else gpus
@@ -105,9 +127,11 @@ def resolve(arch: ArchSpec, device: Device, config: SimConfig, gpus: int | None 
         )
         pool = memory - weights - reserve
         if pool <= 0:
-            raise CtxlabError(
-                f"{arch.name} weights ({fmt_bytes(weights)}) plus the reserve "
-                f"({fmt_bytes(reserve)}) leave no room for a KV cache on {gpus} x {device.name} "
-                f"({fmt_bytes(memory)}); use more --gpus, smaller --weights-bytes or --pool-bytes"
+            need = gpus_for_weights(
+                device.memory_bytes, weights, config.reserve_bytes, DEFAULT_RESERVE_FRACTION
+            )
+            label = ", given" if config.weights_bytes is not None else f", {arch.weight_format}"
+            raise no_room(
+                arch.name, weights, label, reserve, gpus, device.name, device.memory_bytes, need
             )
     return Setup(arch, device, config, cost, weights, pool, page_bytes)

@@ -27,6 +27,19 @@ def _thin(x: list, n: int = 4000) -> np.ndarray:
     return np.unique(np.linspace(0, len(x) - 1, min(len(x), n)).astype(int))
 
 
+def _legend_below(ax, handles: list, labels: list) -> None:
+    """Every line in one legend, under the axes, where it hides no data."""
+    ax.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.13),
+        ncol=min(len(labels), 3),
+        fontsize=8,
+        frameon=False,
+    )
+
+
 def usage_plot(result, path: Path, title: str) -> Path:
     plt = _plt()
     tl = result.timeline
@@ -45,14 +58,25 @@ def usage_plot(result, path: Path, title: str) -> Path:
         if pool is not None:
             ax.axhline(pool / GIB, color="grey", ls="--", lw=0.8, label="pool size")
         ax2 = ax.twinx()
-        ax2.plot(t, np.asarray(tl.running)[idx], color="black", alpha=0.3, lw=0.8)
-        ax2.set_ylabel("running requests (grey)")
+        ax2.plot(
+            t,
+            np.asarray(tl.running)[idx],
+            color="black",
+            alpha=0.3,
+            lw=0.8,
+            label="running requests (right axis)",
+        )
+        ax2.set_ylabel("running requests")
+        handles, labels = ax.get_legend_handles_labels()
+        more, more_labels = ax2.get_legend_handles_labels()
+        _legend_below(ax, handles + more, labels + more_labels)
+    else:
+        ax.text(0.5, 0.5, "no pool use recorded", ha="center", transform=ax.transAxes)
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("GiB")
+    ax.set_ylabel("GiB (binary)")
     ax.set_title(title, fontsize=10)
-    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -69,13 +93,13 @@ def sweep_plot(name: str, labels: list[str], rows: list[dict], path: Path, title
     ax2 = ax.twinx()
     ax2.plot(x, [r["ttft_p50"] for r in rows], "s--", color="tab:orange", label="TTFT p50")
     ax2.plot(x, [r["ttft_p99"] for r in rows], "^--", color="tab:red", label="TTFT p99")
-    ax2.set_ylabel("TTFT (s)")
+    ax2.set_ylabel("TTFT (s, log scale; right axis)")
     ax2.set_yscale("log")
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    _legend_below(ax, lines[0] + lines2[0], lines[1] + lines2[1])
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

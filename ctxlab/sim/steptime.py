@@ -151,8 +151,8 @@ class RooflineStepTime:
     ) -> None:
         if not 0 < compute_efficiency <= 1 or not 0 < memory_efficiency <= 1:
             raise CtxlabError("efficiency factors must be in (0, 1]")
-        if overhead_s < 0:
-            raise CtxlabError(f"step overhead must be non-negative, got {overhead_s}")
+        if not 0 <= overhead_s < math.inf:
+            raise CtxlabError(f"step overhead must be zero or a positive number, got {overhead_s}")
         self.cost = cost
         self.flops_rate = device.peak_flops * gpus * compute_efficiency
         self.byte_rate = device.mem_bandwidth * gpus * memory_efficiency
@@ -215,12 +215,24 @@ class ProfileStepTime:
         rows, secs = [], []
         for i, step in enumerate(steps):
             try:
-                rows.append([1.0] + [float(step.get(k, 0)) for k in _FEATURES])
-                secs.append(float(step["seconds"]))
+                features = [float(step.get(k, 0)) for k in _FEATURES]
+                seconds = float(step["seconds"])
             except (AttributeError, KeyError, TypeError, ValueError):
                 raise CtxlabError(
                     f"step profile {path} step {i} needs numeric {', '.join(_FEATURES)} and seconds"
                 ) from None
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise CtxlabError(
+                    f"step profile {path} step {i} took {seconds} seconds; a measured step "
+                    "time must be a positive number"
+                )
+            if not all(math.isfinite(f) and f >= 0 for f in features):
+                raise CtxlabError(
+                    f"step profile {path} step {i} has a negative or non-finite load "
+                    f"({', '.join(_FEATURES)} must be zero or positive)"
+                )
+            rows.append([1.0, *features])
+            secs.append(seconds)
         self.coef = _nonnegative_lstsq(np.array(rows), np.array(secs))
         self.label = f"profile {path.name} ({data.get('model', '?')} on {data.get('device', '?')})"
         self.source = str(path)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
 from ctxlab.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace
 
@@ -80,11 +81,26 @@ def parse_spec(text: str) -> SyntheticSpec:
     return spec
 
 
+MAX_REQUESTS = 1_000_000  # requests in one synthetic trace (a real hour holds ~12,000)
+
+
 def _validate(spec: SyntheticSpec) -> None:
     if spec.n <= 0 or spec.turns <= 0:
         raise CtxlabError("synthetic n and turns must be positive")
+    if spec.n * spec.turns > MAX_REQUESTS or spec.groups > MAX_REQUESTS:
+        raise CtxlabError(
+            f"synthetic n x turns ({spec.n * spec.turns:,}) or groups is absurdly large; "
+            f"ctxlab accepts up to {MAX_REQUESTS:,} requests"
+        )
+    if not all(math.isfinite(v) for v in (spec.rate, spec.cv, spec.think)):
+        raise CtxlabError("synthetic rate, cv and think must be finite numbers")
     if spec.rate <= 0 or spec.cv <= 0 or spec.think < 0:
         raise CtxlabError("synthetic rate and cv must be positive and think non-negative")
+    if spec.prefix > MAX_TOKENS or spec.max_input > MAX_TOKENS:
+        raise CtxlabError(
+            f"synthetic prefix or max_input is absurdly large; ctxlab accepts up to "
+            f"{MAX_TOKENS:,} tokens"
+        )
     if spec.arrival not in ("poisson", "gamma"):
         raise CtxlabError(f"synthetic arrival must be poisson or gamma, got {spec.arrival!r}")
     if spec.groups < 0 or spec.prefix < 0 or spec.max_input <= 0:
@@ -99,25 +115,25 @@ def _sampler(text: str, name: str):
     try:
         if len(parts) == 1:
             value = int(parts[0])
-            if value <= 0:
+            if not 0 < value <= MAX_TOKENS:
                 raise ValueError
             return lambda rng: value
         if parts[0] == "uniform" and len(parts) == 3:
             lo, hi = int(parts[1]), int(parts[2])
-            if not 0 < lo <= hi:
+            if not 0 < lo <= hi <= MAX_TOKENS:
                 raise ValueError
             return lambda rng: int(rng.integers(lo, hi + 1))
         if parts[0] == "lognormal" and len(parts) == 3:
             median, sigma = float(parts[1]), float(parts[2])
-            if median <= 0 or sigma < 0:
+            if not (0 < median <= MAX_TOKENS and 0 <= sigma <= 10):
                 raise ValueError
             mu = math.log(median)
-            return lambda rng: max(1, round(float(rng.lognormal(mu, sigma))))
+            return lambda rng: max(1, min(MAX_TOKENS, round(float(rng.lognormal(mu, sigma)))))
     except ValueError:
         pass
     raise CtxlabError(
         f"synthetic {name} length {text!r} is not N, uniform:A:B or lognormal:MEDIAN:SIGMA "
-        "with positive numbers"
+        f"with positive numbers (lengths up to {MAX_TOKENS:,}, SIGMA up to 10)"
     )
 
 

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
 
 DEFAULT_BLOCK_TOKENS = 512  # Mooncake's hash block size
@@ -53,7 +54,8 @@ class Trace:
 
 
 def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    """A whole number of tokens from 1 up to MAX_TOKENS (more is absurd, not a request)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
 
 
 def _bad_lines_error(path: Path, bad: list[tuple[int, str]], total_bad: int) -> CtxlabError:
@@ -73,9 +75,14 @@ def _check_mooncake(rec: object, block_tokens: int) -> str | None:
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
         return f"timestamp must be a non-negative number of ms, got {ts!r}"
     if not _positive_int(rec["input_length"]):
-        return f"input_length must be a positive integer, got {rec['input_length']!r}"
+        return (
+            f"input_length must be an integer from 1 to {MAX_TOKENS:,}, got {rec['input_length']!r}"
+        )
     if not _positive_int(rec["output_length"]):
-        return f"output_length must be a positive integer, got {rec['output_length']!r}"
+        return (
+            f"output_length must be an integer from 1 to {MAX_TOKENS:,}, "
+            f"got {rec['output_length']!r}"
+        )
     ids = rec["hash_ids"]
     if not isinstance(ids, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in ids
@@ -167,8 +174,11 @@ def read_csv(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trac
                 why = None
                 if not math.isfinite(arrived) or arrived < 0:
                     why = f"arrived_at must be a non-negative number of seconds, got {arrived}"
-                elif n_in <= 0 or n_out <= 0:
-                    why = "num_prefill_tokens and num_decode_tokens must be positive"
+                elif not (_positive_int(n_in) and _positive_int(n_out)):
+                    why = (
+                        "num_prefill_tokens and num_decode_tokens must be whole numbers from 1 "
+                        f"to {MAX_TOKENS:,}"
+                    )
             if why is not None:
                 total_bad += 1
                 if len(bad) < _MAX_REPORTED:
@@ -199,6 +209,8 @@ def load_trace(spec: str, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
 
         return generate_from_spec(spec.partition(":")[2], block_tokens=block_tokens)
     path = Path(spec)
+    if path.is_dir():
+        raise CtxlabError(f"trace {spec!r} is a directory; give a .jsonl or .csv file")
     if not path.exists():
         raise CtxlabError(
             f"trace {spec!r} does not exist (give a .jsonl/.csv file or synthetic:...)"

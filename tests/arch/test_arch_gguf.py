@@ -163,11 +163,13 @@ def test_mla_and_mamba_layers(tmp_path: Path) -> None:
 
 
 def test_bad_files_name_the_file(tmp_path: Path) -> None:
-    with pytest.raises(CtxlabError, match="not found"):
+    with pytest.raises(CtxlabError, match="does not exist"):
         from_gguf(tmp_path / "missing.gguf")
+    with pytest.raises(CtxlabError, match="is a directory"):
+        from_gguf(tmp_path)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"this is not a gguf file at all" * 10)
-    with pytest.raises(CtxlabError, match=r"junk\.gguf: not a readable GGUF"):
+    with pytest.raises(CtxlabError, match=r"junk\.gguf is not a GGUF file"):
         from_gguf(junk)
     empty = tmp_path / "empty.gguf"
     empty.write_bytes(b"")
@@ -175,9 +177,24 @@ def test_bad_files_name_the_file(tmp_path: Path) -> None:
         from_gguf(empty)
     good = _write(tmp_path / "cut.gguf", "llama", _tiny_moe)
     cut = tmp_path / "truncated.gguf"
-    cut.write_bytes(good.read_bytes()[:200])
-    with pytest.raises(CtxlabError, match=r"truncated\.gguf"):
+    for size in (200, len(good.read_bytes()) - 8):  # inside the header; inside the data
+        cut.write_bytes(good.read_bytes()[:size])
+        with pytest.raises(CtxlabError, match=r"truncated\.gguf is a truncated or corrupt GGUF"):
+            from_gguf(cut)
+
+
+def test_planner_and_loader_say_the_same_about_a_truncated_file(tmp_path: Path) -> None:
+    """One header reader: `plan --gguf` and the weight loader give one sentence."""
+    from ctxlab.model.gguf_file import read_gguf_file
+
+    good = _write(tmp_path / "good.gguf", "llama", _tiny_moe)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(good.read_bytes()[:300])
+    with pytest.raises(CtxlabError) as planner:
         from_gguf(cut)
+    with pytest.raises(CtxlabError) as loader:
+        read_gguf_file(cut)
+    assert str(planner.value) == str(loader.value)
 
 
 def test_missing_key_is_named(tmp_path: Path) -> None:

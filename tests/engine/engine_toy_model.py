@@ -39,7 +39,7 @@ def rope(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
 
 
 class ToyRope:
-    """What the policy driver needs from a model's RoPE: moving rotated keys by delta positions."""
+    """What the policy runtime needs from a model's RoPE: moving rotated keys by delta positions."""
 
     def shift_keys(self, k: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         return rope(k, delta)

@@ -77,6 +77,25 @@ def test_plots_are_written(tmp_path):
 
 def test_bad_jsonl_line_is_named(tmp_path):
     path = tmp_path / "rows.jsonl"
-    path.write_text(json.dumps({"a": 1}) + "\n{oops\n")
+    path.write_text(json.dumps(_rows()[0]) + "\n{oops\n")
     with pytest.raises(CtxlabError, match="line 2"):
         summary.read_rows(path)
+    path.write_text(json.dumps(_rows()[0]) + "\n" + json.dumps({"a": 1}) + "\n")
+    with pytest.raises(CtxlabError, match="line 2 has no valid 'task'"):
+        summary.read_rows(path)
+    path.write_text("\n\n")
+    with pytest.raises(CtxlabError, match="holds no rows"):
+        summary.read_rows(path)
+
+
+def test_sliding_perplexity_gives_enough_full_windows():
+    import math
+
+    from ctxlab.eval.perplexity import CURVE_POINTS, sliding_perplexity
+
+    logprobs = [-math.log(2.0)] * 511  # every token at probability 1/2: perplexity 2
+    ends, ppl = sliding_perplexity(logprobs, 63, CURVE_POINTS)
+    assert len(ends) >= CURVE_POINTS - 1 and ends[-1] == 511
+    assert ends[0] == 63 and all(abs(p - 2.0) < 1e-9 for p in ppl)
+    short_ends, short_ppl = sliding_perplexity(logprobs[:10], 63, CURVE_POINTS)
+    assert short_ends == [10] and abs(short_ppl[0] - 2.0) < 1e-9  # a window of what there is

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from ctxlab.errors import CtxlabError
 from ctxlab.kv import KVCacheManager, KVLayout, KVPool, QuantKVPool, SeqKV
 from ctxlab.kv.quantize import kv_bytes
-from ctxlab.policy.compact import compact_lanes
 from ctxlab.policy.quant import QuantKV
 
 FORMATS = ("int8", "kivi4", "kivi2")
@@ -214,7 +213,7 @@ class Model:
             raw[lane] = [(ek[j], ev[j]) for j in keep.tolist()]  # what the compaction reads
             keeps.append(keep)
         if batched:
-            compact_lanes(self.kv, seq, lanes, keeps)
+            self.kv.compact_lanes(seq, lanes, keeps)
         else:
             for lane, keep in zip(lanes, keeps, strict=True):
                 self.kv.compact_lane(seq, lane, keep)

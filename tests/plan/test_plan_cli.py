@@ -123,8 +123,8 @@ def test_list_shows_presets_and_devices(monkeypatch, capsys):
             "input price must be a positive",
         ),
         (
-            ["plan", "llama-3.1-8b", "--reserve-bytes", "90GiB"],
-            "leave no room for a KV cache",
+            ["plan", "llama-3.1-8b", "--reserve-bytes", "90GiB", "--gpus", "1"],
+            "2 x h100 would hold them",
         ),
         (["plan", "llama-3.1-8b", "--weights-bytes", "lots"], "cannot read"),
         (["plan", "llama-3.1-8b", "--cache-dtype", "fp6"], "known cache dtypes"),
@@ -140,7 +140,7 @@ def test_bad_input_is_one_sentence_and_exit_2(monkeypatch, capsys, args, message
 
 
 def test_bad_input_in_a_real_process_has_no_traceback():
-    proc = run_subprocess("plan", "llama-3.1-8b", "--reserve-bytes", "90GiB")
+    proc = run_subprocess("plan", "llama-3.1-8b", "--reserve-bytes", "90GiB", "--gpus", "1")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "leave no room" in proc.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ctxlab.policy.base import LayerObs
+from ctxlab.policy.observation import LayerObs
 
 
 def _lockstep_obs(n_kv: int, length: int, n_heads: int | None = None, **kw) -> LayerObs:

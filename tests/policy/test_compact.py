@@ -1,24 +1,19 @@
-"""Batched compaction does exactly what the manager's one-lane `compact_lane` does.
+"""`KVCacheManager.compact_lanes` against what each lane held before it.
 
-Two identical managers hold the same sequences (one sharing a prefix block with another);
-random keep sets are applied lane by lane through `KVCacheManager.compact_lane` on one and
-all at once through `compact_lanes` on the other. Every lane must then read back the same
-K/V, positions, lengths and block counts, the allocators must agree on what is in use, and
-the shared prefix must be unchanged.
+Sequences (two sharing a prefix block) get random keep sets on random lanes, all lanes of a
+sequence in one call. Every lane must then read back exactly the K/V and positions it held
+at the kept slots (keys re-rotated by the slot shift with a RoPE stand-in), in
+ceil(kept / block) blocks of its own; the allocator's invariants hold, the blocks in use
+are exactly what the sequences hold, and the shared prefix blocks are never written.
 """
 
 from __future__ import annotations
 
-import copy
-
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlab.kv import KVCacheManager, KVLayout
-from ctxlab.policy.base import keep_to_slots
-from ctxlab.policy.compact import compact_lanes, keep_to_slots_batched
 
 BS = 4
 LAYOUT = KVLayout(n_layers=2, n_kv_heads=3, head_dim=4, head_dim_v=4, block_size=BS)
@@ -66,52 +61,40 @@ def _lane(kv: KVCacheManager, seq, lane: int) -> tuple[torch.Tensor, ...]:
     seed=st.integers(0, 10_000),
     shift=st.booleans(),
 )
-def test_batched_compaction_equals_lane_by_lane(lengths, seed, shift):
-    kv_a, seqs_a = _filled(lengths)
-    kv_b = copy.deepcopy(kv_a)
-    seqs_b = [copy.deepcopy(s) for s in seqs_a]
-    shared_before = kv_a.pool.data.clone()
-    cached = [b for g in kv_a.alloc.cached.values() for b in g]
+def test_compaction_keeps_exactly_the_kept_slots(lengths, seed, shift):
+    kv, seqs = _filled(lengths)
+    shared_before = kv.pool.data.clone()
+    cached = [b for g in kv.alloc.cached.values() for b in g]
     gen = torch.Generator().manual_seed(seed)
     rope = ShiftRope() if shift else None
-    for sa, sb in zip(seqs_a, seqs_b, strict=True):
+    for seq in seqs:
+        before = [_lane(kv, seq, lane) for lane in range(LAYOUT.n_lanes)]
         lanes, keep = [], []
         for lane in range(LAYOUT.n_lanes):
-            n = int(sa.lane_len[lane])
+            n = int(seq.lane_len[lane])
             if torch.rand(1, generator=gen) < 0.3:
                 continue  # some lanes are not cut
             k = int(torch.randint(1, n + 1, (1,), generator=gen))
-            slots = torch.sort(torch.randperm(n, generator=gen)[:k]).values
             lanes.append(lane)
-            keep.append(slots)
-            kv_a.compact_lane(sa, lane, slots)
-            if rope is not None:  # the driver's old per-lane re-rotation, by hand
-                rows = sa.table[lane, : -(-k // BS)].repeat_interleave(BS)[:k] * BS
-                rows = rows + torch.arange(k) % BS
-                delta = torch.arange(k) - slots
-                kv_a.pool._k_rows[rows] = rope.shift_keys(kv_a.pool._k_rows[rows][:, None], delta)[
-                    :, 0
-                ]
-        compact_lanes(kv_b, sb, lanes, keep, rope)
+            keep.append(torch.sort(torch.randperm(n, generator=gen)[:k]).values)
+        kv.compact_lanes(seq, lanes, keep, rope)
+        cut = dict(zip(lanes, keep, strict=True))
         for lane in range(LAYOUT.n_lanes):
-            for x, y in zip(_lane(kv_a, sa, lane), _lane(kv_b, sb, lane), strict=True):
-                assert torch.equal(x, y)
-        assert torch.equal(sa.lane_len, sb.lane_len) and torch.equal(sa.n_blocks, sb.n_blocks)
-        assert sa.lockstep == sb.lockstep
-    assert kv_a.alloc.num_used == kv_b.alloc.num_used
-    kv_b.alloc.check_invariants()
+            k0, v0, p0 = before[lane]
+            slots = cut.get(lane, torch.arange(len(p0)))
+            k1, v1, p1 = _lane(kv, seq, lane)
+            want_k = k0[slots]
+            if rope is not None and lane in cut:
+                want_k = rope.shift_keys(want_k[:, None], torch.arange(len(slots)) - slots)[:, 0]
+            assert torch.equal(k1, want_k) and torch.equal(v1, v0[slots])
+            assert torch.equal(p1, p0[slots])
+            if lane in cut:
+                assert int(seq.n_blocks[lane]) == -(-len(slots) // BS)
+        if lanes:
+            assert not seq.lockstep
+    kv.alloc.check_invariants()
+    held = {b for seq in seqs for b in seq.held_blocks()}
+    assert kv.alloc.num_used == len(held), "every block nobody holds went back to the pool"
     for b in cached:  # the shared prefix block was never written
-        if kv_b.alloc.is_cached(b):
-            assert torch.equal(kv_b.pool.data[:, b], shared_before[:, b])
-
-
-def test_keep_to_slots_batched_matches_one_lane():
-    pos = torch.tensor([[0, 3, 7, 9, -1, -1], [1, 2, 5, 6, 8, 11]])
-    keep = [torch.tensor([3, 9]), torch.tensor([1, 6, 11])]
-    got = keep_to_slots_batched(pos, keep)
-    assert [g.tolist() for g in got] == [keep_to_slots(pos[i], keep[i]).tolist() for i in (0, 1)]
-    assert [g.tolist() for g in got] == [[1, 3], [0, 3, 5]]
-    with pytest.raises(RuntimeError):
-        keep_to_slots_batched(pos, [torch.tensor([4]), torch.tensor([1])])
-    with pytest.raises(RuntimeError):
-        keep_to_slots_batched(pos, [torch.tensor([3]), torch.tensor([12])])
+        if kv.alloc.is_cached(b):
+            assert torch.equal(kv.pool.data[:, b], shared_before[:, b])

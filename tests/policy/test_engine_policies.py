@@ -22,10 +22,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
 from engine_toy_model import CFG, ToyModel, one_torch_thread, rope  # noqa: F401  (fixture)
+from policy_cases import build, evicting_names
 
 from ctxlab.engine import LLMEngine, SamplingParams
-from ctxlab.policy import make_policy
-from ctxlab.policy.pyramidkv import pyramid_budgets
+from ctxlab.engine.observe import lane_keys
+from ctxlab.engine.policy_runtime import NullRuntime
+from ctxlab.policy import LayerObs, make_policy
 
 MODEL = ToyModel(with_rope=True)
 BS = 4
@@ -52,7 +54,7 @@ def test_full_policy_is_exactly_the_engine():
     ps = prompts(4)
     base = run(engine(max_num_batched_tokens=37), ps)
     eng = engine(max_num_batched_tokens=37, policy="full")
-    assert eng.driver is None
+    assert type(eng.runtime) is NullRuntime
     assert run(eng, ps) == base
 
 
@@ -149,7 +151,7 @@ def sinks_and_recent(n_sinks, n_recent):
 def test_positional_policies_match_dense_reference(name, params, keep, cache_slot, slack):
     chunk = 13
     policy = make_policy(name, slack=slack, **params)
-    budget, trigger = policy.budget, BS - 1 if slack is None else slack
+    budget, trigger = policy.budget.tokens, BS - 1 if slack is None else slack
     for p in prompts(3, seed=5):
         eng = engine(max_num_batched_tokens=chunk, policy=policy)
         got = run(eng, [p])[0]
@@ -158,7 +160,7 @@ def test_positional_policies_match_dense_reference(name, params, keep, cache_slo
 
 def test_streaming_cache_slot_runs_past_the_trained_length():
     eng = engine(max_num_batched_tokens=64, policy="streaming", budget=32, kv_pool_tokens=256)
-    assert eng.driver.unbounded_positions
+    assert eng.runtime.unbounded_positions
     rid = eng.add_request(prompts(1, lo=700, hi=700)[0], SamplingParams(max_tokens=8))
     bpb = eng.kv.layout.bytes_per_block
     while eng.has_unfinished():
@@ -171,23 +173,10 @@ def test_streaming_cache_slot_runs_past_the_trained_length():
 
 
 # -- budgets, batches, chunks and prefix sharing for every eviction policy -----------------
-EVICTING = {
-    "window": {"budget": 32},
-    "streaming": {"budget": 32},
-    "h2o": {"budget": 32},
-    "tova": {"budget": 32},
-    "snapkv": {"budget": 32, "obs_window": 8},
-    "snapkv-rerun": {"budget": 32, "obs_window": 8, "rerun_every": 1},
-    "pyramidkv": {"budget": 32, "obs_window": 8},
-    "longformer": {"local": 28, "n_global": 4},
-    "bigbird": {"local": 20, "n_global": 4, "n_random": 8},
-}
-
-
-@pytest.mark.parametrize("name", list(EVICTING))
+@pytest.mark.parametrize("name", evicting_names())
 def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(name):
-    params = dict(EVICTING[name])
-    policy = make_policy(name.split("-")[0], params.pop("budget", None), **params)
+    """Every registered policy that evicts, at 32 tokens (or the least it accepts)."""
+    policy = build(name, 32)
     eng = engine(max_num_batched_tokens=29, policy=policy)
     lay = eng.kv.layout
     shared = prompts(1, seed=9, lo=48, hi=48)[0]
@@ -199,12 +188,8 @@ def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(
     assert cached
     checked = 0
     rids = [eng.add_request(p, SamplingParams(max_tokens=N_OUT)) for p in ps]
-    if name.startswith("pyramidkv"):
-        per_layer = pyramid_budgets(32, lay.n_layers, 8)
-        bound_blocks = sum(lay.n_kv_heads * (-(-b // BS) + 1) for b in per_layer)
-    else:
-        b = 32 if "budget" in EVICTING[name] else policy.budget
-        bound_blocks = lay.n_lanes * (-(-b // BS) + 1)
+    rt = eng.runtime
+    grows = not policy.wants_decode_hook(1)  # cut once at the prompt's end, then lanes grow
     while eng.has_unfinished():
         eng.step()
         alloc.check_invariants()
@@ -214,18 +199,22 @@ def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(
                 checked += 1
         for rid in rids:
             s = eng.seqs[rid]
-            st = eng.driver.states.get(rid)
+            st = rt.states.get(rid)
             if s.finished or st is None or not st.prefilled:
                 continue
-            grown = st.step if name in ("snapkv", "pyramidkv") else 0  # no decode re-run
-            allowed = (bound_blocks + lay.n_lanes * -(-grown // BS)) * lay.bytes_per_block
-            assert eng.kv.resident_bytes(s.kv) <= allowed
+            bound = 0  # per layer: its lanes' budget plus one partial block each
+            for layer in range(lay.n_layers):
+                obs = LayerObs(layer, lay.n_layers, CFG.num_heads, torch.empty(2, 0), 0, 1)
+                obs.prompt_len = st.prompt_len
+                b = policy.lane_budget(obs)
+                bound += lay.n_kv_heads * (-(-b // BS) + 1 + (-(-st.step // BS) if grows else 0))
+            assert eng.kv.resident_bytes(s.kv) <= bound * lay.bytes_per_block
     outs = [eng.output(r) for r in rids]
     assert all(len(o.token_ids) == N_OUT for o in outs)
     assert eng.stats().prefix_cache_hits > 0, "the shared prefix was reused"
     assert eng.stats().blocks_used == 0, "every block came back"
     assert checked > 0
-    assert eng.driver.compactions > 0
+    assert rt.compactions > 0
 
 
 def test_quest_reads_fewer_blocks_and_keeps_everything():
@@ -233,13 +222,12 @@ def test_quest_reads_fewer_blocks_and_keeps_everything():
     base = run(engine(), ps)
     eng = engine(policy="quest", budget=16)
     got = run(eng, ps)
-    sel = eng.driver.selector
-    assert 0 < sel.read_fraction < 0.3
-    assert eng.driver.compactions == 0
+    assert 0 < eng.runtime.pages.read_fraction < 0.3
+    assert eng.runtime.compactions == 0
     assert all(len(g) == N_OUT for g in got)
     # With a budget covering the whole context, Quest reads everything: exact output.
     eng = engine(policy="quest", budget=512)
-    assert run(eng, ps) == base and eng.driver.selector.read_fraction == 1.0
+    assert run(eng, ps) == base and eng.runtime.pages.read_fraction == 1.0
 
 
 def test_quest_ratio_budget_reads_a_share_of_each_prompt():
@@ -248,34 +236,29 @@ def test_quest_ratio_budget_reads_a_share_of_each_prompt():
     short, long_ = prompts(1, seed=5, lo=40, hi=40)[0], prompts(1, seed=6, lo=160, hi=160)[0]
     eng = engine(policy="quest", budget=0.25)
     rids = [eng.add_request(p, SamplingParams(max_tokens=6)) for p in (short, long_)]
-    sel = eng.driver.selector
+    pages = eng.runtime.pages
     seen = []
-    inner = sel._pages_per_row
-
-    def spy(n_rows):
-        rows = inner(n_rows)
-        seen.append(rows.tolist())
-        return rows
-
-    sel._pages_per_row = spy
+    while eng.has_unfinished():
+        eng.step()
+        seen.append(pages.per_row.tolist())
     eng.run_all(rids)
     assert [40 // 4 // BS, 160 // 4 // BS] in seen  # 2 and 10 pages of 4 tokens
-    assert 0 < sel.read_fraction < 0.6
-    assert make_policy("quest", budget=0.25).pages_per_step(4000) == 62  # 1,000 tokens / 16
+    assert 0 < pages.read_fraction < 0.6
+    assert make_policy("quest", budget=0.25).pages_per_step(4000, 16) == 62  # 1,000 tokens / 16
 
 
 def test_h2o_scores_from_the_attention_match_the_per_layer_definition():
     """H2O's decode scores, taken from the batched attention itself (two sequences decoding
     together), equal the slow per-layer definition: this step's softmax of the current
     query over the lane's keys, summed over the query heads of each KV head."""
-    from ctxlab.policy.base import attention_probs, group_reduce
+    from ctxlab.policy import attention_probs, group_reduce
 
     # slack 8: no cut between the two snapshots, so slots do not move under the check.
     eng = engine(policy=make_policy("h2o", 24, slack=8), max_num_batched_tokens=16)
     rids = [
         eng.add_request(p, SamplingParams(max_tokens=50)) for p in prompts(2, seed=2, lo=40, hi=70)
     ]
-    drv = eng.driver
+    drv = eng.runtime
     assert drv.scores_in_attention
     checked = 0
     for _ in range(60):
@@ -293,7 +276,8 @@ def test_h2o_scores_from_the_attention_match_the_per_layer_definition():
             assert not seq.kv.lockstep
             q, q_pos = st.log.ordered()
             for layer in range(CFG.num_layers):
-                pos, keys = drv._lanes(seq.kv, layer)
+                pos = eng.kv.lane_positions(seq.kv, eng.kv.layout.lanes_of_layer(layer))
+                keys = lane_keys(eng.kv, seq.kv, layer, pos.shape[1])
                 p = attention_probs(q[layer][:, -1:], keys, pos, q_pos[-1:])[:, 0]
                 want = group_reduce(p, CFG.num_kv_heads, "sum")
                 lanes = eng.kv.layout.lanes_of_layer(layer)
@@ -313,7 +297,7 @@ def test_recall_of_every_far_block_gives_back_full_attention():
     pol = make_policy("recall", budget=170, recall_blocks=40, block=4, base="h2o")
     eng = engine(policy=pol)
     assert run(eng, ps) == base
-    tier = eng.driver.tier
+    tier = eng.runtime.far.tier
     assert tier.bytes_out > 0 and tier.hits > 0 and tier.recalls > 0
     assert tier.bytes_in <= tier.bytes_out, "each far block is moved back once, then kept"
 
@@ -327,12 +311,11 @@ def test_recall_keeps_the_resident_budget():
     while eng.has_unfinished():
         eng.step()
         for rid in rids:
-            s, st = eng.seqs[rid], eng.driver.states.get(rid)
+            s, st = eng.seqs[rid], eng.runtime.states.get(rid)
             if not s.finished and st is not None and st.prefilled:
                 assert eng.kv.resident_bytes(s.kv) <= own
-        sel = eng.driver.selector
-        assert sel.scratch_bytes() <= 3 * lay.n_lanes * 8 * (8 + 8) * 8  # 8 tokens per lane
-    tier = eng.driver.tier
+        assert eng.runtime.far.scratch_bytes() <= 3 * lay.n_lanes * 8 * (8 + 8) * 8
+    tier = eng.runtime.far.tier
     assert tier.recalls > 0 and tier.bytes_in > 0
     assert not tier.lanes, "finished sequences leave nothing in the far tier"
 
@@ -352,7 +335,7 @@ def test_preemption_by_recompute_with_a_policy(name):
         eng.kv.alloc.check_invariants()
     assert eng.scheduler.num_preemptions > 0
     assert all(len(eng.output(r).token_ids) == 60 for r in rids)
-    assert eng.stats().blocks_used == 0 and not eng.driver.states
+    assert eng.stats().blocks_used == 0 and not eng.runtime.states
 
 
 def test_pyramidkv_reads_each_layer_at_its_own_width_with_the_same_output():
@@ -365,10 +348,10 @@ def test_pyramidkv_reads_each_layer_at_its_own_width_with_the_same_output():
 
     eng = pyramid()
     got = run(eng, ps)
-    assert eng.driver.uneven_layers
+    assert eng.runtime.uneven_layers
     ref = pyramid()
     rids = [ref.add_request(p, SamplingParams(max_tokens=N_OUT)) for p in ps]
     while ref.has_unfinished():
-        ref.driver.uneven_layers = False  # the engine's own decode path
+        ref.runtime.uneven_layers = False  # the engine's own decode path
         ref.step()
     assert [ref.output(r).token_ids for r in rids] == got

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxlab.policy import make_policy
-from ctxlab.policy.base import LayerObs
+from ctxlab.policy.observation import LayerObs
 from ctxlab.policy.pyramidkv import pyramid_budgets
 from ctxlab.policy.snapkv import snap_scores
 

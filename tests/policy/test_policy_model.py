@@ -70,7 +70,7 @@ def test_recall_brings_back_the_needle_h2o_evicted(loaded):
     )  # h2o on 384 - 8 x 8 tokens, plus 8 recalled blocks of 8 tokens
     out = llm.generate([ids], SamplingParams(max_tokens=16))[0]
     assert "tangerine" in out.text.lower(), out.text
-    tier = llm.engine.driver.tier
+    tier = llm.engine.runtime.far.tier
     assert tier.bytes_in > 0 and tier.recalls > 0 and tier.hits > 0
     assert tier.bytes_out >= (len(ids) - 384) * 30 * 3 * 128 * 4  # every evicted token left
     lay = llm.engine.kv.layout
@@ -113,7 +113,7 @@ def test_streaming_cache_slot_runs_past_the_trained_length(loaded):
         steps += 1
         assert eng.kv.resident_bytes(seq.kv) <= bound
         # The positions the model saw stay inside the trained range.
-        assert seq.num_computed - eng.driver.position_offset(rid) <= budget + chunk
+        assert seq.num_computed - eng.runtime.position_offset(rid) <= budget + chunk
     out = eng.output(rid)
     assert len(out.token_ids) == 64 and out.finish_reason == "length"
     assert steps >= 9000 // chunk + 63

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
 from engine_toy_model import CFG, ToyModel, one_torch_thread  # noqa: F401  (fixture)
 
 from ctxlab.engine import LLM, LLMEngine, SamplingParams
+from ctxlab.engine.policy_runtime import NullRuntime
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.quantize import kv_bytes
 from ctxlab.policy import make_policy
@@ -57,7 +58,7 @@ CASES = {
     "snapkv-kivi4": ("snapkv", 32, {"obs_window": 8, "rerun_every": 1}, "kivi4"),
     "h2o-int8": ("h2o", 32, {}, "int8"),
     "streaming-kivi2": ("streaming", 32, {}, "kivi2"),
-    "quest-kivi4": ("quest", 16, {"page": BS}, "kivi4"),
+    "quest-kivi4": ("quest", 16, {}, "kivi4"),
     "recall-int8": ("recall", 48, {"recall_blocks": 2, "block": 4, "base": "h2o"}, "int8"),
 }
 
@@ -96,7 +97,7 @@ def test_quantized_pool_bytes_budget_and_prefix_cache_under_every_policy(case):
                 continue
             got = eng.kv.resident_bytes(s.kv)
             assert got == measured_identity(eng, s.kv)
-            st = eng.driver.states.get(rid) if eng.driver is not None else None
+            st = getattr(eng.runtime, "states", {}).get(rid)
             if evicts and st is not None and st.prefilled:
                 assert got <= bound
     outs = [eng.output(r) for r in rids]
@@ -125,7 +126,8 @@ def test_quant_api_errors_are_one_sentence():
     with pytest.raises(CtxlabError, match="give one of them"):
         engine(policy=make_policy("quant", fmt="int8"), kv_format="kivi2")
     eng = engine(policy="quant", kv_format="int8")
-    assert eng.policy.fmt == "int8" and eng.driver is None and eng.kv.pool.fmt == "int8"
+    assert eng.policy.fmt == "int8" and eng.kv.pool.fmt == "int8"
+    assert type(eng.runtime) is NullRuntime  # a storage format alone drives nothing
 
 
 # -- the default model ---------------------------------------------------------------------

@@ -1,0 +1,35 @@
+"""Running one request with progress, for the engine commands.
+
+`run_one` drives the engine step by step so a long prompt shows its prefill advancing, then
+the decode (`ctxlab.model.open_model` shows the model and tokenizer loading).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxlab.progress import progress
+
+
+def run_one(engine: Any, request: Any, params: Any, *, enabled: bool = True) -> Any:
+    """One request through the engine, with the prefill and the decode as progress bars."""
+    rid = engine.add_request(request, params)
+    seq = engine.seqs[rid]
+    prompt = seq.num_prompt
+    with progress(f"prefill of {prompt:,} tokens", total=prompt, enabled=enabled) as bar:
+        done = 0
+        while engine.has_unfinished() and seq.num_computed < prompt and not seq.finished:
+            engine.step()
+            now = min(seq.num_computed, prompt)
+            bar.advance(max(0, now - done))
+            done = max(done, now)
+    with progress("decoding", total=params.max_tokens, enabled=enabled) as bar:
+        produced = len(seq.output_ids)
+        bar.advance(produced)
+        while engine.has_unfinished():
+            engine.step()
+            bar.advance(len(seq.output_ids) - produced)
+            produced = len(seq.output_ids)
+    out = engine.output(rid)
+    del engine.seqs[rid]
+    return out

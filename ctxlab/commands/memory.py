@@ -1,0 +1,419 @@
+"""`ctxlab memory`: compaction with a loss report, recall/archival search, core memory, tools.
+
+The backend flags (`--backend ctxlab|openai`, `--base-url`, ...) are shared with
+`ctxlab rag`. torch and the model load only inside commands that generate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
+from ctxlab.errors import CtxlabError
+
+memory_app = typer.Typer(
+    help="Application memory: tiered memory, context strategies, compaction loss reports.",
+    no_args_is_help=True,
+)
+
+# -- flags shared with `ctxlab rag` ---------------------------------------------------------
+DbOpt = Annotated[
+    Path | None,
+    typer.Option("--db", help="SQLite store file (default: ctxlab.db in the user data folder)."),
+]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend", help="ctxlab (the in-process engine) or openai (any compatible server)."
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None, typer.Option("--base-url", help="OpenAI-compatible server, e.g. http://h:8000/v1.")
+]
+ServedModelOpt = Annotated[
+    str, typer.Option("--served-model", help="Model name sent to the OpenAI-compatible server.")
+]
+ApiKeyOpt = Annotated[str, typer.Option("--api-key", help="API key for the server.")]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        help="The served model's tokenizer (.gguf, HF folder or smollm2-135m) for exact "
+        "counts; without it the server's /tokenize or usage report is used.",
+    ),
+]
+RetrieverOpt = Annotated[
+    str, typer.Option("--retriever", help="bm25, dense (WordLlama vectors) or hybrid (RRF).")
+]
+
+
+def make_backend(
+    backend: str,
+    model: str,
+    base_url: str | None,
+    served_model: str,
+    api_key: str,
+    tokenizer: str | None,
+    dtype: str = "float32",
+    window: int | None = None,
+) -> Any:
+    """The engine (default) or an OpenAI-compatible server, checked before anything loads.
+
+    `window` is the context window assumed for a server that does not report its own.
+    """
+    if backend == "ctxlab":
+        if base_url is not None:
+            raise CtxlabError("--base-url needs --backend openai.")
+        from ctxlab.commands.options import EngineOptions
+        from ctxlab.memory.engine_backend import EngineBackend
+
+        EngineOptions(model=model, dtype=dtype).check()
+        return EngineBackend(model, dtype=dtype, enable_prefix_caching=False)  # its own window
+    if backend == "openai":
+        if not base_url:
+            raise CtxlabError("--backend openai needs --base-url (e.g. http://localhost:8000/v1).")
+        from ctxlab.memory.openai_backend import OpenAIChatBackend
+
+        return OpenAIChatBackend(base_url, served_model, api_key, window, tokenizer)
+    raise CtxlabError(f"--backend {backend!r} is unknown; use ctxlab or openai.")
+
+
+def parse_list(text: str, flag: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise CtxlabError(f"{flag} needs at least one value.")
+    return items
+
+
+def default_out(kind: str) -> Path:
+    return Path("out") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+# -- commands ---------------------------------------------------------------------------------
+@memory_app.command("compact")
+def compact(
+    history: Path = typer.Option(
+        None, "--history", help="History: JSON lines of {role, content, session, created_at}."
+    ),
+    facts: Path = typer.Option(
+        None, "--facts", help="Facts: JSON list of {id, question, answer, message}."
+    ),
+    strategy: str = typer.Option(
+        "truncation,summary-extractive,summary,tiered",
+        "--strategy",
+        help="Comma list of: truncation, summary, summary-extractive, tiered.",
+    ),
+    window: int = typer.Option(
+        1024, "--window", help="Context window in tokens for the replay (below the model's)."
+    ),
+    reserve: int = typer.Option(64, "--reserve", help="Tokens kept free for the reply."),
+    warn: float = typer.Option(0.75, "--warn", help="Pressure share that records a warning."),
+    compact_at: float = typer.Option(0.90, "--compact-at", help="Pressure share that compacts."),
+    k: int = typer.Option(3, "--k", help="Messages a search returns (recoverable / recalled)."),
+    note_position: str = typer.Option(
+        "system",
+        "--note-position",
+        help="Where the summary/recall note goes: system (stable prefix) or turn (next to "
+        "the user's turn, where a small model uses it best).",
+    ),
+    retriever: RetrieverOpt = "hybrid",
+    answer_tokens: int = typer.Option(16, "--answer-tokens", help="Tokens per answer."),
+    seed: SeedOpt = 0,
+    model: ModelOpt = DEFAULT_MODEL,
+    dtype: DTypeOpt = "float32",
+    backend: BackendOpt = "ctxlab",
+    base_url: BaseUrlOpt = None,
+    served_model: ServedModelOpt = "default",
+    api_key: ApiKeyOpt = "none",
+    tokenizer: TokenizerOpt = None,
+    out: Path = typer.Option(
+        None, "--out", help="Output folder (default out/memory-compact-TIMESTAMP)."
+    ),
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay a history under each strategy; report per planted fact: kept, recoverable, lost.
+
+    Without --history/--facts the seeded fixture conversation is used.
+    """
+    from ctxlab.memory.budget import MemoryConfig
+    from ctxlab.memory.fixtures import conversation_fixture, load_fixture_files
+    from ctxlab.memory.search import check_retriever
+    from ctxlab.memory.strategies import make_strategy
+
+    names = parse_list(strategy, "--strategy")
+    for name in names:
+        make_strategy(name)
+    check_retriever(retriever)
+    if (history is None) != (facts is None):
+        raise CtxlabError("give both --history and --facts, or neither (the seeded fixture).")
+    if k < 1 or answer_tokens < 1:
+        raise CtxlabError("--k and --answer-tokens must be at least 1.")
+    config = MemoryConfig(
+        window=window,
+        reserve=reserve,
+        warn_share=warn,
+        compact_share=compact_at,
+        retrieve_k=k,
+        note_position=note_position,
+    )
+    if answer_tokens > reserve:
+        raise CtxlabError(f"--answer-tokens {answer_tokens} exceeds --reserve {reserve}.")
+    if history is not None and facts is not None:
+        messages, fact_list = load_fixture_files(history, facts)
+        source = f"{history} + {facts}"
+    else:
+        fixture = conversation_fixture(seed)
+        messages, fact_list = fixture.history, fixture.facts
+        source = f"fixture conversation (seed {seed})"
+    folder = output_dir(out or default_out("memory-compact"))
+    engine = make_backend(
+        backend, model, base_url, served_model, api_key, tokenizer, dtype, window=window
+    )
+    from ctxlab.memory.loss import compaction_report, model_ceiling
+    from ctxlab.progress import progress
+
+    reports = []
+    with progress("model ceiling (each fact's own message only)"):
+        ceiling = model_ceiling(messages, fact_list, engine, config, answer_tokens)
+    with progress("compaction", len(names)) as bar:
+        for name in names:
+            bar.describe(f"compaction: {name}")
+            reports.append(
+                compaction_report(
+                    messages,
+                    fact_list,
+                    name,
+                    engine,
+                    config,
+                    search_k=k,
+                    retriever=retriever,
+                    answer_tokens=answer_tokens,
+                    on_step=bar.describe,
+                )
+            )
+            bar.advance()
+    doc = {
+        "source": source,
+        "model": getattr(engine, "model_label", engine.name),
+        "window": window,
+        "reserve": reserve,
+        "search_k": k,
+        "retriever": retriever,
+        "note_position": note_position,
+        "loop": "deterministic (the default model cannot call tools)",
+        "model_ceiling": ceiling,
+        "compaction": [r.summary() for r in reports],
+        "reports": [r.as_dict() for r in reports],
+    }
+    (folder / "compaction.json").write_text(json.dumps(doc, indent=1) + "\n")
+    from ctxlab.memory.plot import plot_compaction
+
+    plot_compaction(reports, ceiling, folder / "compaction.png")
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
+    _print_compaction(doc, reports)
+    typer.echo(f"results: {folder / 'compaction.json'}, {folder / 'compaction.png'}")
+
+
+def _print_compaction(doc: dict[str, Any], reports: list[Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"{len(reports[0].facts)} planted facts, {doc['source']}; window {doc['window']} "
+        f"(reserve {doc['reserve']}); note in the {doc['note_position']} position; "
+        f"recoverable = top-{doc['search_k']} {doc['retriever']} recall search finds the "
+        "stating message"
+    )
+    table = Table(title="Compaction", title_justify="left")
+    for col in (
+        "strategy",
+        "kept",
+        "recov.",
+        "lost",
+        "accuracy",
+        "tok before",
+        "tok after",
+        "compactions",
+    ):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for r in reports:
+        s = r.summary()
+        table.add_row(
+            s["strategy"],
+            str(s["in_context"]),
+            str(s["recoverable"]),
+            str(s["lost"]),
+            f"{s['accuracy']:.0%}",
+            f"{s['tokens_before']:,}",
+            f"{s['tokens_after']:,}",
+            str(s["compactions"]),
+        )
+    table.add_row("(own message only)", "-", "-", "-", f"{doc['model_ceiling']:.0%}", "-", "-", "-")
+    console.print(table)
+    facts = Table(title="Per fact: status, answer right (+) or wrong (-)", title_justify="left")
+    facts.add_column("fact")
+    for r in reports:
+        facts.add_column(r.strategy)
+    short = {"in_context": "kept", "recoverable": "recov.", "lost": "lost"}
+    for i, f in enumerate(reports[0].facts):
+        cells = [
+            f"{short[r.facts[i].status]} {'+' if r.facts[i].correct else '-'}" for r in reports
+        ]
+        facts.add_row(f.id, *cells)
+    console.print(facts)
+    console.print(
+        f"loop: {doc['loop']}; accuracy of the row '(own message only)' is the model's ceiling."
+    )
+
+
+@memory_app.command("fixture")
+def fixture(
+    out: Path = typer.Option(Path("out/memory-fixture"), "--out", help="Folder to write to."),
+    seed: SeedOpt = 0,
+) -> None:
+    """Write the seeded conversation (history.jsonl) and its planted facts (facts.json)."""
+    from ctxlab.memory.fixtures import conversation_fixture
+
+    history, facts = conversation_fixture(seed).write(output_dir(out))
+    typer.echo(f"history: {history}\nfacts: {facts}")
+
+
+@memory_app.command("import")
+def import_history(
+    history: Path = typer.Argument(..., help="History file (JSON lines or a JSON list)."),
+    db: DbOpt = None,
+    agent: str = typer.Option("default", "--agent", help="Agent whose recall memory to fill."),
+) -> None:
+    """Store every message of a history in recall memory (one transaction)."""
+    from ctxlab.memory.embed import WordLlamaEmbedder
+    from ctxlab.memory.messages import read_history
+    from ctxlab.memory.recall import RecallMemory
+    from ctxlab.memory.store import open_store
+
+    messages = read_history(history)
+    with open_store(db) as store:
+        stored = RecallMemory(store, WordLlamaEmbedder(), agent).add(messages)
+        typer.echo(f"stored {len(stored)} messages for agent {agent!r} in {store.path}")
+
+
+@memory_app.command("search")
+def search(
+    query: str = typer.Argument(..., help="What to look for."),
+    db: DbOpt = None,
+    tier: str = typer.Option("recall", "--tier", help="recall (messages) or archival."),
+    k: int = typer.Option(5, "--k", help="Results to show."),
+    retriever: RetrieverOpt = "hybrid",
+    role: str = typer.Option(None, "--role", help="Recall only: comma list of roles."),
+    since: str = typer.Option(None, "--since", help="Recall only: earliest date YYYY-MM-DD."),
+    until: str = typer.Option(None, "--until", help="Recall only: latest date (inclusive)."),
+    tag: str = typer.Option(None, "--tag", help="Archival only: comma list of required tags."),
+    agent: str = typer.Option("default", "--agent", help="Agent whose memory to search."),
+    as_json: JsonOpt = False,
+) -> None:
+    """Search recall memory (every message) or archival memory (passages)."""
+    from ctxlab.memory.archival import ArchivalMemory
+    from ctxlab.memory.embed import WordLlamaEmbedder
+    from ctxlab.memory.recall import RecallMemory
+    from ctxlab.memory.search import check_retriever
+    from ctxlab.memory.store import open_store
+    from ctxlab.rag.readers import check_date
+
+    check_retriever(retriever)
+    if k < 1:
+        raise CtxlabError(f"--k must be at least 1, got {k}.")
+    if tier not in ("recall", "archival"):
+        raise CtxlabError(f"--tier {tier!r} is unknown; use recall or archival.")
+    for flag, value in (("--since", since), ("--until", until)):
+        if value:
+            check_date(value, flag)
+    with open_store(db) as store:
+        if tier == "recall":
+            roles = parse_list(role, "--role") if role else None
+            hits = RecallMemory(store, WordLlamaEmbedder(), agent).search(
+                query, k, retriever, roles, None, since, until
+            )
+            rows = [
+                {"id": m.id, "date": m.created_at, "role": m.role, "text": m.content} for m in hits
+            ]
+        else:
+            tags = parse_list(tag, "--tag") if tag else ()
+            found = ArchivalMemory(store, WordLlamaEmbedder(), agent).search(
+                query, k, retriever, tags
+            )
+            rows = [
+                {"id": p.id, "date": p.created_at, "tags": list(p.tags), "text": p.text}
+                for p in found
+            ]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    if not rows:
+        typer.echo("no matches")
+    for r in rows:
+        who = r.get("role") or ",".join(r.get("tags", []))
+        typer.echo(f"[{r['id']}] {r['date']} {who}: {r['text']}")
+
+
+@memory_app.command("core")
+def core(
+    set_: str = typer.Option(None, "--set", help="LABEL=TEXT: create or overwrite a block."),
+    limit: int = typer.Option(2000, "--limit", help="Character limit of the block set."),
+    read_only: bool = typer.Option(False, "--read-only", help="Make the block set read-only."),
+    db: DbOpt = None,
+    agent: str = typer.Option("default", "--agent", help="Agent whose core memory to use."),
+    as_json: JsonOpt = False,
+) -> None:
+    """Show core memory blocks, or set one with --set LABEL=TEXT."""
+    from dataclasses import asdict
+
+    from ctxlab.memory.core import CoreMemory
+    from ctxlab.memory.store import open_store
+
+    with open_store(db) as store:
+        memory = CoreMemory(store, agent)
+        if set_ is not None:
+            if "=" not in set_:
+                raise CtxlabError("--set needs LABEL=TEXT, e.g. --set human='Name: Ada'.")
+            label, value = set_.split("=", 1)
+            memory.set(label.strip(), value, limit, read_only)
+        blocks = memory.blocks()
+    if as_json:
+        typer.echo(json.dumps([asdict(b) for b in blocks]))
+        return
+    if not blocks:
+        typer.echo("no core memory blocks")
+    for b in blocks:
+        flag = ", read-only" if b.read_only else ""
+        typer.echo(f"<{b.label}> ({len(b.value)}/{b.limit} chars{flag})\n{b.value}")
+
+
+@memory_app.command("tools")
+def tools() -> None:
+    """Print the OpenAI tool schemas of the memory tools (Letta's names and arguments)."""
+    from ctxlab.memory.tools import TOOL_SCHEMAS
+
+    typer.echo(json.dumps(TOOL_SCHEMAS, indent=1))
+
+
+@memory_app.command("strategies")
+def strategies(as_json: JsonOpt = False) -> None:
+    """List the context strategies."""
+    from ctxlab.memory.strategies import DESCRIPTIONS
+
+    if as_json:
+        typer.echo(json.dumps(DESCRIPTIONS))
+        return
+    for name, text in DESCRIPTIONS.items():
+        typer.echo(f"{name:20} {text}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(memory_app, name="memory")

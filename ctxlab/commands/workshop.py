@@ -1,0 +1,154 @@
+"""`ctxlab workshop [CONFIG.toml]`: the seven demonstrations, one report (`make run`).
+
+The config is read and checked before the model loads (a mistake costs a second, not a
+model load); torch and the model are imported inside the command so `ctxlab --help` stays
+fast. The exit code is 0 when every required metric was measured, 1 when the run is
+incomplete (the report says which metric and why), 2 for a bad config or flag.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from ctxlab.commands.options import JsonOpt, input_file, output_dir
+from ctxlab.errors import CtxlabError
+
+DEFAULT_OUT = Path("out/workshop")
+
+
+def parse_only(text: str | None) -> set[int] | None:
+    """'1,3,6' -> {1, 3, 6}; every number must name one of the seven demonstrations."""
+    if text is None:
+        return None
+    from ctxlab.workshop.catalog import BY_NUMBER
+
+    picked: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if not part.isdigit() or int(part) not in BY_NUMBER:
+            raise CtxlabError(
+                f"--only {text!r}: {part!r} is not a demonstration number (1 to {len(BY_NUMBER)})."
+            )
+        picked.add(int(part))
+    if not picked:
+        raise CtxlabError("--only names no demonstration; e.g. --only 1,3,6.")
+    return picked
+
+
+def _check_profile(cfg, only: set[int] | None) -> None:
+    """A profile file named in the config is read now, before the model loads."""
+    if only is not None and 4 not in only:
+        return
+    if cfg.eviction.profile != "measure":
+        from ctxlab.sim.steptime import ProfileStepTime
+
+        ProfileStepTime(Path(cfg.eviction.profile))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("workshop")
+    def workshop(
+        config: Path = typer.Argument(
+            None,
+            help="Experiment config (TOML); keys left out keep the embedded default.",
+            metavar="CONFIG.toml",
+            show_default=False,
+        ),
+        out: Path = typer.Option(
+            DEFAULT_OUT,
+            "--out",
+            help="Folder for report.md, report.html, results.json, plots.",
+            metavar="DIR",
+        ),
+        quick: bool = typer.Option(
+            False, "--quick", help="The same demonstrations at the config's \\[quick] sizes (CI)."
+        ),
+        only: str = typer.Option(
+            None,
+            "--only",
+            help="Run only these demonstrations, e.g. 1,3,6 (skips the eval).",
+            metavar="N,N",
+        ),
+        print_config: bool = typer.Option(
+            False, "--print-config", help="Print the default config, commented, and exit."
+        ),
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Run the workshop: predictions, seven demonstrations, one report with verdicts."""
+        from ctxlab.workshop.config_file import load_config
+        from ctxlab.workshop.default_config import DEFAULT_TOML
+
+        if print_config:
+            typer.echo(DEFAULT_TOML, nl=False)
+            return
+        picked = parse_only(only)
+        if config is not None:
+            input_file(config, "the workshop config", "TOML file")
+        cfg = load_config(config, quick=quick)
+        _check_profile(cfg, picked)
+        folder = output_dir(out)
+        from ctxlab.workshop.runner import run_workshop
+
+        label = str(config) if config is not None else "the embedded default config"
+        results = run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
+        report = folder / results["files"]["markdown"]
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {
+                        "status": results["status"],
+                        "status_reason": results["status_reason"],
+                        "verdict_counts": results["verdict_counts"],
+                        "wall_s": results["run"]["wall_s"],
+                        "cpu_s": results["run"]["cpu_s"],
+                        "report": str(report),
+                        "html": str(folder / results["files"]["html"]),
+                        "results": str(folder / results["files"]["results"]),
+                    }
+                )
+            )
+        else:
+            _print_summary(results, folder)
+        if results["status"] != "complete":
+            typer.echo(f"error: the run is incomplete: {results['status_reason']}.", err=True)
+            raise typer.Exit(1)
+
+
+def _print_summary(results: dict, folder: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ctxlab.workshop.result import fmt
+
+    console = Console()
+    table = Table(title="predictions against observations", title_justify="left")
+    for col in ("demo", "metric", "predicted", "baseline", "observed", "verdict"):
+        table.add_column(col, justify="right" if col in ("baseline", "observed") else "left")
+    style = {"held": "green", "failed": "bold red", "not measurable": "yellow"}
+    for v in results["verdicts"]:
+        d = v["digits"]
+        table.add_row(
+            str(v["demo"]),
+            v["metric"],
+            v["direction"],
+            fmt(v["baseline"], d),
+            fmt(v["observed"], d),
+            f"[{style[v['verdict']]}]{v['verdict']}[/]",
+        )
+    console.print(table)
+    c, run = results["verdict_counts"], results["run"]
+    console.print(
+        f"{c['held']} held, {c['failed']} failed, {c['not measurable']} not measurable; "
+        f"wall {run['wall_s']:.0f} s, CPU {run['cpu_s']:.0f} s, load average at the end "
+        f"{' / '.join(f'{x:.2f}' for x in run['load_average_end'])}"
+    )
+    status = results["status"]
+    colour = "green" if status == "complete" else "bold red"
+    console.print(f"[{colour}]status: {status}[/] ({results['status_reason']})")
+    console.print(f"report: {folder / results['files']['markdown']}")
+    console.print(f"        {folder / results['files']['html']} (self-contained)")
+    console.print(f"        {folder / results['files']['results']} (every number)")

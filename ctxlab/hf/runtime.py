@@ -1,0 +1,213 @@
+"""What a `PolicyCache` does around each layer's attention: the same policy, in transformers.
+
+Per layer and forward (`attend`):
+- the prompt (the first forward) attends with transformers' own sdpa attention and the
+  model's mask; every later forward attends with ctxlab's decode attention core (`attend`,
+  the engine's, with the model's scaling and softcap) over the kept tokens, masked by their
+  original positions (causal, and the layer's sliding window), with Quest's pages and
+  recall's far rows where the policy asks for them, and H2O's probabilities from the same
+  call;
+- then the hooks, as in the engine's runtime: the last `query_window` queries are logged;
+  at the end of the prompt the policy's prompt-end cut runs (H2O's scores seeded with the
+  window's attention); after each decode token H2O's scores grow by the step's attention
+  and, once a lane is `decode_trigger(page)` tokens over its budget, the decode cut runs.
+A cut is one `LayerObs` per batch row, the policy's answer, and one gather of the rows kept
+(evicted ones to the far tier first for recall). Nothing here decides what to keep.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ctxlab.engine.decode_attention import attend as attend_rows
+from ctxlab.engine.far_reads import FarReads
+from ctxlab.errors import CtxlabError
+from ctxlab.hf.attention import sdpa
+from ctxlab.kv.layout import KVLayout
+from ctxlab.kv.manager import KVCacheManager
+from ctxlab.policy.base import Policy
+from ctxlab.policy.observation import LayerObs, PageObs, attention_probs, group_reduce
+
+
+class HFRuntime:
+    def __init__(self, policy: Policy, layout: KVLayout, n_heads: int, page: int):
+        self.policy = policy
+        self.layout = layout
+        self.n_layers, self.n_kv = layout.n_layers, layout.n_kv_heads
+        self.n_heads = n_heads
+        self.page = page
+        self.needs = policy.needs
+        self.window = policy.query_window()
+        self.trigger = policy.decode_trigger(page)
+        self.far = FarReads(policy, layout) if "far" in self.needs else None  # type: ignore[arg-type]
+        if "pages" in self.needs:
+            policy.check_page(page)  # type: ignore[attr-defined]
+        self.pages_total = 0  # Quest: pages a dense decode would read, and pages read
+        self.pages_read = 0
+        self.prompt_len = 0
+
+    @property
+    def read_fraction(self) -> float:
+        return self.pages_read / self.pages_total if self.pages_total else 1.0
+
+    # -- attention ------------------------------------------------------------------------
+    def attend(self, st: Any, module: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None, **kw: Any) -> tuple[torch.Tensor, None]:  # fmt: skip
+        if kw.get("s_aux") is not None:
+            raise CtxlabError("ctxlab.hf does not run models with attention sinks (s_aux).")
+        T = q.shape[2]
+        probs = None
+        if not st.pruned and not st.prefilled and kw.get("softcap") is None:
+            out, _ = sdpa(module, q, k, v, mask, **kw)
+        else:
+            out, probs = self._attend(st, module.layer_idx, q, k, v, kw)
+        self._after(st, module.layer_idx, q, T, probs)
+        return out, None
+
+    def _attend(self, st: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                kw: dict) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """ctxlab's decode attention core over the kept rows, masked by their positions."""
+        B, H, T, d = q.shape
+        n_kv, g = k.shape[1], H // k.shape[1]
+        key_pos = st.positions[:, :, None, :]  # [B, n_kv, 1, L]
+        q_pos = torch.arange(st.seen - T, st.seen, device=q.device)[:, None]  # [T, 1]
+        allowed = key_pos <= q_pos  # [B, n_kv, T, L]
+        window = kw.get("sliding_window")
+        if window is not None:
+            allowed &= key_pos > q_pos - window
+        decode = T == 1 and st.prefilled
+        qg = q.reshape(B, n_kv, g, T, d)
+        if decode and "pages" in self.needs:
+            allowed &= self._pages(qg[:, :, :, 0], st)[:, :, None, :]
+        mask = allowed[:, :, None].expand(B, n_kv, g, T, -1).reshape(B, n_kv, g * T, -1)
+        extra = None
+        if decode and self.far is not None:
+            self.far.step_rows = [(b, st.step) for b in range(B)]
+            extra = self.far.rows(layer, q[:, :, 0])
+        want = decode and "acc_attn" in self.needs
+        o, probs = attend_rows(qg.reshape(B, n_kv, g * T, d), k, v, mask, extra, want,
+                               kw.get("scaling"), kw.get("softcap"))  # fmt: skip
+        out = o.reshape(B, n_kv, g, T, -1).reshape(B, H, T, -1).transpose(1, 2)
+        return out, probs
+
+    def _pages(self, qd: torch.Tensor, st: Any) -> torch.Tensor:
+        """Quest: `[B, n_kv, L]` the slots of the pages each lane reads at this step."""
+        keys = st.keys.float()
+        B, n_kv, L, d = keys.shape
+        p = self.page
+        nb = -(-L // p)
+        pad = torch.nn.functional.pad(keys, (0, 0, 0, nb * p - L)).view(B, n_kv, nb, p, d)
+        real = (torch.arange(nb * p, device=keys.device) < L).view(1, 1, nb, p, 1)
+        kmin = pad.masked_fill(~real, float("inf")).amin(3)
+        kmax = pad.masked_fill(~real, float("-inf")).amax(3)
+        have = torch.full((B, n_kv), nb, dtype=torch.int64, device=keys.device)
+        n_pages = self.policy.pages_per_step(self.prompt_len, p)  # type: ignore[attr-defined]
+        per_row = torch.full((B,), n_pages, dtype=torch.int64, device=keys.device)
+        self.pages_total += B * n_kv * nb
+        if nb <= int(per_row.min()):
+            self.pages_read += B * n_kv * nb
+            return torch.ones(B, n_kv, L, dtype=torch.bool, device=keys.device)
+        top, ok = self.policy.choose_pages(PageObs(qd.float(), kmin, kmax, have, per_row))  # type: ignore[attr-defined]
+        self.pages_read += int(ok.sum())
+        chosen = torch.zeros(B, n_kv, nb, dtype=torch.bool, device=keys.device)
+        chosen.scatter_(-1, top, ok)
+        return chosen[..., torch.arange(L, device=keys.device) // p]
+
+    # -- hooks ----------------------------------------------------------------------------
+    def _after(
+        self, st: Any, layer: int, q: torch.Tensor, T: int, probs: torch.Tensor | None
+    ) -> None:
+        if self.window:
+            self._log(st, q, T)
+        if not st.prefilled:
+            st.prefilled = True
+            self.prompt_len = st.seen
+            if self.policy.evicts:
+                self._cut(st, layer, self.policy.on_prefill, 0, seed=True)
+            return
+        st.step += 1
+        if probs is not None:  # H2O: this step's attention, summed over each group
+            self._acc(st)[..., : probs.shape[-1]] += probs.sum(2).float()
+        if self.policy.evicts and self.policy.wants_decode_hook(st.step):
+            self._cut(st, layer, self.policy.on_decode, self.trigger)
+
+    def _log(self, st: Any, q: torch.Tensor, T: int) -> None:
+        w = self.window
+        new = q[:, :, -w:].float()
+        pos = torch.arange(st.seen - min(T, w), st.seen, device=q.device)
+        if st.q_log is not None:
+            new = torch.cat((st.q_log, new), 2)[:, :, -w:]
+            pos = torch.cat((st.q_pos, pos))[-w:]
+        st.q_log, st.q_pos = new, pos
+
+    def _acc(self, st: Any) -> torch.Tensor:
+        L = st.positions.shape[-1]
+        if st.acc is None:
+            st.acc = torch.zeros(st.positions.shape, device=st.positions.device)
+        elif st.acc.shape[-1] < L:
+            st.acc = torch.nn.functional.pad(st.acc, (0, L - st.acc.shape[-1]))
+        return st.acc
+
+    def _obs(self, st: Any, layer: int, b: int, seed: bool) -> LayerObs:
+        needs, keys, pos = self.needs, st.keys[b], st.positions[b]
+        obs = LayerObs(layer, self.n_layers, self.n_heads, pos, st.seen, self.prompt_len, st.step)
+        obs.keys = keys if "keys" in needs else None
+        q = st.q_log[b] if st.q_log is not None else None
+        if q is not None:
+            if "obs_attn" in needs or (seed and "acc_attn" in needs):
+                obs.obs_attn = attention_probs(q, keys, pos, st.q_pos)
+            if st.step > 0 and "step_attn" in needs:
+                obs.step_attn = attention_probs(q[:, -1:], keys, pos, st.q_pos[-1:])[:, 0]
+            if st.step > 0 and "query" in needs:
+                obs.query = q[:, -1]
+        if "acc_attn" in needs:
+            acc = self._acc(st)
+            if seed and obs.obs_attn is not None:  # H2O's scores start from the window
+                acc[b] += group_reduce(obs.obs_attn.sum(1), self.n_kv, "sum")
+            obs.acc_attn = acc[b]
+            if "obs_attn" not in needs:
+                obs.obs_attn = None
+        return obs
+
+    def _cut(self, st: Any, layer: int, hook: Any, trigger: int, seed: bool = False) -> None:
+        B, n_kv, L = st.positions.shape
+        light = LayerObs(
+            layer, self.n_layers, self.n_heads, st.positions[0], st.seen, self.prompt_len
+        )
+        budget = self.policy.lane_budget(light)
+        if not seed and budget is not None and budget + trigger >= L:
+            return
+        slots = []
+        for b in range(B):
+            kept = hook(self._obs(st, layer, b, seed))
+            if kept is None:
+                slots.append(None)
+                continue
+            slots.append(torch.stack(KVCacheManager.slots_of(st.positions[b], kept)))
+        if all(s is None for s in slots):
+            return
+        full = torch.arange(L, device=st.keys.device).expand(n_kv, L)
+        idx = torch.stack([full if s is None else s for s in slots])  # [B, n_kv, K]
+        if self.far is not None:
+            self._to_far(st, layer, idx)
+        d_k, d_v = st.keys.shape[-1], st.values.shape[-1]
+        st.keys = st.keys.gather(2, idx[..., None].expand(-1, -1, -1, d_k))
+        st.values = st.values.gather(2, idx[..., None].expand(-1, -1, -1, d_v))
+        st.positions = st.positions.gather(2, idx)
+        if st.acc is not None:
+            st.acc = self._acc(st).gather(2, idx)
+        st.pruned = True
+
+    def _to_far(self, st: Any, layer: int, idx: torch.Tensor) -> None:
+        """Recall: every slot a lane drops goes to the far tier before the rows are freed."""
+        assert self.far is not None
+        B, n_kv, L = st.positions.shape
+        for b in range(B):
+            for h in range(n_kv):
+                gone = torch.ones(L, dtype=torch.bool, device=idx.device)
+                gone[idx[b, h]] = False
+                lane = layer * n_kv + h
+                self.far.put(b, lane, st.positions[b, h, gone], st.keys[b, h, gone],
+                             st.values[b, h, gone])  # fmt: skip

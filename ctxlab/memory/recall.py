@@ -1,0 +1,110 @@
+"""Recall memory: every message of every session, searchable by text and by vector.
+
+Messages are written as they happen (one transaction per batch) whatever the context
+strategy does with them, so the full record survives compaction. Search filters by agent,
+role, session and date range, and returns the messages ranked by the chosen retriever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ctxlab.memory.embed import Embedder, to_blob
+from ctxlab.memory.messages import Message
+from ctxlab.memory.search import Filter, Table, search
+from ctxlab.memory.store import Store, now_iso
+
+MESSAGES = Table("messages", "content")
+
+
+class RecallMemory:
+    def __init__(self, store: Store, embedder: Embedder | None, agent: str = "default"):
+        self.store, self.embedder, self.agent = store, embedder, agent
+
+    def add(self, messages: Sequence[Message]) -> list[Message]:
+        """Store messages (one transaction); returns them with their ids and dates."""
+        if not messages:
+            return []
+        vectors = self.embedder.embed([m.content for m in messages]) if self.embedder else None
+        stored: list[Message] = []
+        with self.store.transaction() as conn:
+            for i, m in enumerate(messages):
+                created = m.created_at or now_iso()
+                cur = conn.execute(
+                    "INSERT INTO messages(agent, session, role, content, created_at, embedding) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        self.agent,
+                        m.session,
+                        m.role,
+                        m.content,
+                        created,
+                        None if vectors is None else to_blob(vectors[i]),
+                    ),
+                )
+                stored.append(replace(m, id=int(cur.lastrowid or 0), created_at=created))
+        return stored
+
+    def count(self) -> int:
+        row = self.store.conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE agent = ?", (self.agent,)
+        ).fetchone()
+        return int(row[0])
+
+    def get(self, ids: Sequence[int]) -> list[Message]:
+        """Messages by id, in the order asked."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self.store.conn.execute(
+            f"SELECT id, role, content, session, created_at FROM messages WHERE id IN ({marks})",
+            tuple(ids),
+        ).fetchall()
+        by_id = {int(r[0]): Message(r[1], r[2], r[3], r[4], int(r[0])) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        retriever: str = "hybrid",
+        roles: Sequence[str] | None = None,
+        session: str | None = None,
+        start: str | None = None,
+        end: str | None = None,
+        exclude: Sequence[int] = (),
+    ) -> list[Message]:
+        """The k messages that best match `query` among those passing every filter.
+
+        `start`/`end` are ISO dates or times; `end` given as a date includes that whole day.
+        """
+        sql = ["t.agent = ?"]
+        params: list[object] = [self.agent]
+        if roles:
+            sql.append(f"t.role IN ({','.join('?' * len(roles))})")
+            params += list(roles)
+        if session is not None:
+            sql.append("t.session = ?")
+            params.append(session)
+        if start:
+            sql.append("t.created_at >= ?")
+            params.append(start)
+        if end:
+            sql.append("t.created_at <= ?")
+            params.append(end + "\uffff" if len(end) == 10 else end)
+        if exclude:
+            sql.append(f"t.id NOT IN ({','.join('?' * len(exclude))})")
+            params += list(exclude)
+        where = Filter(" AND ".join(sql), tuple(params))
+        hits = search(self.store.conn, MESSAGES, query, k, retriever, self.embedder, where)
+        return self.get([h.rowid for h in hits])
+
+    def get_all(self) -> list[Message]:
+        """Every message of this agent, oldest first."""
+        rows = self.store.conn.execute(
+            "SELECT id, role, content, session, created_at FROM messages WHERE agent = ? "
+            "ORDER BY id",
+            (self.agent,),
+        ).fetchall()
+        return [Message(r[1], r[2], r[3], r[4], int(r[0])) for r in rows]

@@ -1,0 +1,185 @@
+"""One SQLite file holds the application's memory and corpus: open it safely or say why not.
+
+WAL mode lets readers read while one writer writes; `synchronous=FULL` makes a commit durable
+before it returns, so a writer killed at any point loses only its open transaction. Every
+batch a caller writes goes through `transaction()`, which commits all of it or none. A file
+that is not a database, a database of another application, a newer schema, a directory or
+a path that cannot be written is one sentence (CtxlabError), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ctxlab.errors import CtxlabError
+from ctxlab.memory.schema import APPLICATION_ID, SCHEMA, SCHEMA_VERSION
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+def default_db_path() -> Path:
+    """`ctxlab.db` under the user's data directory (platformdirs), e.g. ~/.local/share/ctxlab."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ctxlab", appauthor=False)) / "ctxlab.db"
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 text (seconds), the store's date format."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+class Store:
+    """An open store: `conn` for queries, `transaction()` for writes that must be atomic."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT: the whole batch is durable on return, or nothing is."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise _explain(self.path, exc) from None
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self.conn.execute("ROLLBACK")
+            raise _explain(self.path, exc) from None
+
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_store(path: str | Path | None = None, flag: str = "--db") -> Store:
+    """Open (creating if needed) the store at `path`, or the default one under the data dir."""
+    db = Path(path).expanduser() if path is not None else default_db_path()
+    if db.is_dir():
+        raise CtxlabError(f"{flag} {db} is a directory; give the path of a database file.")
+    if path is None or not db.parent.exists():
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CtxlabError(
+                f"{flag} {db} cannot be created: its folder {db.parent} is not writable "
+                f"({exc.strerror})."
+            ) from None
+    if db.exists() and not os.access(db, os.R_OK):
+        raise CtxlabError(f"{flag} {db} cannot be read (permission denied).")
+    try:
+        conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise _explain(db, exc, flag) from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        _check_or_create(conn, db, flag)
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _explain(db, exc, flag) from None
+    except CtxlabError:
+        conn.close()
+        raise
+    return Store(db, conn)
+
+
+def _check_or_create(conn: sqlite3.Connection, db: Path, flag: str) -> None:
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        conn.execute("BEGIN IMMEDIATE")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables:  # another process created it while this one waited for the lock
+            conn.execute("ROLLBACK")
+            return _check_or_create(conn, db, flag)
+        try:
+            for statement in _statements(SCHEMA):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_version(application, version) VALUES (?, ?)",
+                (APPLICATION_ID, SCHEMA_VERSION),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return
+    if "schema_version" not in tables:
+        raise CtxlabError(
+            f"{flag} {db} is an SQLite database of another application (no ctxlab schema); "
+            "give a new file name."
+        )
+    row = conn.execute("SELECT application, version FROM schema_version").fetchone()
+    if row is None or row[0] != APPLICATION_ID:
+        raise CtxlabError(f"{flag} {db} is an SQLite database of another application.")
+    if int(row[1]) > SCHEMA_VERSION:
+        raise CtxlabError(
+            f"{flag} {db} has schema version {row[1]}, newer than this ctxlab's "
+            f"{SCHEMA_VERSION}; upgrade ctxlab."
+        )
+
+
+def _statements(script: str) -> list[str]:
+    """Split the schema into statements; triggers hold `;` inside BEGIN ... END."""
+    out: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        if line.strip().startswith("--") and not current.strip():
+            continue
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                out.append(current.strip())
+            current = ""
+    if current.strip():
+        out.append(current.strip())
+    return out
+
+
+def _explain(db: Path, exc: sqlite3.Error, flag: str = "--db") -> CtxlabError:
+    """One sentence for what went wrong with the file (not with the query)."""
+    text = str(exc).lower()
+    if "not a database" in text or "malformed" in text or "corrupt" in text:
+        return CtxlabError(
+            f"{flag} {db} is not a ctxlab database (the file is not SQLite or is damaged)."
+        )
+    if "readonly" in text or "read-only" in text:
+        return CtxlabError(f"{flag} {db} is read-only; give a writable path.")
+    if "unable to open" in text:
+        return CtxlabError(f"{flag} {db} cannot be opened or created (is its folder writable?).")
+    if "locked" in text or "busy" in text:
+        return CtxlabError(f"{flag} {db} is locked by another writer; try again when it is done.")
+    if "disk" in text and ("full" in text or "i/o" in text):
+        return CtxlabError(f"{flag} {db} cannot be written: {exc}.")
+    return CtxlabError(f"{flag} {db} cannot be used: {exc}.")

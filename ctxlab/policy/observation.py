@@ -1,0 +1,151 @@
+"""What a policy may see: one layer of one sequence (`LayerObs`), a decode step's pages
+(`PageObs`, Quest), a lane's far-tier blocks (`FarObs`, recall).
+
+The engine builds these and nothing else reaches a policy: no pool, no step plan, no
+engine object. `LayerView` is the protocol a retention policy reads; the optional tensors
+are filled only when the policy's `needs` names them, so the engine computes no more than
+asked. Positions are original token positions (`-1` pads shorter lanes; real slots are
+sorted ascending).
+
+`needs` vocabulary (what a policy asks the engine to compute or keep):
+- `obs_attn`: the last `obs_window` prompt queries' attention, at the prompt-end hook;
+- `step_attn`: the current decode query's attention, at a decode hook;
+- `acc_attn`: attention accumulated over decode steps (H2O), kept by the engine;
+- `keys`: the lane's keys as stored (rotated);
+- `query`: the current decode query;
+- `pages`: per-page key summaries kept beside the pool; the policy picks the pages each
+  decode step reads (`choose_pages`, Quest);
+- `far`: evicted blocks kept in a far tier; the policy picks which come back
+  (`choose_far`, recall).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+LAYER_NEEDS = ("obs_attn", "step_attn", "acc_attn", "keys", "query")  # seen in a LayerView
+NEEDS = (*LAYER_NEEDS, "pages", "far")
+
+
+class LayerView(Protocol):
+    """One layer of one sequence at a retention hook."""
+
+    layer: int
+    n_layers: int
+    n_heads: int  # query heads of the layer (GQA groups are consecutive query heads)
+    positions: torch.Tensor  # [n_kv, L] int64, -1 padding
+    seq_len: int  # tokens seen so far; the next token gets this position
+    prompt_len: int
+    step: int  # decode steps done (0 at the prefill hook)
+    keys: torch.Tensor | None  # [n_kv, L, d] as stored (rotated)
+    query: torch.Tensor | None  # [n_heads, d] the current decode query
+    obs_attn: torch.Tensor | None  # [n_heads, w, L] last w prompt queries, softmaxed
+    step_attn: torch.Tensor | None  # [n_heads, L] current query, softmaxed
+    acc_attn: torch.Tensor | None  # [n_kv, L] attention summed over steps and group
+
+    @property
+    def n_kv(self) -> int: ...
+
+    @property
+    def valid(self) -> torch.Tensor: ...
+
+    @property
+    def lane_lens(self) -> torch.Tensor: ...
+
+    def need(self, name: str) -> torch.Tensor: ...
+
+
+@dataclass
+class LayerObs:
+    """The engine's `LayerView`: one layer of one sequence as a policy sees it at a hook."""
+
+    layer: int
+    n_layers: int
+    n_heads: int
+    positions: torch.Tensor
+    seq_len: int
+    prompt_len: int
+    step: int = 0
+    keys: torch.Tensor | None = None
+    query: torch.Tensor | None = None
+    obs_attn: torch.Tensor | None = None
+    step_attn: torch.Tensor | None = None
+    acc_attn: torch.Tensor | None = None
+
+    @property
+    def n_kv(self) -> int:
+        return int(self.positions.shape[0])
+
+    @property
+    def valid(self) -> torch.Tensor:
+        return self.positions >= 0
+
+    @property
+    def lane_lens(self) -> torch.Tensor:
+        return self.valid.sum(dim=1)
+
+    def need(self, name: str) -> torch.Tensor:
+        t = getattr(self, name)
+        if t is None:
+            raise RuntimeError(f"the engine did not provide {name!r} to this policy")
+        return t
+
+
+@dataclass
+class PageObs:
+    """One layer of a decode step's sequences, for a page-selection policy.
+
+    A page is one block of the pool; `kmin`/`kmax` are its keys' per-channel minimum and
+    maximum (kept by the engine as keys are written, so choosing never reads the keys).
+    """
+
+    query: torch.Tensor  # [B, n_kv, g, d] float32: each decode row's query heads by KV head
+    kmin: torch.Tensor  # [B, n_kv, nb, d] per-page channel minimum
+    kmax: torch.Tensor  # [B, n_kv, nb, d] per-page channel maximum
+    have: torch.Tensor  # [B, n_kv] pages each lane holds (the last one is the current page)
+    pages: torch.Tensor  # [B] pages each row may read (from the policy's own budget)
+
+
+@dataclass
+class FarObs:
+    """One lane's far-tier blocks, for a recall policy, at one decode step."""
+
+    query: torch.Tensor  # [g, d] the query heads of the lane's GQA group
+    kmin: torch.Tensor  # [P, d] per far block channel minimum
+    kmax: torch.Tensor  # [P, d] per far block channel maximum
+
+
+def group_reduce(x: torch.Tensor, n_kv: int, how: str = "mean") -> torch.Tensor:
+    """Fold query heads `[n_heads, ...]` into their KV heads `[n_kv, ...]` (GQA groups)."""
+    g = x.shape[0] // n_kv
+    y = x.reshape(n_kv, g, *x.shape[1:])
+    if how == "mean":
+        return y.mean(dim=1)
+    if how == "sum":
+        return y.sum(dim=1)
+    if how == "max":
+        return y.amax(dim=1)
+    raise ValueError(f"unknown reduction {how!r}")
+
+
+def attention_probs(
+    q: torch.Tensor, keys: torch.Tensor, key_pos: torch.Tensor, q_pos: torch.Tensor
+) -> torch.Tensor:
+    """Softmax attention of queries `q [H, t, d]` over lanes `keys [n_kv, L, d]`.
+
+    Causal by original position (a query at p sees keys at positions <= p), padding
+    (`key_pos < 0`) masked; returns `[H, t, L]` in float32. This is the definition of
+    `obs_attn` and `step_attn`; the engine computes them with it at a hook.
+    """
+    n_heads, _, d = q.shape
+    n_kv = keys.shape[0]
+    k = keys.float().repeat_interleave(n_heads // n_kv, dim=0)
+    kp = key_pos.repeat_interleave(n_heads // n_kv, dim=0)
+    logits = torch.einsum("htd,hld->htl", q.float(), k) / math.sqrt(d)
+    ok = (kp[:, None, :] >= 0) & (kp[:, None, :] <= q_pos.view(1, -1, 1))
+    logits = logits.masked_fill(~ok, float("-inf"))
+    return torch.softmax(logits, dim=-1).nan_to_num(0.0)

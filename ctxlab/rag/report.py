@@ -1,0 +1,79 @@
+"""What `rag evaluate` reports, in separate tables: retrieval, task and cost.
+
+Retrieval rows say whether the evidence came back (recall@k, MRR within the top k), task
+rows whether the model answered and cited correctly, cost rows what the context costs.
+`verdict` turns the gold-passage row into one sentence: is the model or the retrieval the
+limit?
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class RetrievalRow:
+    retriever: str
+    k: int
+    recall: float  # mean recall@k over questions
+    mrr: float  # mean reciprocal rank within the top k
+    questions: int
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    setting: str  # "hybrid@2", "gold passages", "no passages"
+    questions: int
+    accuracy: float
+    citation_precision: float | None  # over answers that cite; None if none did
+    citation_recall: float
+    cited_by_model: float  # share of answers whose citations the model wrote itself
+    accuracy_by_kind: dict[str, float]
+
+
+@dataclass(frozen=True)
+class CostRow:
+    retriever: str
+    k: int
+    prompt_tokens: float  # mean prompt tokens per question (exact, chat template included)
+    prefill_s: float | None  # mean measured prefill seconds (None: not measured)
+    prefill_samples: int
+    dollars_per_1k_questions: float
+
+
+@dataclass
+class EvalReport:
+    settings: dict[str, object]
+    retrieval: list[RetrievalRow] = field(default_factory=list)
+    task: list[TaskRow] = field(default_factory=list)
+    cost: list[CostRow] = field(default_factory=list)
+    per_question: list[dict[str, object]] = field(default_factory=list)
+    verdict: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "settings": self.settings,
+            "retrieval": [asdict(r) for r in self.retrieval],
+            "task": [asdict(r) for r in self.task],
+            "cost": [asdict(r) for r in self.cost],
+            "verdict": self.verdict,
+            "per_question": self.per_question,
+        }
+
+
+def verdict(report: EvalReport, answer_k: int, retriever: str) -> str:
+    """One sentence: is the model or the retrieval the limit?"""
+    gold = next((r for r in report.task if r.setting == "gold passages"), None)
+    row = next((r for r in report.task if r.setting == f"{retriever}@{answer_k}"), None)
+    rec = next((r for r in report.retrieval if r.retriever == retriever and r.k == answer_k), None)
+    if gold is None or row is None or rec is None:
+        return "no verdict: it needs the gold-passages row and the retriever's row."
+    model_gap = 1.0 - gold.accuracy
+    retrieval_gap = gold.accuracy - row.accuracy
+    who = "the model, not retrieval," if model_gap >= retrieval_gap else "retrieval"
+    return (
+        f"{who} is the main limit: with only the gold passages the model answers "
+        f"{gold.accuracy:.0%} (so {model_gap:.0%} is lost by the model), {retriever}@{answer_k} "
+        f"retrieves {rec.recall:.0%} of the evidence and the answers reach {row.accuracy:.0%} "
+        f"({retrieval_gap:+.0%} below the gold-passage ceiling)."
+    )

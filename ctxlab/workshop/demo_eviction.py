@@ -1,0 +1,378 @@
+"""Demonstration 4: forced eviction with interleaved prefixes, on the engine and the simulator.
+
+Several prefix groups (think tenants' system prompts) each send a few requests; the pool
+holds only a share of the groups' prefixes. Arriving grouped (A A A B B B ...), a group's
+later requests find its prefix still cached; interleaved (A B C D A B C D ...), the LRU
+queue evicts each prefix before its group comes back, and the same requests recompute it.
+Both orders run on the real engine and, on the same request list, on the simulator with a
+step-time profile measured on this machine, side by side. All requests arrive together and
+are served first come first served with at most `concurrency` running, so TTFT includes the
+queue: the p99 is the last requests' wait.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ctxlab.errors import CtxlabError
+from ctxlab.progress import Tracker
+from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.config import eviction_pool_tokens
+from ctxlab.workshop.measure import Timer, pct
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.session import Session
+
+DEMO = BY_KEY["eviction"]
+ORDERS = ("grouped", "interleaved")
+
+
+@dataclass(frozen=True)
+class Job:
+    group: int
+    member: int
+    ids: list[int]
+    hash_ids: tuple[int, ...]
+
+
+def steps(session: Session) -> int:
+    return 1 + 2 * len(ORDERS)
+
+
+def build_jobs(session: Session) -> list[Job]:
+    """Each group's prefix, then one own suffix per request; hash ids for the simulator name
+    the same blocks the engine's prefix cache sees (one id per page)."""
+    ev, page = session.cfg.eviction, session.cfg.engine.page_size
+    prefixes = [session.text_ids(ev.prefix_tokens) for _ in range(ev.groups)]
+    fresh = 1_000_000
+    jobs = []
+    for g in range(ev.groups):
+        for m in range(ev.requests_per_group):
+            ids = prefixes[g] + session.text_ids(ev.suffix_tokens)
+            n_blocks = -(-len(ids) // page)
+            prefix_blocks = ev.prefix_tokens // page
+            own = tuple(range(fresh, fresh + n_blocks - prefix_blocks))
+            fresh += len(own)
+            hashes = tuple(g * 10_000 + b for b in range(prefix_blocks)) + own
+            jobs.append(Job(g, m, ids, hashes))
+    return jobs
+
+
+def ordered(jobs: list[Job], order: str) -> list[Job]:
+    key = (lambda j: (j.group, j.member)) if order == "grouped" else (lambda j: (j.member, j.group))
+    return sorted(jobs, key=key)
+
+
+def profile_design(session: Session):
+    """A step-profile design shaped like this demonstration's own steps: whole requests
+    prefilled cold, suffixes prefilled after a cached prefix, decodes of one to
+    `concurrency` requests at the requests' length, and a prefill beside running decodes."""
+    from ctxlab.engine.profile import Design
+
+    ev = session.cfg.eviction
+    request = ev.prefix_tokens + ev.suffix_tokens
+    return Design(
+        prefill=((request, 1), (ev.suffix_tokens, max(2, request // ev.suffix_tokens))),
+        decode_contexts=(request,),
+        decode_batches=tuple(sorted({1, 2, ev.concurrency})),
+        decode_steps=3,
+        mixed_batch=(max(1, ev.concurrency - 1),),
+        mixed_context=request,
+        mixed_prompts=(ev.suffix_tokens, request),
+    )
+
+
+def step_profile(session: Session, res: DemoResult) -> tuple[Path, str]:
+    """The simulator's step-time profile: measured here now, or the file the config names;
+    the path and a label for the table note (its numbers recorded as figures)."""
+    from ctxlab.engine.profile import measure, profile_document, warm_up
+    from ctxlab.sim.steptime import ProfileStepTime
+
+    choice = session.cfg.eviction.profile
+    if choice != "measure":
+        path = Path(choice)
+        return path, ProfileStepTime(path).label  # a bad file is one sentence
+    design = profile_design(session)
+    e = session.cfg.engine
+    llm = session.llm(
+        pool_tokens=design.max_tokens() + e.page_size,
+        warm_up=False,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+    )
+    vocab = session.loaded.config.vocab_size
+    with Timer() as t:
+        warm_up(llm.engine, vocab, session.cfg.model.seed)
+        measured = measure(llm.engine, design, vocab, session.cfg.model.seed)
+    doc = profile_document(
+        measured, session.cfg.model.source, session.cfg.model.dtype, llm.engine, "workshop eviction"
+    )
+    path = session.out / "step-profile.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    f = res.figures
+    return path, (
+        f"a profile of {f.say('profile_steps', len(measured))} engine steps shaped like these "
+        f"requests, measured on this machine just before ({f.say('profile_s', t.wall_s, 1)} s)"
+    )
+
+
+def run_engine(session: Session, jobs: list[Job], pool: int) -> dict:
+    """Every job added at once, stepped to the end; the pool's and requests' own counts."""
+    from ctxlab.engine import SamplingParams
+
+    ev, e = session.cfg.eviction, session.cfg.engine
+    llm = session.llm(
+        pool_tokens=pool,
+        max_num_seqs=ev.concurrency,
+        warm_up=False,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+    )
+    engine = llm.engine
+    before = engine.stats()
+    params = SamplingParams(max_tokens=ev.output_tokens, ignore_eos=True)
+    with Timer() as t:
+        rids = [engine.add_request(j.ids, params) for j in jobs]
+        peak = 0
+        while engine.has_unfinished():
+            engine.step()
+            peak = max(peak, len(engine.scheduler.running))
+    outs = [engine.output(r).metrics for r in rids]
+    after = engine.stats()
+    start = min(m.arrival_time for m in outs)
+    return {
+        "reused": sum(m.reused_tokens for m in outs),
+        "queried": sum(m.prompt_tokens for m in outs),
+        "hit_requests": sum(1 for m in outs if m.reused_tokens > 0),
+        "evictions": after.cached_blocks_evicted - before.cached_blocks_evicted,
+        "preemptions": sum(m.preemptions for m in outs),
+        "ttft_ms": [m.ttft * 1e3 for m in outs],
+        "makespan_s": max(m.finish_time for m in outs) - start,
+        "peak_running": peak,
+        "cpu_s": t.cpu_s,
+    }
+
+
+def run_simulator(session: Session, jobs: list[Job], pool: int, profile: Path) -> dict:
+    """The same request list through `ctxlab.sim` with the engine's own settings."""
+    from ctxlab.plan.devices import custom_device
+    from ctxlab.sim.config import SimConfig
+    from ctxlab.sim.run import simulate
+    from ctxlab.sim.steptime import ArchCost
+    from ctxlab.sim.trace import Request, Trace
+
+    ev, e = session.cfg.eviction, session.cfg.engine
+    arch = session.arch()
+    reqs = [Request(i, 0.0, len(j.ids), ev.output_tokens, j.hash_ids) for i, j in enumerate(jobs)]
+    trace = Trace("workshop eviction", reqs, block_tokens=e.page_size)
+    pool_bytes = pool * ArchCost.build(arch, arch.weight_bytes).kv_bytes_per_token
+    cfg = SimConfig(
+        page_size=e.page_size,
+        chunk_tokens=e.max_num_batched_tokens,
+        max_running=ev.concurrency,
+        pool_bytes=pool_bytes,
+        profile=str(profile),
+    )
+    res = simulate(trace, arch, custom_device(1.0, 1.0, pool_bytes), cfg)
+    m = res.metrics
+    seqs = sorted(res.seqs, key=lambda s: s.req.index)
+    return {
+        "reused": int(m["reused_tokens"]),
+        "queried": int(m["queried_tokens"]),
+        "hit_requests": int(m["hit_requests"]),
+        "evictions": int(m["evictions"]),
+        "preemptions": int(m["preemptions"]),
+        "ttft_ms": [(s.first_token - s.arrival) * 1e3 for s in seqs],
+        "makespan_s": float(m["makespan_s"]),
+        "peak_running": int(m["peak_running_requests"]),
+        "cpu_s": None,
+    }
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    ev = session.cfg.eviction
+    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured and modeled")
+    session.llm(pool_tokens=256)  # warms the model up outside the measured pools
+    profile, profile_label = step_profile(session, res)
+    tracker.advance()
+    pool = eviction_pool_tokens(session.cfg)
+    jobs = build_jobs(session)
+    unique = ev.groups * ev.prefix_tokens + len(jobs) * ev.suffix_tokens
+    runs: dict[str, dict[str, dict]] = {}
+    for order in ORDERS:
+        listed = ordered(jobs, order)
+        runs[order] = {"engine": run_engine(session, listed, pool)}
+        tracker.advance()
+        try:
+            runs[order]["simulator"] = run_simulator(session, listed, pool, profile)
+        except CtxlabError as exc:
+            raise CtxlabError(f"demonstration 4's simulation failed: {exc}") from None
+        tracker.advance()
+        for side in runs[order].values():
+            side["computed"] = side["queried"] - side["reused"]
+            side["recomputed"] = side["computed"] - unique
+            for q in (50, 95, 99):
+                side[f"ttft_p{q}"] = pct(side["ttft_ms"], q)
+    _tables(session, res, runs, pool, profile_label)
+    g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
+    for name, key in (
+        ("reused_tokens", "reused"),
+        ("recomputed_tokens", "recomputed"),
+        ("evictions", "evictions"),
+    ):
+        res.observe(name, g[key], i[key])
+    for q in (50, 95, 99):
+        res.observe(f"ttft_p{q}_ms", g[f"ttft_p{q}"], i[f"ttft_p{q}"], 1)
+    si = runs["interleaved"]["simulator"]
+    res.observe("sim_vs_engine_reused_tokens", i["reused"], si["reused"])
+    res.observe("sim_vs_engine_evictions", i["evictions"], si["evictions"])
+    res.observe("sim_vs_engine_ttft_p50_ms", i["ttft_p50"], si["ttft_p50"], 1)
+    _explain(session, res, runs, pool, unique)
+    from ctxlab.workshop.plots import plot_eviction
+
+    ttft = {o: {s: runs[o][s]["ttft_ms"] for s in ("engine", "simulator")} for o in ORDERS}
+    res.plots.append(plot_eviction(ttft, session.out / "plots" / "4_eviction.png"))
+    return res
+
+
+def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_label: str) -> None:
+    ev = session.cfg.eviction
+    storage = Table(
+        "eviction_storage",
+        "storage",
+        f"Demonstration 4: prefix cache with a pool of {pool:,} tokens for {ev.groups} prefixes "
+        f"of {ev.prefix_tokens:,} tokens",
+        "measured",
+        [
+            Column("arrivals"),
+            Column("side"),
+            Column("reused tokens"),
+            Column("computed prompt tokens"),
+            Column("recomputed tokens"),
+            Column("hit requests"),
+            Column("evicted blocks"),
+            Column("preemptions"),
+        ],
+        note="engine rows are measured, simulator rows modeled on the same request list; "
+        "recomputed = computed prompt tokens minus tokens no earlier request had computed",
+    )
+    serving = Table(
+        "eviction_serving",
+        "serving",
+        f"Demonstration 4: TTFT when all {len(runs['grouped']['engine']['ttft_ms'])} requests "
+        f"arrive together, at most {ev.concurrency} running",
+        "measured",
+        [
+            Column("arrivals"),
+            Column("side"),
+            Column("TTFT p50 ms", 1),
+            Column("TTFT p95 ms", 1),
+            Column("TTFT p99 ms", 1),
+            Column("makespan s", 2),
+            Column("peak running"),
+        ],
+        note=f"simulator step times: {profile_label}",
+    )
+    rate = session.cfg.cost.cpu_hourly
+    cost = Table(
+        "eviction_cost",
+        "cost",
+        "Demonstration 4: self-hosted cost of the whole request list (engine)",
+        "measured",
+        [
+            Column("arrivals"),
+            Column("computed prompt tokens"),
+            Column("CPU seconds", 2),
+            Column(f"{session.cfg.cost.currency} per 1,000 requests", 4),
+        ],
+        note="the run's measured CPU seconds at the configured hourly rate, over its requests",
+    )
+    storage.mode = serving.mode = "measured and modeled"
+    for order in ORDERS:
+        for side, r in runs[order].items():
+            storage.add(
+                order,
+                side,
+                r["reused"],
+                r["computed"],
+                r["recomputed"],
+                r["hit_requests"],
+                r["evictions"],
+                r["preemptions"],
+            )
+            serving.add(
+                order,
+                side,
+                r["ttft_p50"],
+                r["ttft_p95"],
+                r["ttft_p99"],
+                r["makespan_s"],
+                r["peak_running"],
+            )
+        e = runs[order]["engine"]
+        n = len(e["ttft_ms"])
+        e["cost_per_1000"] = e["cpu_s"] * rate / 3600 / n * 1000
+        cost.add(order, e["computed"], e["cpu_s"], e["cost_per_1000"])
+    res.tables += [storage, serving, cost]
+
+
+def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: int) -> None:
+    f = res.figures
+    ev = session.cfg.eviction
+    g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
+    sg, si = runs["grouped"]["simulator"], runs["interleaved"]["simulator"]
+    working = ev.groups * ev.prefix_tokens
+    res.summary = (
+        f"{f.say('requests', len(g['ttft_ms']))} requests in {f.say('groups', ev.groups)} prefix "
+        f"groups; the pool ({f.say('pool_tokens', pool)} tokens) holds "
+        f"{f.say('pool_share_pct', 100 * pool / working, 1)}% of the groups' "
+        f"{f.say('working_set_tokens', working)} prefix tokens."
+    )
+    res.gains.append(
+        Gain(
+            "grouped arrivals against interleaved ones",
+            f"grouped, the engine reused {f.say('reused_grouped', g['reused'])} prompt tokens and "
+            f"evicted {f.say('evictions_grouped', g['evictions'])} cached blocks; interleaved, it "
+            f"reused {f.say('reused_interleaved', i['reused'])} and evicted "
+            f"{f.say('evictions_interleaved', i['evictions'])}: least-recently-used eviction "
+            "dropped each prefix before its group came back, so "
+            f"{f.say('recomputed_interleaved', i['recomputed'])} tokens that an earlier request "
+            "had computed were computed again (grouped: "
+            f"{f.say('recomputed_grouped', g['recomputed'])})",
+            f"p99 TTFT {f.say('ttft_p99_grouped', g['ttft_p99'], 1)} ms grouped against "
+            f"{f.say('ttft_p99_interleaved', i['ttft_p99'], 1)} ms interleaved (p50 "
+            f"{f.say('ttft_p50_grouped', g['ttft_p50'], 1)} against "
+            f"{f.say('ttft_p50_interleaved', i['ttft_p50'], 1)} ms); the whole list took "
+            f"{f.say('makespan_grouped', g['makespan_s'], 2)} s against "
+            f"{f.say('makespan_interleaved', i['makespan_s'], 2)} s",
+        )
+    )
+    res.gains.append(
+        Gain(
+            "predicting it without running it (simulator)",
+            "on the same list the simulator predicted "
+            f"{f.say('sim_reused_interleaved', si['reused'])} "
+            f"reused tokens and {f.say('sim_evictions_interleaved', si['evictions'])} evictions "
+            f"interleaved, {f.say('sim_reused_grouped', sg['reused'])} and "
+            f"{f.say('sim_evictions_grouped', sg['evictions'])} grouped",
+            f"it predicted p50 TTFT {f.say('sim_ttft_p50_interleaved', si['ttft_p50'], 1)} ms "
+            f"interleaved against {i['ttft_p50']:,.1f} ms measured, and "
+            f"{f.say('sim_ttft_p50_grouped', sg['ttft_p50'], 1)} ms grouped against "
+            f"{g['ttft_p50']:,.1f} ms",
+        )
+    )
+    if sg["reused"] > g["reused"]:
+        res.notes.append(
+            "The simulator reuses more than the engine in grouped order: it lets a request "
+            "admitted in the same step as its group-mate share the blocks the group-mate is "
+            "still computing, while the engine looks a prefix up only among blocks already "
+            "computed and computes its own copy."
+        )
+    if g["preemptions"] or i["preemptions"]:
+        res.notes.append(
+            "Some requests were preempted; the recomputed column counts prompt tokens at "
+            "first admission only, not the work redone after a preemption."
+        )
+    res.notes.append(
+        "LRU is recency, not meaning: the cache keeps what was used last, and knows nothing "
+        "about which prefix will come back; that is why the arrival order alone moves reuse."
+    )

@@ -1,0 +1,298 @@
+"""Demonstration 7: fixed recurrent state against a KV-heavy cache at equal memory.
+
+Modeled: a hybrid with fixed recurrent state on most layers (e.g. Jamba) and a pure KV-cache
+model (e.g. Llama 3.1 8B) get the same KV pool in bytes; the planner gives each one's bytes
+per request, and the simulator (roofline step time on the named device) runs a workload of
+many short requests and one of few long ones on both: how many requests run at once and the
+p99 TTFT. Memory, not a request cap, is what limits them: max_running is the workload size.
+Weights are not placed (a 52B hybrid needs more than one 80 GB device): the comparison is of
+the KV pool alone, and says so.
+
+Measured: the real engine has only the KV-heavy side (the default model keeps K and V for
+every token). Its pool is fixed; many short requests and a few long ones go through it, and
+the pool's own counts give the concurrency reached and the bytes each request held.
+"""
+
+from __future__ import annotations
+
+from ctxlab.progress import Tracker
+from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.config import SimWorkload, Workload, arch_from
+from ctxlab.workshop.measure import Timer, median, pct
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.session import Session
+
+DEMO = BY_KEY["recurrent_vs_kv"]
+GIB = 2**30
+
+
+def steps(session: Session) -> int:
+    return 4 + 2
+
+
+def simulate_workload(arch, device, pool_bytes: int, w: SimWorkload) -> dict:
+    """`w`'s requests arrive evenly at its rate (or at once), nothing shared; memory alone
+    limits how many run."""
+    from ctxlab.sim.config import SimConfig
+    from ctxlab.sim.run import simulate
+    from ctxlab.sim.trace import Request, Trace
+
+    block = 512
+    reqs, fresh = [], 0
+    for i in range(w.requests):
+        n = -(-w.input_tokens // block)
+        at = i / w.rate if w.rate else 0.0
+        reqs.append(Request(i, at, w.input_tokens, w.output_tokens, tuple(range(fresh, fresh + n))))
+        fresh += n
+    cfg = SimConfig(pool_bytes=pool_bytes, max_running=w.requests)
+    m = simulate(Trace("workshop equal memory", reqs, block), arch, device, cfg).metrics
+    return {
+        "concurrency": int(m["peak_running_requests"]),
+        "ttft_p99_ms": m["ttft_p99"] * 1e3,
+        "ttft_p50_ms": m["ttft_p50"] * 1e3,
+        "makespan_s": m["makespan_s"],
+        "preemptions": int(m["preemptions"]),
+    }
+
+
+def engine_workload(session: Session, w: Workload) -> dict:
+    """`w` on the real engine with the demonstration's pool: concurrency and bytes measured."""
+    from ctxlab.engine import SamplingParams
+
+    cfg = session.cfg.recurrent_vs_kv
+    llm = session.llm(
+        pool_tokens=cfg.engine_pool_tokens,
+        max_num_seqs=w.requests,
+        warm_up=False,
+        max_num_batched_tokens=max(session.cfg.engine.max_num_batched_tokens, w.input_tokens),
+    )
+    engine = llm.engine
+    params = SamplingParams(max_tokens=w.output_tokens, ignore_eos=True)
+    with Timer() as t:
+        rids = [
+            engine.add_request(session.text_ids(w.input_tokens), params) for _ in range(w.requests)
+        ]
+        peak = 0
+        while engine.has_unfinished():
+            engine.step()
+            peak = max(peak, len(engine.scheduler.running))
+    outs = [engine.output(r).metrics for r in rids]
+    session.note_resident("demonstration 7", max(m.resident_kv_bytes for m in outs), llm)
+    return {
+        "concurrency": peak,
+        "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
+        "ttft_p99_ms": pct([m.ttft * 1e3 for m in outs], 99),
+        "ttft_p50_ms": pct([m.ttft * 1e3 for m in outs], 50),
+        "preemptions": sum(m.preemptions for m in outs),
+        "pool_bytes": engine.stats().pool_bytes,
+        "cpu_s": t.cpu_s,
+    }
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    from ctxlab.plan.devices import get_device
+    from ctxlab.plan.report import build_plan
+
+    cfg = session.cfg.recurrent_vs_kv
+    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured and modeled")
+    device = get_device(cfg.device)
+    pool_bytes = int(cfg.pool_gib * GIB)
+    modeled: list[dict] = []
+    for role, name in (("KV-heavy", cfg.kv_arch), ("recurrent", cfg.recurrent_arch)):
+        arch = arch_from(name)
+        contexts = [
+            cfg.short.input_tokens + cfg.short.output_tokens,
+            cfg.long.input_tokens + cfg.long.output_tokens,
+        ]
+        # Only the plan's per-request bytes are read; the weights are not placed (see above).
+        plan = build_plan(
+            arch, contexts, device=device, page_size=16, weights_bytes=0, reserve_bytes=0
+        )
+        for label, w, row in (("short", cfg.short, 0), ("long", cfg.long, 1)):
+            sim = simulate_workload(arch, device, pool_bytes, w)
+            per_request = plan["per_context"][row]["kv_bytes_per_request"]
+            modeled.append(
+                {
+                    "role": role,
+                    "arch": name,
+                    "workload": label,
+                    "requests": w.requests,
+                    "bytes_per_request": per_request,
+                    **sim,
+                }
+            )
+            tracker.advance()
+    session.llm(pool_tokens=256)  # warms the model up outside the measured pool
+    measured = {
+        "short": engine_workload(session, cfg.engine_short),
+        "long": engine_workload(session, cfg.engine_long),
+    }
+    tracker.advance(2)
+    _tables(session, res, modeled, measured)
+    kv_short = next(r for r in modeled if r["role"] == "KV-heavy" and r["workload"] == "short")
+    rec_short = next(r for r in modeled if r["role"] == "recurrent" and r["workload"] == "short")
+    res.observe("bytes_per_request", kv_short["bytes_per_request"], rec_short["bytes_per_request"])
+    res.observe("concurrency_reached", kv_short["concurrency"], rec_short["concurrency"])
+    res.observe("ttft_p99_ms", kv_short["ttft_p99_ms"], rec_short["ttft_p99_ms"], 1)
+    s, lg = measured["short"], measured["long"]
+    res.observe("engine_concurrency_reached", lg["concurrency"], s["concurrency"])
+    res.observe("engine_bytes_per_request", lg["bytes_per_request"], s["bytes_per_request"])
+    res.observe("engine_ttft_p99_ms", lg["ttft_p99_ms"], s["ttft_p99_ms"], 1)
+    _explain(session, res, modeled, measured)
+    from ctxlab.workshop.plots import plot_recurrent
+
+    res.plots.append(plot_recurrent(modeled, session.out / "plots" / "7_recurrent_vs_kv.png"))
+    return res
+
+
+def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:
+    cfg = session.cfg.recurrent_vs_kv
+    storage = Table(
+        "recurrent_storage",
+        "storage",
+        f"Demonstration 7: cache bytes per request (plan, the presets' cache dtype), pool "
+        f"{cfg.pool_gib:,.1f} GiB for both",
+        "modeled",
+        [
+            Column("architecture"),
+            Column("role"),
+            Column("workload"),
+            Column("tokens per request"),
+            Column("MiB per request", 2),
+            Column("requests that fit the pool"),
+        ],
+        note="fit = pool bytes // bytes per request (logical, before paging); recurrent "
+        "state is fixed per request, attention layers still grow with every token",
+    )
+    serving = Table(
+        "recurrent_serving",
+        "serving",
+        f"Demonstration 7: equal memory on {cfg.device} (simulated, roofline step time)",
+        "modeled",
+        [
+            Column("architecture"),
+            Column("workload"),
+            Column("requests"),
+            Column("concurrency reached"),
+            Column("TTFT p50 ms", 1),
+            Column("TTFT p99 ms", 1),
+            Column("makespan s", 2),
+            Column("preemptions"),
+        ],
+        note=f"arrivals evenly spaced: short {cfg.short.rate:,.1f} and long {cfg.long.rate:,.1f} "
+        "per second; nothing is shared; max running = the workload's size, so memory is the limit",
+    )
+    engine = Table(
+        "recurrent_engine",
+        "serving",
+        f"Demonstration 7: the KV-heavy side on the real engine, pool of "
+        f"{cfg.engine_pool_tokens:,} tokens",
+        "measured",
+        [
+            Column("workload"),
+            Column("requests"),
+            Column("tokens per request"),
+            Column("concurrency reached"),
+            Column("MiB per request (pool)", 3),
+            Column("TTFT p50 ms", 1),
+            Column("TTFT p99 ms", 1),
+            Column("preemptions"),
+        ],
+        note="bytes per request: blocks the request held at its end, measured from the pool",
+    )
+    pool_bytes = int(cfg.pool_gib * GIB)
+    for r in modeled:
+        w = cfg.short if r["workload"] == "short" else cfg.long
+        tokens = w.input_tokens + w.output_tokens
+        storage.add(
+            r["arch"],
+            r["role"],
+            r["workload"],
+            tokens,
+            r["bytes_per_request"] / 2**20,
+            pool_bytes // r["bytes_per_request"],
+        )
+        serving.add(
+            r["arch"],
+            r["workload"],
+            r["requests"],
+            r["concurrency"],
+            r["ttft_p50_ms"],
+            r["ttft_p99_ms"],
+            r["makespan_s"],
+            r["preemptions"],
+        )
+    for label, w in (("short", cfg.engine_short), ("long", cfg.engine_long)):
+        m = measured[label]
+        engine.add(
+            label,
+            w.requests,
+            w.input_tokens + w.output_tokens,
+            m["concurrency"],
+            m["bytes_per_request"] / 2**20,
+            m["ttft_p50_ms"],
+            m["ttft_p99_ms"],
+            m["preemptions"],
+        )
+    res.tables += [storage, serving, engine]
+
+
+def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:
+    f = res.figures
+    cfg = session.cfg.recurrent_vs_kv
+    pick = {(r["role"], r["workload"]): r for r in modeled}
+    ks, rs = pick[("KV-heavy", "short")], pick[("recurrent", "short")]
+    kl, rl = pick[("KV-heavy", "long")], pick[("recurrent", "long")]
+    s, lg = measured["short"], measured["long"]
+    res.summary = (
+        f"{cfg.recurrent_arch} and {cfg.kv_arch} with the same "
+        f"{f.say('pool_gib', cfg.pool_gib, 1)} GiB KV pool (modeled), and the default model's "
+        f"pool of {f.say('engine_pool_tokens', cfg.engine_pool_tokens)} tokens on the engine "
+        "(measured)."
+    )
+    res.gains.append(
+        Gain(
+            "fixed recurrent state at equal memory (modeled)",
+            "a short request holds "
+            f"{f.say('kv_short_mib', ks['bytes_per_request'] / 2**20, 2)} MiB "
+            f"on {cfg.kv_arch} and "
+            f"{f.say('rec_short_mib', rs['bytes_per_request'] / 2**20, 2)} MiB "
+            f"on {cfg.recurrent_arch}, whose recurrent layers keep a fixed state instead of every "
+            "token's keys and values",
+            f"in the same pool {f.say('kv_short_conc', ks['concurrency'])} short requests ran at "
+            f"once on {cfg.kv_arch} and {f.say('rec_short_conc', rs['concurrency'])} on "
+            f"{cfg.recurrent_arch}; p99 TTFT {f.say('kv_short_p99', ks['ttft_p99_ms'], 1)} ms "
+            f"(p50 {f.say('kv_short_p50', ks['ttft_p50_ms'], 1)} ms, "
+            f"{f.say('kv_short_preemptions', ks['preemptions'])} preemptions: requests waited "
+            f"for room in the pool) against {f.say('rec_short_p99', rs['ttft_p99_ms'], 1)} ms; "
+            "with long requests "
+            f"{f.say('kv_long_conc', kl['concurrency'])} against "
+            f"{f.say('rec_long_conc', rl['concurrency'])} at once",
+        )
+    )
+    res.gains.append(
+        Gain(
+            "short requests against long ones on the KV-heavy engine (measured)",
+            f"a short request held {f.say('engine_short_mib', s['bytes_per_request'] / 2**20, 3)} "
+            "MiB of the pool, a long one "
+            f"{f.say('engine_long_mib', lg['bytes_per_request'] / 2**20, 3)} "
+            "MiB: on a KV-heavy model bytes grow with every token",
+            f"{f.say('engine_short_conc', s['concurrency'])} short requests ran at once against "
+            f"{f.say('engine_long_conc', lg['concurrency'])} long ones; p99 TTFT "
+            f"{f.say('engine_short_p99', s['ttft_p99_ms'], 1)} ms against "
+            f"{f.say('engine_long_p99', lg['ttft_p99_ms'], 1)} ms",
+        )
+    )
+    res.gains.append(
+        Gain(
+            "what the recurrent state keeps (no decision established)",
+            "a fixed-size state is a lossy summary of the history, not a cache of it: storage "
+            "per request is smaller, and no token can be read back exactly",
+            None,
+        )
+    )
+    res.notes.append(
+        "This run measures no task quality for either architecture: smaller state per "
+        "request is a storage and capacity result, not evidence that the recurrent model "
+        "answers as well over long context."
+    )

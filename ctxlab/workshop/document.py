@@ -1,0 +1,223 @@
+"""The report's content, built once from results.json as a list of blocks.
+
+Markdown and HTML render the same blocks (`report_markdown`, `report_html`), so the two
+reports cannot disagree, and every number either prints was read back from results.json
+(tables print their stored cells; prose was written with `Figures.say`). Sections: status
+and run, predictions against observations, the six context numbers, the storage / serving /
+retrieval / task / cost tables (each naming its layer), each demonstration with its gains
+explained twice, the "what could go wrong" list, and the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.result import LAYERS, fmt
+
+
+@dataclass
+class Block:
+    kind: str  # h1 h2 h3 p list table img
+    text: str = ""
+    items: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    note: str = ""
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]], note: str = "") -> Block:
+    return Block("table", title, columns=columns, rows=rows, note=note)
+
+
+def _stored_table(t: dict[str, Any]) -> Block:
+    cols = t["columns"]
+    rows = [
+        [fmt(cell, col["digits"]) for cell, col in zip(row, cols, strict=True)] for row in t["rows"]
+    ]
+    return _table(f"{t['title']} ({t['mode']})", [c["name"] for c in cols], rows, t.get("note", ""))
+
+
+def build_document(res: dict[str, Any]) -> list[Block]:
+    doc: list[Block] = [Block("h1", "ctxlab workshop report")]
+    doc += _status(res)
+    doc += _predictions(res)
+    doc += _context(res)
+    doc += _layers(res)
+    doc += _demos(res)
+    doc += _checklist(res)
+    doc += _files(res)
+    return doc
+
+
+def _status(res: dict[str, Any]) -> list[Block]:
+    run = res["run"]
+    head = "Status: complete" if res["status"] == "complete" else "Status: INCOMPLETE"
+    load0 = " / ".join(fmt(x, 2) for x in run["load_average_start"]) or "n/a"
+    load1 = " / ".join(fmt(x, 2) for x in run["load_average_end"]) or "n/a"
+    counts = res["verdict_counts"]
+    return [
+        Block("p", f"**{head}**: {res['status_reason']}."),
+        Block(
+            "list",
+            items=[
+                f"model: {run['model']}; config: {run['config']}"
+                + ("; --quick sizes" if run["quick"] else "")
+                + (
+                    f"; demonstrations selected: {', '.join(str(n) for n in run['only'])}"
+                    if run["only"]
+                    else ""
+                ),
+                f"wall time {fmt(run['wall_s'], 1)} s, CPU time {fmt(run['cpu_s'], 1)} s "
+                f"({fmt(run['torch_threads'])} torch threads, {fmt(run['cores'])} cores)",
+                "load average (one, five, fifteen minutes) at the start "
+                f"{load0}, at the end {load1}",
+                f"predictions: {fmt(counts['held'])} held, {fmt(counts['failed'])} failed, "
+                f"{fmt(counts['not measurable'])} not measurable",
+            ],
+        ),
+    ]
+
+
+def _predictions(res: dict[str, Any]) -> list[Block]:
+    from ctxlab.workshop.config import Prediction
+    from ctxlab.workshop.verdicts import describe
+
+    rows = []
+    for v in res["verdicts"]:
+        metric = BY_KEY[v["key"]].metric(v["metric"])
+        assert metric is not None
+        p = Prediction(
+            direction=v["direction"], tolerance=v["tolerance_pct"] / 100, range=v["range"]
+        )
+        d = v["digits"]
+        change = "n/a" if v["change_pct"] is None else f"{fmt(v['change_pct'], 1)}%"
+        rows.append(
+            [
+                f"{v['demo']}. {v['metric']}",
+                f"{metric.baseline} -> {metric.observed}",
+                describe(p),
+                fmt(v["baseline"], d),
+                fmt(v["observed"], d),
+                change,
+                v["verdict"],
+                v["reason"],
+            ]
+        )
+    out = [
+        Block("h2", "Predictions against observations"),
+        Block(
+            "p",
+            "Written in the config before the run; a failed prediction stays in this "
+            "table, with the numbers that failed it.",
+        ),
+        _table(
+            "Every prediction and its verdict",
+            ["metric", "compared", "predicted", "baseline", "observed", "change", "verdict", "why"],
+            rows,
+        ),
+    ]
+    failed = [r for r, v in zip(rows, res["verdicts"], strict=True) if v["verdict"] == "failed"]
+    if failed:
+        out.append(Block("p", "Failed predictions:"))
+        out.append(Block("list", items=[f"{r[0]}: predicted {r[2]}; {r[7]}" for r in failed]))
+    return out
+
+
+def _context(res: dict[str, Any]) -> list[Block]:
+    rows = [[r["name"], fmt(r["tokens"]), r["source"]] for r in res["context_numbers"]]
+    return [
+        Block("h2", "The six context numbers"),
+        Block(
+            "p", "Six different quantities that are all called context; none stands in for another."
+        ),
+        _table(
+            "Context numbers for this run's model",
+            ["number", "tokens", "where it comes from"],
+            rows,
+        ),
+    ]
+
+
+def _layers(res: dict[str, Any]) -> list[Block]:
+    out: list[Block] = []
+    for layer, stack in LAYERS.items():
+        out.append(Block("h2", f"{layer.capitalize()} results"))
+        out.append(
+            Block("p", f"Layer: {stack}. A gain in this table is evidence for this layer only.")
+        )
+        tables = [t for d in res["demos"].values() for t in d["tables"] if t["layer"] == layer]
+        if layer == "task" and res.get("useful_context"):
+            tables.append(res["useful_context"]["table"])
+        for t in tables:
+            out.append(_stored_table(t))
+        if not tables:
+            missing = [
+                f"demonstration {d['number']} ({d['status']})"
+                for d in res["demos"].values()
+                if d["status"] != "run" and _owns(d["key"], layer)
+            ]
+            why = "; ".join(missing) if missing else "no demonstration of this run reports one"
+            out.append(Block("p", f"No {layer} table in this run: {why}."))
+    return out
+
+
+def _owns(key: str, layer: str) -> bool:
+    """Which layer's table a demonstration that did not run would have filled."""
+    return (key, layer) in {
+        ("retrieval_depth", "retrieval"),
+        ("retrieval_depth", "cost"),
+        ("retrieval_depth", "task"),
+        ("compaction", "task"),
+    }
+
+
+def _demos(res: dict[str, Any]) -> list[Block]:
+    out = [Block("h2", "The demonstrations")]
+    for d in res["demos"].values():
+        head = f"{d['number']}. {d['title']}"
+        if d["status"] != "run":
+            out.append(Block("h3", f"{head} ({d['status']})"))
+            out += [Block("p", n) for n in d["notes"]] or [Block("p", f"It was {d['status']}.")]
+            continue
+        out.append(
+            Block(
+                "h3",
+                f"{head} ({d['mode']}; {fmt(d['wall_s'], 1)} s wall, {fmt(d['cpu_s'], 1)} s CPU)",
+            )
+        )
+        if d["summary"]:
+            out.append(Block("p", d["summary"]))
+        items = []
+        for g in d["gains"]:
+            storage = g["storage"] or ("this run has not established a decision in storage terms")
+            product = g["product"] or ("this run has not established a decision in product terms")
+            items.append(f"**{g['what']}**. Storage: {storage}. Product: {product}.")
+        if items:
+            out.append(Block("p", "Each gain explained twice, from the measured numbers:"))
+            out.append(Block("list", items=items))
+        out += [Block("p", n) for n in d["notes"]]
+        out += [Block("img", p, note=f"demonstration {d['number']}") for p in d["plots"]]
+    return out
+
+
+def _checklist(res: dict[str, Any]) -> list[Block]:
+    rows = [[c["risk"], c["status"], c["how"]] for c in res["checklist"]]
+    return [
+        Block("h2", "What could go wrong, checked against this run"),
+        _table(
+            "Each known way to fool oneself, and what this run did about it",
+            ["risk", "this run", "how"],
+            rows,
+        ),
+    ]
+
+
+def _files(res: dict[str, Any]) -> list[Block]:
+    files = [res["files"]["results"], res["files"]["html"]]
+    if res.get("useful_context"):
+        files.append(res["useful_context"]["rows_file"])
+    for d in res["demos"].values():
+        files += d["plots"]
+    return [Block("h2", "Files"), Block("list", items=[f"`{f}`" for f in files])]

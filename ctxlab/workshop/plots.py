@@ -1,0 +1,104 @@
+"""The workshop's figures (matplotlib, PNG), one function per demonstration that draws one.
+
+Each function takes the numbers the demonstration measured and the path to write, and
+returns the path. Drawn off-screen (Agg); the HTML report embeds the files as data URIs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _figure(width: float = 7.5, height: float = 3.4):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, plt.subplots(1, 2, figsize=(width, height))
+
+
+def _save(plt, fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_warm_prefix(runs: dict[str, list[Any]], path: Path) -> Path:
+    """TTFT and TPOT of every repeat, cold against warm (the spread is the point)."""
+    plt, (fig, (left, right)) = _figure()
+    for ax, what, label in ((left, "ttft_ms", "TTFT (ms)"), (right, "tpot_ms", "TPOT (ms)")):
+        for x, side in enumerate(("cold", "warm")):
+            ys = [getattr(s, what) for s in runs[side]]
+            ax.scatter([x] * len(ys), ys, alpha=0.7, label=side)
+        ax.set_xticks([0, 1], ["cold", "warm"])
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    left.set_title("first token: reuse removes prefill")
+    right.set_title("per output token: unchanged")
+    return _save(plt, fig, path)
+
+
+def plot_page_size(
+    pages: list[int],
+    measured: list[int],
+    planned: list[int],
+    reused: list[int],
+    reused_plan: list[int],
+    path: Path,
+) -> Path:
+    """Rounding waste and reuse at a divergence, measured (dots) against the planner (line)."""
+    plt, (fig, (left, right)) = _figure()
+    left.plot(pages, planned, "-", color="grey", label="planner")
+    left.plot(pages, measured, "o", label="measured (pool)")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("page size (tokens)")
+    left.set_ylabel("wasted token slots")
+    left.set_title("rounding waste")
+    right.plot(pages, reused_plan, "-", color="grey", label="planner")
+    right.plot(pages, reused, "o", label="measured")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("page size (tokens)")
+    right.set_ylabel("reused tokens")
+    right.set_title("reuse at a divergence")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+def plot_eviction(ttft: dict[str, dict[str, list[float]]], path: Path) -> Path:
+    """TTFT distribution per arrival order: engine (measured) against simulator (modeled)."""
+    plt, (fig, axes) = _figure()
+    for ax, order in zip(axes, ("grouped", "interleaved"), strict=True):
+        for side, style in (("engine", "-"), ("simulator", "--")):
+            ys = sorted(ttft[order][side])
+            n = len(ys)
+            ax.step(ys, [(i + 1) / n for i in range(n)], style, where="post", label=side)
+        ax.set_title(f"{order} arrivals")
+        ax.set_xlabel("TTFT (ms)")
+        ax.set_ylabel("share of requests")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+def plot_recurrent(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Concurrency reached and p99 TTFT per architecture and workload (modeled)."""
+    plt, (fig, (left, right)) = _figure()
+    labels = [f"{r['arch']}\n{r['workload']}" for r in rows]
+    xs = range(len(rows))
+    left.bar(xs, [r["concurrency"] for r in rows], color="tab:blue")
+    left.set_ylabel("requests running at once")
+    right.bar(xs, [r["ttft_p99_ms"] / 1e3 for r in rows], color="tab:orange")
+    right.set_ylabel("p99 TTFT (s)")
+    for ax in (left, right):
+        ax.set_xticks(list(xs), labels, fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    left.set_title("equal memory: concurrency")
+    right.set_title("equal memory: p99 TTFT")
+    return _save(plt, fig, path)

@@ -1,0 +1,159 @@
+"""What one demonstration hands back: tables by layer, observations, figures, gains, notes.
+
+Every number the report prints comes from here, stored in the unit it is printed in (ms, not
+s; MiB where a column says MiB), so results.json holds each printed number as it reads. Prose
+never formats a number itself: it asks `Figures.say(name, value, digits)`, which records the
+value under a name and returns its printed form, so a sentence's numbers are in results.json
+too. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+Layer = Literal["storage", "serving", "retrieval", "task", "cost"]
+Mode = Literal["measured", "modeled", "measured and modeled"]
+Status = Literal["run", "not run in this build", "not selected"]
+
+# The report's five result tables and the layer of the stack each belongs to.
+LAYERS: dict[str, str] = {
+    "storage": "representation and allocation (ctxlab/arch, ctxlab/plan, ctxlab/kv)",
+    "serving": "execution and serving (ctxlab/engine, ctxlab/sim)",
+    "retrieval": "application: retrieval (ctxlab/rag)",
+    "task": "model use (ctxlab/eval) and application memory (ctxlab/memory)",
+    "cost": "cost (ctxlab/plan/cost.py over measured token counts and times)",
+}
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def fmt(value: Any, digits: int = 0) -> str:
+    """The printed form of a number: thousands separators, `digits` decimals for floats."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    if isinstance(value, bool) or not is_number(value):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.{digits}f}"
+
+
+@dataclass
+class Column:
+    name: str
+    digits: int = 0  # decimals printed for float cells
+
+
+@dataclass
+class Table:
+    key: str
+    layer: Layer
+    title: str
+    mode: Mode
+    columns: list[Column]
+    rows: list[list[Any]] = field(default_factory=list)
+    note: str = ""
+
+    def add(self, *cells: Any) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(
+                f"table {self.key}: {len(cells)} cells for {len(self.columns)} columns"
+            )
+        self.rows.append([_clean(c) for c in cells])
+
+
+def _clean(value: Any) -> Any:
+    """NaN and inf are not JSON: they become None (printed n/a)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@dataclass
+class Observation:
+    """One metric of the catalogue: its baseline and observed values, in `unit`."""
+
+    metric: str
+    baseline: float | int | None
+    observed: float | int | None
+    digits: int = 0
+    noise: float | None = None  # relative spread of the repeated baseline, when repeated
+    why_missing: str | None = None  # when a value could not be measured: why
+
+    @property
+    def measurable(self) -> bool:
+        return all(is_number(v) and math.isfinite(v) for v in (self.baseline, self.observed))
+
+
+class Figures:
+    """Named numbers the prose uses; `say` records one and returns it as printed."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def say(self, name: str, value: Any, digits: int = 0) -> str:
+        self.values[name] = _clean(value)
+        return fmt(value, digits)
+
+
+@dataclass
+class Gain:
+    """A gain (or a loss) explained twice; None where this run cannot make the case."""
+
+    what: str
+    storage: str | None
+    product: str | None
+
+
+@dataclass
+class DemoResult:
+    number: int
+    key: str
+    title: str
+    status: Status
+    mode: str = "measured"  # measured, modeled, or "measured and modeled"
+    summary: str = ""
+    tables: list[Table] = field(default_factory=list)
+    observations: dict[str, Observation] = field(default_factory=dict)
+    figures: Figures = field(default_factory=Figures)
+    gains: list[Gain] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    plots: list[Path] = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def observe(
+        self,
+        metric: str,
+        baseline: Any,
+        observed: Any,
+        digits: int = 0,
+        noise: float | None = None,
+        why_missing: str | None = None,
+    ) -> None:
+        self.observations[metric] = Observation(
+            metric, _clean(baseline), _clean(observed), digits, noise, why_missing
+        )
+
+    def to_json(self, out_dir: Path) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "key": self.key,
+            "title": self.title,
+            "status": self.status,
+            "mode": self.mode,
+            "summary": self.summary,
+            "wall_s": round(self.wall_s, 1),
+            "cpu_s": round(self.cpu_s, 1),
+            "tables": [asdict(t) for t in self.tables],
+            "observations": {k: asdict(o) for k, o in self.observations.items()},
+            "figures": self.figures.values,
+            "gains": [asdict(g) for g in self.gains],
+            "notes": self.notes,
+            "plots": [str(p.relative_to(out_dir)) for p in self.plots],
+        }

@@ -1,0 +1,227 @@
+"""One workshop run: load the model once, run the selected demonstrations, judge, write.
+
+The order is fixed: demonstrations 1 to 7 (a demonstration whose module is not in this
+build, or that `--only` leaves out, is recorded with that status and no numbers), the small
+useful-context eval, the six context numbers, the verdicts, the required-metric check, the
+"what could go wrong" list, then results.json, and the Markdown and HTML reports rendered
+from the results.json just written. The run's status is "complete" only when every required
+metric of the selected demonstrations was measured.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ctxlab.progress import progress
+from ctxlab.workshop import checklist
+from ctxlab.workshop.catalog import BY_KEY, DEMOS, metric_ref
+from ctxlab.workshop.config import WorkshopConfig
+from ctxlab.workshop.context_numbers import context_numbers
+from ctxlab.workshop.measure import Timer, load_average
+from ctxlab.workshop.result import DemoResult
+from ctxlab.workshop.session import Session
+from ctxlab.workshop.verdicts import judge
+
+SCHEMA = "ctxlab.workshop/1"
+COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
+# What each demonstration's module needs beyond the layers every build has.
+REQUIRES = {"compaction": "ctxlab.memory", "retrieval_depth": "ctxlab.rag"}
+
+
+def available(key: str) -> str | None:
+    """None when demonstration `key` can run in this build, else why it cannot."""
+    demo = BY_KEY[key]
+    need = REQUIRES.get(key)
+    if need is not None and importlib.util.find_spec(need) is None:
+        return f"not run in this build: it needs the application-memory layer ({need})"
+    if importlib.util.find_spec(f"ctxlab.workshop.{demo.module}") is None:
+        return f"not run in this build: ctxlab/workshop/{demo.module}.py is not part of it"
+    return None
+
+
+def load_default_model(cfg: WorkshopConfig, enabled: bool = True) -> Any:
+    from ctxlab.commands.options import EngineOptions
+
+    EngineOptions(model=cfg.model.source, dtype=cfg.model.dtype).check()
+    if cfg.model.threads:
+        import torch
+
+        torch.set_num_threads(cfg.model.threads)
+    from ctxlab.model import load_model
+
+    with progress(f"loading {cfg.model.source}", enabled=enabled):
+        loaded = load_model(cfg.model.source, dtype=cfg.model.dtype)
+        _ = loaded.tokenizer
+    return loaded
+
+
+def run_workshop(
+    cfg: WorkshopConfig,
+    out: Path,
+    *,
+    quick: bool = False,
+    only: set[int] | None = None,
+    config_label: str = "the embedded default config",
+    loaded: Any = None,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """Run, write results.json, report.md and report.html under `out`; return the results."""
+    load0 = load_average()
+    with Timer() as total:
+        if loaded is None:
+            loaded = load_default_model(cfg, show_progress)
+        elif cfg.model.threads:
+            import torch
+
+            torch.set_num_threads(cfg.model.threads)
+        session = Session(cfg, loaded, out, quick=quick)
+        session.check_arch()
+        demos = _run_demos(session, only, show_progress)
+        useful = None
+        if cfg.useful_context.enabled and only is None:
+            useful = _useful_context(session, show_progress)
+        demo_json = {k: d.to_json(out) for k, d in demos.items()}
+        results: dict[str, Any] = {
+            "schema": SCHEMA,
+            "config": cfg.model_dump(),
+            "demos": demo_json,
+            "useful_context": useful,
+        }
+        results["context_numbers"] = context_numbers(session, demo_json, useful)
+        verdicts = _verdicts(cfg, demos)
+        results["verdicts"] = [v.to_json() for v in verdicts]
+        counts = {
+            k: sum(1 for v in verdicts if v.verdict == k)
+            for k in ("held", "failed", "not measurable")
+        }
+        results["verdict_counts"] = counts
+        results["required_metrics"] = _required(cfg, demos, only)
+        results["checklist"] = checklist.evaluate(results)
+    import torch
+
+    missing = [r for r in results["required_metrics"] if r["required"] and not r["measured"]]
+    results["status"] = "incomplete" if missing else "complete"
+    results["status_reason"] = (
+        f"{len(missing)} required metric(s) not measured: "
+        + "; ".join(f"{r['metric']} ({r['why']})" for r in missing)
+        if missing
+        else "every required metric of the selected demonstrations was measured"
+    )
+    results["run"] = {
+        "config": config_label,
+        "quick": quick,
+        "only": sorted(only) if only else None,
+        "model": cfg.model.source,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wall_s": round(total.wall_s, 1),
+        "cpu_s": round(total.cpu_s, 1),
+        "load_average_start": load0,
+        "load_average_end": load_average(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "cost_unit_requests": COST_UNIT_REQUESTS,
+    }
+    write_reports(results, out)
+    return results
+
+
+def _run_demos(session: Session, only: set[int] | None, show: bool) -> dict[str, DemoResult]:
+    demos: dict[str, DemoResult] = {}
+    for demo in DEMOS:
+        if only is not None and demo.number not in only:
+            demos[demo.key] = DemoResult(demo.number, demo.key, demo.title, "not selected", "")
+            continue
+        why = available(demo.key)
+        if why is not None:
+            res = DemoResult(demo.number, demo.key, demo.title, "not run in this build", "")
+            res.notes.append(f"Demonstration {demo.number} was {why}; it reports no numbers.")
+            demos[demo.key] = res
+            continue
+        module = importlib.import_module(f"ctxlab.workshop.{demo.module}")
+        label = f"demonstration {demo.number}/{len(DEMOS)}: {demo.title}"
+        with progress(label, module.steps(session), enabled=show) as tracker, Timer() as t:
+            res = module.run(session, tracker)
+        res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+        demos[demo.key] = res
+    return demos
+
+
+def _useful_context(session: Session, show: bool) -> dict[str, Any]:
+    from ctxlab.workshop import useful_context
+
+    label = "measured useful context: a small eval"
+    with progress(label, useful_context.steps(session), enabled=show) as tracker:
+        result = useful_context.measure(session, tracker)
+    result["table"] = _table_json(useful_context.table(result))
+    return result
+
+
+def _table_json(table: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(table)
+
+
+def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list:
+    out = []
+    for key, predictions in cfg.predictions.items():
+        demo = demos[key]
+        for metric, p in predictions.items():
+            if demo.status != "run":
+                why = f"demonstration {demo.number} was {demo.status}"
+                out.append(judge(demo.number, key, metric, p, None, why))
+            else:
+                out.append(judge(demo.number, key, metric, p, demo.observations.get(metric)))
+    return out
+
+
+def _required(cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] | None) -> list:
+    rows = []
+    for ref in cfg.required_metrics:
+        found = metric_ref(ref)
+        assert not isinstance(found, str)  # the config checked every name
+        demo_spec, metric = found
+        demo = demos[demo_spec.key]
+        selected = only is None or demo_spec.number in only
+        obs = demo.observations.get(metric.name)
+        measured = obs is not None and obs.measurable
+        if not selected:
+            why = "not selected with --only"
+        elif demo.status != "run":
+            why = f"demonstration {demo.number} was {demo.status}"
+        elif obs is None:
+            why = "the demonstration did not report it"
+        elif not measured:
+            why = obs.why_missing or "a value came out undefined"
+        else:
+            why = ""
+        rows.append({"metric": ref, "required": selected, "measured": measured, "why": why})
+    return rows
+
+
+def write_reports(results: dict[str, Any], out: Path) -> dict[str, Path]:
+    """results.json first; both reports are rendered from what was written to it."""
+    from ctxlab.workshop.document import build_document
+    from ctxlab.workshop.report_html import render_html
+    from ctxlab.workshop.report_markdown import render_markdown
+
+    paths = {
+        "results": out / "results.json",
+        "markdown": out / "report.md",
+        "html": out / "report.html",
+    }
+    results["files"] = {k: p.name for k, p in paths.items()}
+    paths["results"].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    stored = json.loads(paths["results"].read_text(encoding="utf-8"))
+    blocks = build_document(stored)
+    paths["markdown"].write_text(render_markdown(blocks), encoding="utf-8")
+    paths["html"].write_text(render_html(blocks, out), encoding="utf-8")
+    return paths

@@ -1,0 +1,116 @@
+"""What every demonstration shares: the loaded model, the config, prompts, engines, the arch.
+
+The model loads once per run and every demonstration builds its own engine over it with its
+own pool and page size (an engine is cheap; the weights are not). Prompts are natural text
+(the shipped Shakespeare) cut into token-id windows that never overlap, so two prompts share
+a prefix only when a demonstration makes them share one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxlab.workshop.config import WorkshopConfig
+
+WARM_UP_TOKENS = 48
+TEXT_CHARS = 400_000  # about 100,000 tokens: far more than one run's prompts need
+
+
+@dataclass
+class Session:
+    cfg: WorkshopConfig
+    loaded: Any  # ctxlab.model.LoadedModel
+    out: Path
+    quick: bool = False
+    _ids: list[int] = field(default_factory=list)
+    _cursor: int = 0
+    resident_tokens: list[tuple[str, int]] = field(default_factory=list)
+
+    # -- prompts --------------------------------------------------------------------------
+    def text_ids(self, n: int) -> list[int]:
+        """The next `n` token ids of natural text, never handed out before in this run."""
+        if not self._ids:
+            from ctxlab.eval.vocab import essay_text
+
+            text = essay_text()
+            start = (self.cfg.model.seed * 7919) % (len(text) // 2)
+            self._ids = self.loaded.tokenizer.encode(text[start : start + TEXT_CHARS])
+            self._cursor = 0
+        if self._cursor + n > len(self._ids):
+            raise RuntimeError("the shipped text ran out of tokens for distinct prompts")
+        out = self._ids[self._cursor : self._cursor + n]
+        self._cursor += n
+        return out
+
+    def other_token(self, token: int) -> int:
+        """A different ordinary token (for 'change one token')."""
+        vocab = self.loaded.config.vocab_size
+        low = min(1000, vocab // 4)
+        return low + (token - low + 1) % (vocab - low) if token >= low else low
+
+    # -- engines --------------------------------------------------------------------------
+    def llm(
+        self,
+        page_size: int | None = None,
+        pool_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        prefix_caching: bool = True,
+        warm_up: bool = True,
+    ) -> Any:
+        """An engine over the shared model; `warm_up` runs one short untimed request first,
+        so the first measured request does not pay for lazy allocations."""
+        from ctxlab.engine import LLM, SamplingParams
+
+        e = self.cfg.engine
+        llm = LLM(
+            self.loaded,
+            kv_pool_tokens=pool_tokens or e.kv_pool_tokens,
+            block_size=page_size or e.page_size,
+            enable_prefix_caching=prefix_caching,
+            max_num_batched_tokens=max_num_batched_tokens or e.max_num_batched_tokens,
+            max_num_seqs=max_num_seqs or e.max_num_seqs,
+            max_model_len=self.cfg.model.max_model_len,
+        )
+        if warm_up:
+            ids = self.text_ids(WARM_UP_TOKENS)
+            llm.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="warm-up")
+        return llm
+
+    @staticmethod
+    def slot_bytes(llm: Any) -> int:
+        """Pool bytes of one token slot over every layer and KV head, read from the pool."""
+        kv = llm.engine.kv
+        return kv.pool.block_bytes * kv.n_lanes // kv.block_size
+
+    def note_resident(self, where: str, resident_bytes: int, llm: Any) -> None:
+        """Record one request's resident cache tokens (for the six context numbers)."""
+        self.resident_tokens.append((where, resident_bytes // self.slot_bytes(llm)))
+
+    # -- the planner's view of the same model ---------------------------------------------
+    def arch(self) -> Any:
+        """The architecture for plan and simulate, its cache at the engine's dtype width."""
+        from ctxlab.workshop.config import arch_from
+
+        name = self.cfg.model.arch
+        if not name:
+            source = Path(self.loaded.source_path)
+            name = str(source / "config.json") if source.is_dir() else str(source)
+        width = 4 if self.cfg.model.dtype == "float32" else 2
+        return arch_from(name).with_cache_dtype(width)
+
+    def check_arch(self) -> None:
+        """model.arch must describe the engine's model: one token must cost the same bytes in
+        the plan as in the engine's pool, or every planner-beside-pool figure is meaningless."""
+        from ctxlab.errors import CtxlabError
+
+        llm = self.llm(pool_tokens=64, warm_up=False)
+        plan, pool = self.arch().kv_bytes_per_token(), self.slot_bytes(llm)
+        if plan != pool:
+            raise CtxlabError(
+                f"model.arch {self.cfg.model.arch or '(read from the model file)'} does not "
+                f"describe model.source {self.cfg.model.source}: one token costs {plan:,} bytes "
+                f"in the plan and {pool:,} in the engine's pool."
+            )

@@ -1,0 +1,76 @@
+"""`ctxlab rag` as a user runs it: ingest twice (the second is a no-op), list, and bad input
+as one sentence with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from ctxlab.cli import main
+
+
+def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["ctxlab", *args])
+    monkeypatch.setenv("COLUMNS", "160")
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.model
+def test_fixture_ingest_twice_and_list(monkeypatch, capsys, tmp_path, gguf_path, tokenizer):
+    import ctxlab.model.tokenizer as tokenizers
+
+    # the session already built this file's tokenizer; building it again costs ~10 s
+    monkeypatch.setattr(tokenizers, "load_tokenizer", lambda path, extra=(): tokenizer)
+    db = str(tmp_path / "c.db")
+    code, _, _ = run(monkeypatch, capsys, "rag", "fixture", "--out", str(tmp_path / "fx"))
+    assert code == 0
+    picked = tmp_path / "some"
+    picked.mkdir()
+    versioned = sorted((tmp_path / "fx/docs").glob("*.v2.md"))[0].name.removesuffix(".v2.md")
+    for f in sorted((tmp_path / "fx/docs").glob(f"{versioned}.v*.md")):  # both versions
+        (picked / f.name).write_text(f.read_text())
+    args = ["rag", "ingest", str(picked), "--db", db, "--model", str(gguf_path)]
+    code, out, _ = run(monkeypatch, capsys, *args, "--json")
+    first = json.loads(out)
+    assert code == 0 and [r["status"] for r in first] == ["new", "new version"]
+    code, out, _ = run(monkeypatch, capsys, *args, "--json")
+    assert [r["status"] for r in json.loads(out)] == ["unchanged", "unchanged"]
+    code, out, _ = run(monkeypatch, capsys, "rag", "docs", "--db", db, "--json")
+    rows = json.loads(out)
+    assert [r["version"] for r in rows] == [1, 2]
+    assert all(r["chunks"] >= 4 for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["rag", "ingest", "missing-folder"], "does not exist"),
+        (["rag", "ingest", ".", "--chunk-tokens", "4"], "--chunk-tokens must be at least 8"),
+        (["rag", "ingest", ".", "--overlap-tokens", "40"], "--overlap-tokens must be"),
+        (["rag", "ask", "q", "--k", "0"], "--k and --max-tokens must be at least 1"),
+        (["rag", "ask", "q", "--order", "random"], "--order 'random' is unknown"),
+        (["rag", "ask", "q", "--as-of", "last week"], "YYYY-MM-DD"),
+        (["rag", "ask", "q", "--retriever", "sparse"], "retriever 'sparse' is unknown"),
+        (["rag", "eval", "--k", "1,x"], "comma-separated whole numbers"),
+        (["rag", "eval", "--k", "0"], "at least 1"),
+        (["rag", "eval", "--retriever", "bm25,sparse"], "retriever 'sparse' is unknown"),
+        (["rag", "eval", "--backend", "openai"], "needs --tokenizer"),
+        (["rag", "eval", "--price-input", "-1"], "price"),
+        (["rag", "eval", "."], "needs its gold questions"),
+        (["rag", "eval", "--questions", "q.jsonl"], "needs the corpus"),
+    ],
+)
+def test_bad_input_is_one_sentence(monkeypatch, capsys, tmp_path, args, phrase):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, *args)
+    assert code == 2, (out, err)
+    assert phrase in err and "Traceback" not in err
+    assert err.startswith("error: ") and err.count("\n") == 1

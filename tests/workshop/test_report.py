@@ -1,0 +1,110 @@
+"""The report: every number in report.md is in results.json, the HTML stands alone, the
+tables name their layers, the six context numbers and the checklist are all there."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from report_numbers import printed_numbers, unmatched
+
+pytestmark = pytest.mark.model
+
+
+def test_every_number_in_the_markdown_is_in_results_json(tiny_run) -> None:
+    _, out = tiny_run
+    text = (out / "report.md").read_text()
+    doc = json.loads((out / "results.json").read_text())
+    assert len(printed_numbers(text)) > 200
+    assert unmatched(text, doc) == []
+
+
+def test_the_number_check_can_fail() -> None:
+    doc = {"a": 1234.46, "b": [7, 0.5]}
+    assert unmatched("1,234.5 ms, 7 and 0.50", doc) == []
+    assert unmatched("1,234.6 ms", doc) == ["1,234.6"]
+    assert unmatched("p99 of llama-3.1-8b in `plots/4_x.png` is 8", doc) == ["8"]
+
+
+def test_html_is_self_contained(tiny_run) -> None:
+    results, out = tiny_run
+    html = (out / "report.html").read_text()
+    assert not re.search(r"(src|href)=\"https?:", html)
+    plots = [p for d in results["demos"].values() for p in d["plots"]]
+    assert len(plots) >= 4
+    assert html.count('src="data:image/png;base64,') == len(plots)
+    for p in plots:
+        assert (out / p).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tables_name_their_layer_and_mode(tiny_run) -> None:
+    results, out = tiny_run
+    text = (out / "report.md").read_text()
+    for layer in ("Storage", "Serving", "Retrieval", "Task", "Cost"):
+        assert f"## {layer} results" in text
+    for d in results["demos"].values():
+        for t in d["tables"]:
+            assert t["layer"] in ("storage", "serving", "retrieval", "task", "cost")
+            assert f"{t['title']} ({t['mode']})" in text
+
+
+def test_six_context_numbers_and_the_checklist(tiny_run) -> None:
+    results, _ = tiny_run
+    names = [r["name"] for r in results["context_numbers"]]
+    assert names == [
+        "advertised window",
+        "configured maximum length",
+        "prompt budget after reserved output",
+        "resident cache tokens",
+        "retrieved tokens",
+        "measured useful context",
+    ]
+    assert len(results["checklist"]) == 14
+    statuses = {c["status"] for c in results["checklist"]}
+    assert statuses <= {"guarded", "partly guarded", "not exercised"}
+    by_risk = {c["risk"]: c for c in results["checklist"]}
+    assert by_risk["cross-tenant reuse without an isolation key"]["status"] == "guarded"
+
+
+def test_every_gain_is_explained_twice_or_says_it_is_not(tiny_run) -> None:
+    _, out = tiny_run
+    text = (out / "report.md").read_text()
+    gains = [line for line in text.splitlines() if line.startswith("- **")]
+    assert gains
+    for line in gains:
+        assert "Storage: " in line and "Product: " in line
+    assert "has not established a decision in product terms" in text
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    code = "from ctxlab.cli import main; main()"
+    root = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-c", code, "workshop", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_cli_mistakes_exit_2_with_one_sentence(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[engine]\npage_size = 0\n")
+    r = run_cli(str(bad), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    assert "engine.page_size" in r.stderr and str(bad) in r.stderr
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    r = run_cli("--out", str(a_file), cwd=tmp_path)
+    assert r.returncode == 2 and "is a file" in r.stderr
+    r = run_cli("--only", "1,9", cwd=tmp_path)
+    assert r.returncode == 2 and "not a demonstration number" in r.stderr
+    r = run_cli("--print-config", cwd=tmp_path)
+    assert r.returncode == 0 and "[predictions.warm_prefix]" in r.stdout

@@ -1,0 +1,146 @@
+"""Each demonstration's measurement on the default model at tiny sizes, read from one real
+run (`tiny_run` in conftest.py), and the verdicts that run produced."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.model
+
+
+def demo(tiny_run, key: str) -> dict:
+    results, _ = tiny_run
+    d = results["demos"][key]
+    assert d["status"] == "run", d["status"]
+    return d
+
+
+def obs(d: dict, metric: str) -> tuple:
+    o = d["observations"][metric]
+    return o["baseline"], o["observed"]
+
+
+def test_prefix_miss_counts_reused_tokens(tiny_run) -> None:
+    d = demo(tiny_run, "prefix_miss")
+    # exact resend: every block but the one holding the last token; 64 tokens, page 16
+    assert obs(d, "reused_tokens_at_token0") == (48, 0)
+    assert obs(d, "reused_tokens_mid") == (48, 32)
+    assert obs(d, "reused_tokens_last_block") == (48, 48)
+    assert obs(d, "recomputed_tokens_at_token0") == (16, 64)
+    assert obs(d, "reused_tokens_other_tenant") == (48, 0)
+    base, seen = obs(d, "ttft_ms_at_token0")
+    assert base > 0 and seen > 0
+    storage = next(t for t in d["tables"] if t["layer"] == "storage")
+    rows = {r[0]: r for r in storage["rows"]}
+    assert rows["middle"][4] == "yes" and rows["token 0"][4] == "no"  # hit request or not
+
+
+def test_warm_prefix_reuses_the_prefix(tiny_run) -> None:
+    d = demo(tiny_run, "warm_prefix")
+    assert obs(d, "reused_tokens") == (0, 64)
+    assert obs(d, "recomputed_tokens") == (80, 16)
+    cold, warm = obs(d, "tpot_ms")
+    assert cold > 0 and warm > 0
+    assert d["observations"]["ttft_ms"]["noise"] is not None  # the spread is stated
+
+
+def test_page_size_waste_and_reuse_match_the_planner(tiny_run) -> None:
+    d = demo(tiny_run, "page_size")
+    waste = next(t for t in d["tables"] if t["key"] == "page_size_waste")
+    by_page = {r[0]: r for r in waste["rows"]}
+    # requests of 40 and 100 tokens: page 16 holds 48 + 112, page 64 holds 64 + 128
+    assert by_page[1][2:5] == [140, 0, 0]
+    assert by_page[16][2:5] == [160, 20, 20]
+    assert by_page[64][2:5] == [192, 52, 52]
+    assert len({r[7] for r in waste["rows"]}) == 1  # bytes per token slot: one value
+    reuse = next(t for t in d["tables"] if t["key"] == "page_size_reuse")
+    assert [r[1] for r in reuse["rows"]] == [70, 64, 64] == [r[2] for r in reuse["rows"]]
+
+
+def test_eviction_engine_beside_simulator(tiny_run) -> None:
+    d = demo(tiny_run, "eviction")
+    grouped, interleaved = obs(d, "reused_tokens")
+    assert grouped > interleaved
+    assert obs(d, "evictions")[1] > 0
+    rows = next(t for t in d["tables"] if t["key"] == "eviction_storage")["rows"]
+    sides = {(r[0], r[1]) for r in rows}
+    assert sides == {(o, s) for o in ("grouped", "interleaved") for s in ("engine", "simulator")}
+    for r in rows:  # every request's prompt is queried once: reused + computed is the same
+        assert r[2] + r[3] == rows[0][2] + rows[0][3]
+    engine_i, sim_i = obs(d, "sim_vs_engine_ttft_p50_ms")
+    assert engine_i > 0 and sim_i > 0
+
+
+def test_recurrent_against_kv_heavy(tiny_run) -> None:
+    d = demo(tiny_run, "recurrent_vs_kv")
+    kv, rec = obs(d, "bytes_per_request")
+    assert rec < kv
+    long, short = obs(d, "engine_concurrency_reached")
+    assert short == 4 and long == 2  # 512 tokens of pool: two 208-token requests at once
+    long_b, short_b = obs(d, "engine_bytes_per_request")
+    assert long_b > short_b
+    assert d["mode"] == "measured and modeled"
+    modes = {t["key"]: t["mode"] for t in d["tables"]}
+    assert modes == {
+        "recurrent_storage": "modeled",
+        "recurrent_serving": "modeled",
+        "recurrent_engine": "measured",
+    }
+
+
+def test_demonstrations_without_their_layer_report_no_numbers(tiny_run) -> None:
+    results, _ = tiny_run
+    from ctxlab.workshop.runner import available
+
+    for key in ("compaction", "retrieval_depth"):
+        d = results["demos"][key]
+        if available(key) is None:
+            pytest.skip(f"{key} is part of this build")
+        assert d["status"] == "not run in this build"
+        assert not d["tables"] and not d["observations"] and not d["figures"]
+
+
+def test_verdicts_report_the_wrong_prediction_failed(tiny_run) -> None:
+    results, out = tiny_run
+    by_metric = {(v["key"], v["metric"]): v for v in results["verdicts"]}
+    wrong = by_metric[("prefix_miss", "reused_tokens_at_token0")]
+    assert wrong["verdict"] == "failed"
+    assert by_metric[("prefix_miss", "reused_tokens_mid")]["verdict"] == "held"
+    assert by_metric[("page_size", "waste_tokens_vs_planner")]["verdict"] == "held"
+    assert results["verdict_counts"]["failed"] >= 1
+    report = (out / "report.md").read_text()
+    assert "Failed predictions:" in report
+    assert "1. reused_tokens_at_token0: predicted up" in report
+
+
+def test_required_metrics_make_the_status(tiny_run) -> None:
+    results, _ = tiny_run
+    assert all(r["measured"] for r in results["required_metrics"])
+    assert results["status"] == "complete"
+
+
+def test_useful_context_comes_from_the_eval(tiny_run) -> None:
+    results, _ = tiny_run
+    u = results["useful_context"]
+    assert [r["length"] for r in u["rows"]] == [256]
+    numbers = {r["name"]: r["tokens"] for r in results["context_numbers"]}
+    assert numbers["measured useful context"] == u["effective_length"]
+    assert numbers["configured maximum length"] == 1024
+    assert numbers["prompt budget after reserved output"] == 960
+    assert numbers["advertised window"] == 8192
+    assert numbers["resident cache tokens"] > 0
+
+
+def test_an_arch_that_is_not_the_engine_model_is_refused(loaded, tiny_config, tmp_path) -> None:
+    from ctxlab.errors import CtxlabError
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.session import Session
+
+    mine = tmp_path / "other.toml"
+    mine.write_text(
+        tiny_config.read_text().replace("[model]\n", "[model]\narch = 'llama-3.1-8b'\n")
+    )
+    session = Session(load_config(mine), loaded, tmp_path)
+    with pytest.raises(CtxlabError, match=r"does not describe model\.source"):
+        session.check_arch()
+    Session(load_config(tiny_config), loaded, tmp_path).check_arch()  # the file's own view

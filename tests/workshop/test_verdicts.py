@@ -1,0 +1,67 @@
+"""Predictions against observations: held, failed, not measurable (no model needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxlab.workshop.config import Prediction
+from ctxlab.workshop.result import Observation
+from ctxlab.workshop.verdicts import describe, judge
+
+
+def verdict(direction: str, base, seen, tolerance: float = 0.0, rng=None) -> str:
+    p = Prediction(direction=direction, tolerance=tolerance, range=rng)
+    return judge(1, "prefix_miss", "m", p, Observation("m", base, seen)).verdict
+
+
+@pytest.mark.parametrize(
+    ("direction", "base", "seen", "tolerance", "rng", "expected"),
+    [
+        ("down", 100, 40, 0.0, None, "held"),
+        ("down", 100, 140, 0.0, None, "failed"),  # a wrong prediction is reported failed
+        ("down", 100, 100, 0.0, None, "failed"),
+        ("down", 100, 95, 0.1, None, "failed"),  # fell, but not by more than the tolerance
+        ("up", 16, 256, 0.0, None, "held"),
+        ("up", 16, 8, 0.0, None, "failed"),
+        ("unchanged", 50.0, 55.0, 0.25, None, "held"),
+        ("unchanged", 50.0, 70.0, 0.25, None, "failed"),
+        ("unchanged", 0, 0, 0.0, None, "held"),
+        ("unchanged", 0, 1, 0.5, None, "failed"),  # a zero baseline leaves no relative room
+        ("down", 240, 0, 0.0, [0, 0], "held"),
+        ("down", 240, 16, 0.0, [0, 0], "failed"),  # right direction, outside the range
+        ("up", 0, 256, 0.0, [1, 300], "held"),
+    ],
+)
+def test_verdicts(direction, base, seen, tolerance, rng, expected) -> None:
+    assert verdict(direction, base, seen, tolerance, rng) == expected
+
+
+def test_not_measurable_says_why() -> None:
+    p = Prediction(direction="down")
+    v = judge(5, "compaction", "facts_lost", p, None, "demonstration 5 was not run in this build")
+    assert v.verdict == "not measurable" and "not run in this build" in v.reason
+    nan = judge(2, "warm_prefix", "tpot_ms", p, Observation("tpot_ms", 3.0, math.nan))
+    assert nan.verdict == "not measurable"
+
+
+def test_a_failed_verdict_keeps_its_numbers_and_the_noise() -> None:
+    p = Prediction(direction="unchanged", tolerance=0.25)
+    seen = Observation("tpot_ms", 93.27, 157.83, digits=2, noise=0.812)
+    v = judge(2, "warm_prefix", "tpot_ms", p, seen)
+    assert v.verdict == "failed"
+    assert "93.27 -> 157.83" in v.reason and round(v.change_pct, 1) == 69.2
+    assert v.noise_pct == 81.2 and "scatter by 81.2%" in v.reason
+    assert describe(p) == "unchanged within 25.0%"
+
+
+@given(
+    st.floats(-1e6, 1e6, allow_nan=False),
+    st.floats(-1e6, 1e6, allow_nan=False),
+)
+def test_with_no_tolerance_exactly_one_direction_holds(base: float, seen: float) -> None:
+    held = [verdict(d, base, seen) == "held" for d in ("down", "up", "unchanged")]
+    assert sum(held) == 1
