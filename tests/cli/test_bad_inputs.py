@@ -123,6 +123,8 @@ CASES = [
     # early checks of the engine commands
     ("policy-unknown-eval", ["eval", "--policy", "nope"], "policy 'nope' is unknown"),
     ("kv-format", ["generate", "hi", "--kv-format", "int3"], "--kv-format 'int3'"),
+    ("weights", ["generate", "hi", "--weights", "q4"], "--weights 'q4' is unknown"),
+    ("weights-serve", ["serve", "--weights", "int3"], "--weights 'int3' is unknown"),
     ("temperature", ["generate", "hi", "--temperature", "-1"], "--temperature"),
     ("top-p", ["generate", "hi", "--top-p", "2"], "--top-p"),
     ("page-size", ["generate", "hi", "--block-size", "0"], "--page-size must be at least 1"),
