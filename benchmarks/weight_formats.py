@@ -16,7 +16,8 @@ per value, the error of rounding to a grid of that step).
 decode: batch-1 decode step of the engine after 512 and 4,096 prompt tokens, per weight
 format and KV format (none = the pool in float32, int8, kivi4), interleaved: at long context
 the KV read rivals the weights.
-cold: wall time of `ctxlab generate "Hello" --max-tokens 8` in a fresh process, per format.
+cold: wall time of `ctxlab generate "Hello" --max-tokens 8` in a fresh process, per format,
+two interleaved rounds.
 """
 
 from __future__ import annotations
@@ -217,13 +218,13 @@ def bench_memory(model: str) -> None:
         del loaded
 
 
-def bench_cold(formats: list[str]) -> None:
+def bench_cold(formats: list[str], reps: int = 2) -> None:
     print('\n## Cold start: `ctxlab generate "Hello" --max-tokens 8` in a fresh process')
     print("| format | wall s | user+sys CPU s | load avg |")
     print("|---|---|---|---|")
     exe = Path(sys.executable).with_name("ctxlab")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    for fmt in formats:
+    for fmt in [f for _ in range(reps) for f in formats]:  # interleaved rounds
         before = os.times()
         start = time.perf_counter()
         subprocess.run(

@@ -403,8 +403,14 @@ class LLM:
     loaded `LoadedModel` (tests share one across several engines). `policy`/`budget` pick a
     KV policy (`ctxlab policies`); `kv_format` ("int8", "kivi4", "kivi2") stores the pool
     quantized under any policy (`policy="quant"` alone: every token kept, quantized).
-    `weights` ("fp32", "bf16", "int8", "int4") stores the linear layers in that format when
-    the model is loaded here (`ctxlab.model.weights`).
+    `weights` stores the linear layers in a format, chosen at load (`ctxlab.model.weights`):
+    "fp32" (float32 `F.linear` on MKL; the transformers-parity reference), "bf16" (bfloat16
+    `F.linear`), "int8" (fbgemm's dynamic int8 linear: int8 weights, a scale per row, inputs
+    quantized per token on a rotated residual stream; on this AVX2 CPU the fastest kernel for
+    both decode and prefill, so it is the one to pick for speed), "int4" (aten's int4 matmul
+    on the GGUF's own Q4_0/Q4_1 codes: the fewest bytes, but a slower kernel here). Given a
+    `LoadedModel`, `weights` must match the format it was loaded with. Measurements and the
+    reasons: docs/decode.md.
     """
 
     def __init__(

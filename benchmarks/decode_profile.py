@@ -1,0 +1,179 @@
+"""Where the time of one batch-1 decode step goes, per weight format, at 1 thread.
+
+    .venv/bin/python benchmarks/decode_profile.py                  # fp32, int8, int4
+    .venv/bin/python benchmarks/decode_profile.py --formats int8 --top 20
+
+For each format, after a 512-token prompt, three nested timings of one step, interleaved
+across formats (best of `--reps` rounds of `--steps` steps, CPU time of this process):
+- linears: only the step's linear layers and output head, called back to back on one token
+  (what the weights' bytes cost through this format's kernel, with no Python around them);
+- forward: the model's forward pass and logits with a no-op attention (adds the norms,
+  RoPE, residual adds and each module's Python);
+- engine step: `LLMEngine.step()` (adds the paged decode attention over the real cache,
+  scheduling, the step plan, sampling, bookkeeping).
+Then one `torch.profiler` pass over `--steps` engine steps: self CPU time per operator per
+step, and their sum, against the unprofiled step: the difference is the interpreter and the
+dispatcher (the profiler adds some of its own, so the kernel share is an upper bound).
+Beside them: the memory roofline of the step's weight bytes at the read bandwidth measured
+here, the floor a decode step could reach if only the weights' bytes cost time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ctxlab.engine import LLM, SamplingParams
+from ctxlab.model.weights import LINEARS, step_weight_bytes
+
+
+def load() -> str:
+    return open("/proc/loadavg").read().split()[0]
+
+
+class NoAttention:
+    """An attention backend that returns the queries: the model's work without attention."""
+
+    def attend(self, layer_idx, q, k, v):
+        return q
+
+
+def linears_of(model) -> list[tuple[torch.nn.Module, int]]:
+    out = []
+    for layer in model.layers:
+        for name in LINEARS:
+            owner, attr = name.split(".")
+            mod = getattr(getattr(layer, owner), attr)
+            width = mod.in_features if hasattr(mod, "in_features") else mod.inner.in_features
+            out.append((mod, width))
+    head = model.output
+    out.append((head, model.config.hidden_size) if head is not None else (None, 0))
+    return out
+
+
+def best_cpu_ms(fn, steps: int, reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        start = time.process_time()
+        for _ in range(steps):
+            fn()
+        best = min(best, (time.process_time() - start) / steps)
+    return best * 1e3
+
+
+def read_bandwidth() -> float:
+    x = torch.ones(64 * 2**20)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best
+
+
+class Subject:
+    """One format's engine with a 512-token sequence decoding, and its timed callables."""
+
+    def __init__(self, fmt: str, context: int) -> None:
+        self.llm = LLM(weights=fmt, kv_pool_tokens=context + 4096, enable_prefix_caching=False)
+        self.engine = self.llm.engine
+        model = self.llm.loaded.model
+        self.model = model
+        prompt = list(range(1000, 1000 + context))
+        params = SamplingParams(max_tokens=4000, temperature=0.0, ignore_eos=True)
+        self.rid = self.engine.add_request(prompt, params)
+        while self.engine.seqs[self.rid].metrics.output_tokens == 0:
+            self.engine.step()
+        self.token = torch.tensor([5])
+        self.pos = torch.tensor([context])
+        self.lins = linears_of(model)
+        self.xs = {w: torch.randn(1, w) for _, w in self.lins if w}
+        self.null = NoAttention()
+        hidden = model.config.hidden_size
+        if model.output is None:  # fp32: the tied table is the head
+            table = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
+            self.lins[-1] = (lambda x, t=table: x @ t.T, hidden)
+            self.xs[hidden] = torch.randn(1, hidden)
+
+    def linears(self) -> None:
+        for mod, width in self.lins:
+            (mod.forward if hasattr(mod, "forward") else mod)(self.xs[width])
+
+    def forward(self) -> None:
+        self.model.compute_logits(self.model.forward(self.token, self.pos, self.null))
+
+    def step(self) -> None:
+        self.engine.step()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--formats", default="fp32,int8,int4")
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    bandwidth = read_bandwidth()
+    subjects = {f: Subject(f, args.context) for f in args.formats.split(",")}
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), context {args.context}, "
+        f"read bandwidth {bandwidth / 1e9:.1f} GB/s, load {load()}"
+    )
+    rows = {f: {} for f in subjects}
+    for _ in range(2):  # two interleaved rounds; the best of both is kept
+        for f, s in subjects.items():
+            for name, fn in (("linears", s.linears), ("forward", s.forward), ("step", s.step)):
+                ms = best_cpu_ms(fn, args.steps, args.reps)
+                rows[f][name] = min(ms, rows[f].get(name, float("inf")))
+    print(
+        "\n| format | weights read / step | roofline ms | linears ms | forward, no attention "
+        "ms | engine step ms | step / roofline | load |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for f, s in subjects.items():
+        nbytes = step_weight_bytes(s.model)
+        roof = nbytes / bandwidth * 1e3
+        r = rows[f]
+        print(
+            f"| {f} | {nbytes / 2**20:.0f} MiB | {roof:.1f} | {r['linears']:.1f} | "
+            f"{r['forward']:.1f} | {r['step']:.1f} | {r['step'] / roof:.1f}x | {load()} |"
+        )
+    for f, s in subjects.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(args.steps):
+                s.step()
+        events = prof.key_averages()
+        ops = [e for e in events if not e.key.startswith(("ProfilerStep", "[memory]"))]
+        total_us = sum(e.self_cpu_time_total for e in ops) / args.steps
+        print(
+            f"\n### {f}: operators per decode step (profiled; unprofiled step "
+            f"{rows[f]['step']:.1f} ms, operators' self time {total_us / 1e3:.1f} ms, "
+            f"so {max(0.0, rows[f]['step'] - total_us / 1e3):.1f} ms or more is Python and "
+            f"dispatch; load {load()})"
+        )
+        print("| operator | calls / step | self CPU ms / step | share of operator time |")
+        print("|---|---|---|---|")
+        ops.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
+        for e in ops[: args.top]:
+            us = e.self_cpu_time_total / args.steps
+            print(
+                f"| {e.key} | {e.count / args.steps:.0f} | {us / 1e3:.2f} | {us / total_us:.0%} |"
+            )
+        calls = sum(e.count for e in ops) / args.steps
+        print(f"| (all {len(ops)} operators) | {calls:.0f} | {total_us / 1e3:.2f} | 100% |")
+
+
+if __name__ == "__main__":
+    main()
