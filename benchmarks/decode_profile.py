@@ -1,7 +1,8 @@
-"""Where the time of one batch-1 decode step goes, per weight format, at 1 thread.
+"""Where the time of one decode step goes, per weight format, at 1 thread (batch 1 or more).
 
     .venv/bin/python benchmarks/decode_profile.py                  # fp32, int8, int4
     .venv/bin/python benchmarks/decode_profile.py --formats int8 --top 20
+    .venv/bin/python benchmarks/decode_profile.py --formats int8,int4 --batch 16 --context 320
 
 For each format, after a 512-token prompt, three nested timings of one step, interleaved
 across formats (best of `--reps` rounds of `--steps` steps, CPU time of this process):
@@ -83,26 +84,30 @@ def read_bandwidth() -> float:
 class Subject:
     """One format's engine with a 512-token sequence decoding, and its timed callables."""
 
-    def __init__(self, fmt: str, context: int) -> None:
-        self.llm = LLM(weights=fmt, kv_pool_tokens=context + 4096, enable_prefix_caching=False)
+    def __init__(self, fmt: str, context: int, batch: int, steps: int) -> None:
+        self.llm = LLM(
+            weights=fmt, kv_pool_tokens=batch * (context + steps + 64), enable_prefix_caching=False
+        )
         self.engine = self.llm.engine
         model = self.llm.loaded.model
         self.model = model
-        prompt = list(range(1000, 1000 + context))
-        params = SamplingParams(max_tokens=4000, temperature=0.0, ignore_eos=True)
-        self.rid = self.engine.add_request(prompt, params)
-        while self.engine.seqs[self.rid].metrics.output_tokens == 0:
+        params = SamplingParams(max_tokens=steps + 32, temperature=0.0, ignore_eos=True)
+        rids = [
+            self.engine.add_request(list(range(1000 + i, 1000 + i + context)), params)
+            for i in range(batch)
+        ]
+        while any(self.engine.seqs[r].metrics.output_tokens == 0 for r in rids):
             self.engine.step()
-        self.token = torch.tensor([5])
-        self.pos = torch.tensor([context])
+        self.token = torch.full((batch,), 5)
+        self.pos = torch.full((batch,), context)
         self.lins = linears_of(model)
-        self.xs = {w: torch.randn(1, w) for _, w in self.lins if w}
+        self.xs = {w: torch.randn(batch, w) for _, w in self.lins if w}
         self.null = NoAttention()
         hidden = model.config.hidden_size
         if model.output is None:  # fp32: the tied table is the head
             table = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
             self.lins[-1] = (lambda x, t=table: x @ t.T, hidden)
-            self.xs[hidden] = torch.randn(1, hidden)
+            self.xs[hidden] = torch.randn(batch, hidden)
 
     def linears(self) -> None:
         for mod, width in self.lins:
@@ -119,6 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--formats", default="fp32,int8,int4")
     ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=1, help="sequences decoding together")
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--top", type=int, default=14)
@@ -126,9 +132,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     bandwidth = read_bandwidth()
-    subjects = {f: Subject(f, args.context) for f in args.formats.split(",")}
+    steps = 2 * args.reps * args.steps + args.steps  # every engine step the script takes
+    subjects = {f: Subject(f, args.context, args.batch, steps) for f in args.formats.split(",")}
     print(
-        f"torch {torch.__version__}, {args.threads} thread(s), context {args.context}, "
+        f"torch {torch.__version__}, {args.threads} thread(s), batch {args.batch}, "
+        f"context {args.context}, "
         f"read bandwidth {bandwidth / 1e9:.1f} GB/s, load {load()}"
     )
     rows = {f: {} for f in subjects}
