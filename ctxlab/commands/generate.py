@@ -77,6 +77,7 @@ def register(app: typer.Typer) -> None:
         from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams
         from ctxlab.model.open_model import open_model
+        from ctxlab.model.weights import weight_bytes
 
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
@@ -104,6 +105,7 @@ def register(app: typer.Typer) -> None:
                 "budget_keeps_all": keeps_all is not None,
                 "kv_format": llm.engine.kv.kv_format,
                 "weights": weights,
+                "weight_bytes": weight_bytes(loaded.model),
             }
             typer.echo(json.dumps(doc))
             return
