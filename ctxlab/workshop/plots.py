@@ -102,3 +102,47 @@ def plot_recurrent(rows: list[dict[str, Any]], path: Path) -> Path:
     left.set_title("equal memory: concurrency")
     right.set_title("equal memory: p99 TTFT")
     return _save(plt, fig, path)
+
+
+def plot_compaction(counts: dict[str, dict[str, float]], ceiling: float | None, path: Path) -> Path:
+    """Per strategy: where the planted facts are (stacked), and what reached the answer."""
+    plt, (fig, (left, right)) = _figure(8.5, 3.6)
+    labels = [name.replace(" (", "\n(") for name in counts]
+    xs = list(range(len(counts)))
+    bottom = [0.0] * len(xs)
+    for status, colour in (
+        ("in context", "tab:green"),
+        ("recoverable", "tab:orange"),
+        ("lost", "tab:red"),
+    ):
+        ys = [c[status] for c in counts.values()]
+        left.bar(xs, ys, bottom=bottom, color=colour, label=status)
+        bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+    left.set_ylabel("planted facts")
+    left.set_title("where the facts are after compaction")
+    facts = max(bottom) or 1
+    width = 0.4
+    right.bar(
+        [x - width / 2 for x in xs],
+        [100 * c["in prompt"] / facts for c in counts.values()],
+        width,
+        color="tab:blue",
+        label="answer in the prompt when asked",
+    )
+    right.bar(
+        [x + width / 2 for x in xs],
+        [c["accuracy_pct"] for c in counts.values()],
+        width,
+        color="tab:purple",
+        label="answered right",
+    )
+    if ceiling is not None:
+        right.axhline(ceiling, color="grey", linestyle="--", label="model's ceiling")
+    right.set_ylabel("% of facts")
+    right.set_ylim(0, 100)
+    right.set_title("what the strategy brought back")
+    for ax in (left, right):
+        ax.set_xticks(xs, labels, fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    return _save(plt, fig, path)
