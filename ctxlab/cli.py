@@ -26,6 +26,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "generate",
     "eval",
     "profile",
+    "serve",
+    "bench",
     "memory",
     "rag",
     "workshop",

@@ -32,6 +32,8 @@ SKIP = {
     "in the README is run instead, and tests/plan runs the tour's steps",
     "make test": "the test suite itself",
     "ctxlab lab": "serves until Ctrl-C; tests/lab starts the server and drives it",
+    "ctxlab serve": "serves until Ctrl-C; tests/serve start it and drive it with real clients",
+    "ctxlab bench serve": "needs a running server; tests/bench run it against ctxlab serve",
     "ctxlab profile": "minutes of timed engine steps; tests/sim/test_calibrate_engine.py runs one",
     "ctxlab simulate --calibrate": "minutes of real-time replay; tests/sim covers both sides",
 }

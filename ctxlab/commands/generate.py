@@ -26,7 +26,6 @@ from ctxlab.commands.options import (
     PolicyOpt,
     check_sampling,
     input_file,
-    whole_budget,
 )
 from ctxlab.errors import CtxlabError
 
@@ -118,7 +117,9 @@ def register(app: typer.Typer) -> None:
 
 def _budget_keeps_all(budget: str | None, prompt_tokens: int, max_tokens: int) -> str | None:
     """A sentence when a token budget covers the whole request, so the policy evicts nothing."""
-    tokens = whole_budget(budget)
+    from ctxlab.policy.budget import Budget
+
+    tokens = None if budget is None else Budget.parse(budget).tokens  # None: a share
     if tokens is None or tokens < prompt_tokens + max_tokens:
         return None
     return (

@@ -260,12 +260,6 @@ def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int
         raise CtxlabError(f"--top-k must be 0 (off) or a positive whole number, got {top_k}.")
 
 
-def whole_budget(budget: str | None) -> int | None:
-    """A budget written as a whole number of tokens, else None (a ratio, or no budget)."""
-    text = (budget or "").strip()
-    return int(text) if text.isdigit() else None
-
-
 @dataclass
 class EngineOptions:
     """What `generate`, `serve` and the other engine commands pass to `LLM(...)`."""
@@ -296,16 +290,24 @@ class EngineOptions:
             raise CtxlabError(
                 f"--kv-format {self.kv_format!r} is unknown; use one of {', '.join(KV_FORMATS)}."
             )
-        from ctxlab.model.registry import resolve_model_path  # torch-free
-
-        resolve_model_path(self.model)  # a missing model file is one sentence, now
         if self.policy is None and self.budget is not None:
             raise CtxlabError("--budget needs a --policy (e.g. --policy snapkv --budget 256).")
+        if self.policy is not None:  # the name and the budget's spelling: no torch needed
+            from ctxlab.policy.budget import Budget
+            from ctxlab.policy.registry import check_policy_name
+
+            check_policy_name(self.policy)
+            if self.budget is not None:
+                Budget.parse(self.budget)
+        from ctxlab.model.registry import resolve_model_path
+
+        resolve_model_path(self.model)  # a missing model file is one sentence, now
         if self.policy is not None:
             from ctxlab.policy.registry import make_policy
 
-            if self.policy != "quant":  # quant is a storage format; the engine checks it
-                make_policy(self.policy, self.budget)
+            # Building the policy imports torch (the model load needs it next anyway) and
+            # checks what only the class knows: a budget it takes none of, its parameters.
+            make_policy(self.policy, self.budget)
         return self
 
     def llm_kwargs(self) -> dict[str, Any]:

@@ -5,15 +5,17 @@ recompute), `Runner` (flat batch, paged attention, sampling), `LLMEngine` (the s
 server drives) and `LLM` (the batch API).
 """
 
-from ctxlab.engine.llm import LLM, LLMEngine, RequestOutput, TokenEvent
+from ctxlab.engine.llm import LLM, LLMEngine, RequestFailedError, RequestOutput, TokenEvent
 from ctxlab.engine.metrics import RequestMetrics, percentile
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.engine.scheduler import Scheduler
-from ctxlab.engine.sequence import Sequence
+from ctxlab.engine.sequence import RequestError, Sequence
 
 __all__ = [
     "LLM",
     "LLMEngine",
+    "RequestError",
+    "RequestFailedError",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",

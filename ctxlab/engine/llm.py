@@ -1,12 +1,17 @@
 """The public API: `LLM(...).generate(...)`, `LLM.stream(...)` and the step-wise `LLMEngine`.
 
 `LLMEngine` is the loop a server drives: `add_request` then `step()` until nothing is left;
-each step returns the tokens it produced. `LLM` wraps it for batch use and loads the model.
+each step returns the tokens it produced; `abort` stops a request and frees its blocks. One
+request's failure stays that request's: a request that cannot run under the policy is refused
+by `add_request`, and anything that fails inside a step finishes that request with an error
+(its blocks freed) while every other request goes on. `LLM` wraps it for batch use and loads
+the model.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,12 +25,13 @@ from ctxlab.engine.policy_runtime import build_runtime, resolve_policy
 from ctxlab.engine.runner import Runner
 from ctxlab.engine.sampling import SamplingParams, make_generator
 from ctxlab.engine.scheduler import Scheduler
-from ctxlab.engine.sequence import Sequence
+from ctxlab.engine.sequence import RequestError, Sequence
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.manager import KVCacheManager, KVStats
 
 Prompt = str | list[int] | list[dict[str, str]]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -44,11 +50,16 @@ class RequestOutput:
     finish_reason: str
     metrics: RequestMetrics
     prompt_logprobs: list[float | None] | None = None  # with SamplingParams(prompt_logprobs)
+    error: RequestError | None = None  # set when finish_reason is "error"
 
 
 @dataclass
 class TokenEvent:
-    """One produced token of one request (what the streaming form yields)."""
+    """One produced token of one request (what the streaming form yields).
+
+    A request that fails inside a step gets one last event with `token_id` -1 and an output
+    whose `finish_reason` is "error".
+    """
 
     request_id: int
     token_id: int
@@ -74,6 +85,15 @@ def as_prompt_list(prompts: Any) -> list[Prompt]:
     if isinstance(prompts, list | tuple):
         return list(prompts)
     raise CtxlabError("prompts must be a string, a chat (list of messages), token ids, or a list.")
+
+
+class RequestFailedError(CtxlabError):
+    """Raised by `LLM.generate` when a request failed; `outputs` holds every request's
+    output (the failed ones with finish_reason "error"), so the others are not lost."""
+
+    def __init__(self, message: str, outputs: list[RequestOutput]):
+        super().__init__(message)
+        self.outputs = outputs
 
 
 class LLMEngine:
@@ -125,11 +145,7 @@ class LLMEngine:
             kv_group=group,
         )
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
-        windows = tuple(getattr(config, "sliding_windows", ()) or ())
-
-        rope = getattr(model, "rope", None)
-        self.runtime = build_runtime(self.policy, self.kv, config.num_heads, rope, windows)
-        self.runner = Runner(model, self.kv, config.num_heads, windows, self.runtime)
+        self._build_runtime()
         # max_model_len past the trained length is allowed on purpose: it is how a run shows
         # what RoPE extrapolation does to full attention (streaming perplexity).
         self.max_position = max_model_len or int(getattr(config, "max_position", 1 << 30))
@@ -138,6 +154,18 @@ class LLMEngine:
             self.eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
         self._ids = itertools.count()
         self.seqs: dict[int, Sequence] = {}
+        self.num_failed_steps = 0
+
+    def _build_runtime(self) -> None:
+        """The policy runtime and the runner; built once, and again after a failed step: a
+        step that raised may have left per-step state half-updated, so everything running is
+        recomputed on fresh objects."""
+        config = self.config
+        windows = tuple(getattr(config, "sliding_windows", ()) or ())
+        rope = getattr(self.model, "rope", None)
+        self.runtime = build_runtime(self.policy, self.kv, config.num_heads, rope, windows)
+        self.runner = Runner(self.model, self.kv, config.num_heads, windows, self.runtime)
+        self.scheduler.compute_tail = max(1, self.runtime.obs_window)
 
     # -- requests -------------------------------------------------------------------------
     def encode(self, prompt: Prompt) -> list[int]:
@@ -163,12 +191,17 @@ class LLMEngine:
         ids = self.encode(prompt)
         if not ids:
             raise CtxlabError("the prompt is empty; give at least one token of text.")
+        vocab = int(getattr(self.config, "vocab_size", 0) or 0)
+        if vocab and not 0 <= min(ids) <= max(ids) < vocab:
+            bad = next(t for t in ids if not 0 <= t < vocab)
+            raise CtxlabError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1}).")
         free_pos = self.runtime.unbounded_positions
         if len(ids) >= self.max_position and not free_pos:
             raise CtxlabError(
                 f"the prompt has {len(ids)} tokens, more than the model's maximum of "
                 f"{self.max_position - 1} prompt tokens."
             )
+        self._check_policy_floor(len(ids))
         need = len(ids) + params.max_tokens
         need = need if free_pos else min(need, self.max_position)
         # A policy that cuts every chunk never holds the whole prompt.
@@ -193,8 +226,66 @@ class LLMEngine:
         self.scheduler.add(seq)
         return rid
 
+    def _check_policy_floor(self, prompt_len: int) -> None:
+        """Refuse a prompt whose budget (a share of it) falls under what the policy always
+        keeps (sinks, observation window): the policy would raise at the end of prefill.
+
+        Asks the policy itself, per layer, as the runtime does: `lane_budget` then
+        `check_budget` (PyramidKV's budgets differ by layer).
+        """
+        from ctxlab.policy.observation import LayerObs
+
+        pol = self.policy
+        check = getattr(pol, "check_budget", None) if pol is not None else None
+        if check is None:
+            return
+        cfg = self.config
+        empty = torch.empty(cfg.num_kv_heads, 0)
+        for layer in range(cfg.num_layers):
+            obs = LayerObs(layer, cfg.num_layers, cfg.num_heads, empty, 0, prompt_len)
+            try:
+                budget = pol.lane_budget(obs)
+                if budget is not None:
+                    check(budget)
+            except CtxlabError as exc:
+                raise CtxlabError(
+                    f"a prompt of {prompt_len} tokens cannot run under {pol.name} with budget "
+                    f"{pol.budget} ({str(exc).rstrip('.')}); give a longer prompt or a larger "
+                    "budget."
+                ) from None
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_preemptions(self) -> int:
+        """Preemptions (recompute) since the engine started."""
+        return self.scheduler.num_preemptions
+
+    def abort(self, request_id: int) -> RequestOutput | None:
+        """Stop a request now: it leaves the scheduler and its blocks go back to the pool.
+
+        Returns its output so far (finish_reason "abort"), or None when the request is
+        unknown or already finished. The caller removes it from `seqs` as for any output.
+        """
+        seq = self.seqs.get(request_id)
+        if seq is None or seq.finished:
+            return None
+        self._end(seq, "abort", time.perf_counter())
+        return self.output(request_id)
+
+    def _end(self, seq: Sequence, reason: str, now: float) -> None:
+        self.scheduler.finish(seq, reason)
+        self.runtime.release(seq.seq_id)
+        seq.metrics.finish_time = now
 
     # -- the loop -------------------------------------------------------------------------
     def step(self, detokenize: bool = False) -> list[TokenEvent]:
@@ -203,25 +294,54 @@ class LLMEngine:
             if self.scheduler.has_unfinished():
                 raise RuntimeError("the scheduler made no progress")
             return []
-        tokens = self.runner.run(batch)
+        try:
+            tokens = self.runner.run(batch)
+        except Exception as exc:  # one request's failure must not stop the others
+            return self._recover(batch, exc)
+        self.scheduler.stepped(batch)
         now = time.perf_counter()
         events: list[TokenEvent] = []
         it = iter(tokens)
         for sch in batch:
             seq = sch.seq
-            seq.num_computed += sch.num_new
-            self.kv.commit(seq.kv, seq.token_ids, seq.cache_salt)
-            if not sch.samples:
-                continue
-            tok = next(it)
-            seq.token_ids.append(tok)
-            m = seq.metrics
-            if m.first_token_time is None:
-                m.first_token_time = now
-            m.token_times.append(now)
-            m.output_tokens += 1
-            events.append(self._after_token(seq, tok, now, detokenize))
+            tok = next(it) if sch.samples else -1
+            try:
+                seq.num_computed += sch.num_new
+                if not sch.samples:
+                    continue
+                seq.token_ids.append(tok)
+                m = seq.metrics
+                if m.first_token_time is None:
+                    m.first_token_time = now
+                m.token_times.append(now)
+                m.output_tokens += 1
+                events.append(self._after_token(seq, tok, now, detokenize))
+            except Exception as exc:  # e.g. detokenizing or a stop string: this request only
+                if not seq.finished:
+                    events.append(self._fail(seq, exc, now))
         return events
+
+    def _recover(self, batch: list, exc: Exception) -> list[TokenEvent]:
+        """A step raised. Every running request is recomputed on a fresh runtime; a step of
+        one request fails that request, a step of several makes them suspects that run
+        alone until the culprit fails again (`Scheduler.isolate`)."""
+        self.num_failed_steps += 1
+        self.scheduler.reset_running()
+        self._build_runtime()
+        if len(batch) > 1:
+            log.info("a step of %d requests failed (%s); isolating them", len(batch), exc)
+            self.scheduler.isolate([sch.seq for sch in batch])
+            return []
+        return [self._fail(batch[0].seq, exc, time.perf_counter())]
+
+    def _fail(self, seq: Sequence, exc: Exception, now: float) -> TokenEvent:
+        """Finish `seq` with an error (blocks freed); the event the caller hands on."""
+        user = isinstance(exc, CtxlabError)
+        if not user:
+            log.error("request %d failed inside a step", seq.seq_id, exc_info=exc)
+        seq.error = RequestError(str(exc) or type(exc).__name__, user)
+        self._end(seq, "error", now)
+        return TokenEvent(seq.seq_id, -1, "", True, self.output(seq.seq_id))
 
     def _after_token(self, seq: Sequence, tok: int, now: float, detok: bool) -> TokenEvent:
         p = seq.params
@@ -245,9 +365,7 @@ class LLMEngine:
             seq.text = text
         if reason is None:
             return TokenEvent(seq.seq_id, tok, delta, False)
-        self.scheduler.finish(seq, reason)
-        self.runtime.release(seq.seq_id)
-        seq.metrics.finish_time = now
+        self._end(seq, reason, now)
         return TokenEvent(seq.seq_id, tok, delta, True, self.output(seq.seq_id))
 
     def output(self, rid: int) -> RequestOutput:
@@ -263,6 +381,7 @@ class LLMEngine:
             finish_reason=seq.finish_reason or "",
             metrics=seq.metrics,
             prompt_logprobs=seq.prompt_logprobs if seq.params.prompt_logprobs else None,
+            error=seq.error,
         )
 
     def stats(self) -> KVStats:
@@ -333,10 +452,37 @@ class LLM:
         params: SamplingParams | None = None,
         cache_salt: str | None = None,
     ) -> list[RequestOutput]:
-        """Run every prompt to completion (continuous batching); outputs in prompt order."""
-        items = as_prompt_list(prompts)
-        rids = [self.engine.add_request(p, params, cache_salt) for p in items]
-        return self.engine.run_all(rids)
+        """Run every prompt to completion (continuous batching); outputs in prompt order.
+
+        A prompt the engine refuses raises before anything runs; a request that fails inside
+        a step raises `RequestFailedError` after the others finished (they are in its
+        `outputs`). Either way the engine stays usable.
+        """
+        rids = self._add_all(prompts, params, cache_salt)
+        outs = self.engine.run_all(rids)
+        failed = [o for o in outs if o.error is not None]
+        if failed:
+            first = failed[0]
+            assert first.error is not None
+            raise RequestFailedError(
+                f"{len(failed)} of {len(outs)} requests failed; request {first.request_id}: "
+                f"{first.error.message}",
+                outs,
+            )
+        return outs
+
+    def _add_all(self, prompts: Any, params: SamplingParams | None, salt: str | None) -> list[int]:
+        """Add every prompt, or none: a refused prompt aborts the ones added before it."""
+        rids: list[int] = []
+        try:
+            for p in as_prompt_list(prompts):
+                rids.append(self.engine.add_request(p, params, salt))
+        except BaseException:
+            for r in rids:
+                self.engine.abort(r)
+                self.engine.seqs.pop(r, None)
+            raise
+        return rids
 
     def stream(
         self,
@@ -345,8 +491,7 @@ class LLM:
         cache_salt: str | None = None,
     ) -> Iterator[TokenEvent]:
         """Yield each token as it is produced (all prompts batched together)."""
-        items = as_prompt_list(prompts)
-        rids = [self.engine.add_request(p, params, cache_salt) for p in items]
+        rids = self._add_all(prompts, params, cache_salt)
         while self.engine.has_unfinished():
             yield from self.engine.step(detokenize=True)
         for r in rids:

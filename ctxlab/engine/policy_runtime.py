@@ -61,6 +61,7 @@ class NullRuntime:
 
     unbounded_positions = False
     compactions = 0
+    obs_window = 0  # no prompt queries are read
     pages: PageReads | None = None
     far: FarReads | None = None
 

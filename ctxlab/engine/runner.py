@@ -102,6 +102,10 @@ class Runner:
             hidden = self.model.forward(input_ids, positions, self.backend)
         finally:
             self.backend.plan = None
+        # Full blocks go to the prefix cache as computed, before a policy cuts them: a later
+        # request with the same prefix reuses the whole prompt's state and makes its own cut.
+        for sch in batch:
+            self.kv.commit(sch.seq.kv, sch.seq.token_ids, sch.seq.cache_salt)
         self.runtime.end_step(plan)  # the policy keeps what it keeps; the rest is freed
         self._score_prompts(batch, hidden)
         if not sampling:

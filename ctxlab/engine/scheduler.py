@@ -6,6 +6,11 @@ fits. Then waiting sequences are admitted (prefix-cache hit first, then a chunk 
 while budget, `max_num_seqs` and the pool allow. When the pool cannot give a running
 sequence its next slots, the most recently admitted running sequence is preempted: its
 blocks are freed and it goes back to the head of the waiting queue, to be recomputed later.
+
+After a failed step (see `LLMEngine.step`) every running sequence is sent back to be
+recomputed and the sequences of that step become suspects: they run one at a time, each for
+`SOLO_SAMPLES` sampled tokens, so the one that fails again fails alone and the others go back
+to being batched.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ from dataclasses import dataclass
 
 from ctxlab.engine.sequence import Sequence, Status
 from ctxlab.kv.manager import KVCacheManager
+
+# Tokens a suspect samples alone after a failed step: its catch-up step (a prefill-end
+# failure happens again there) and one decode step (a decode-hook failure happens there).
+SOLO_SAMPLES = 2
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,11 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.suspects: deque[Sequence] = deque()  # run alone, first to last
+        self.solo_samples = 0  # tokens the first suspect sampled alone so far
+        # Trailing prompt tokens a prefix hit leaves to compute: 1 (the logits), or the
+        # query window a retention policy reads at the prompt end (set by the engine).
+        self.compute_tail = 1
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -44,6 +58,8 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> list[ScheduledSeq]:
+        if self.suspects:
+            return self._schedule_alone(self.suspects[0])
         budget = self.max_num_batched_tokens
         out: list[ScheduledSeq] = []
         preempted = False
@@ -65,33 +81,84 @@ class Scheduler:
         if preempted:
             return out
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
-            hit = self.kv.lookup_prefix(seq.kv, seq.token_ids, seq.cache_salt)
-            n = min(seq.num_tokens - hit.num_tokens, budget)
-            if not self.kv.allocate(seq.kv, hit.num_tokens + n, hit, seq.num_tokens):
+            sch = self._admit(self.waiting[0], budget)
+            if sch is None:
                 break
             self.waiting.popleft()
-            if not seq.admitted:
-                seq.admitted = True
-                seq.metrics.reused_tokens = hit.num_tokens
-            seq.num_computed = hit.num_tokens
-            seq.status = Status.RUNNING
-            self.running.append(seq)
-            out.append(ScheduledSeq.of(seq, n))
-            budget -= n
+            out.append(sch)
+            budget -= sch.num_new
         return out
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _admit(self, seq: Sequence, budget: int) -> ScheduledSeq | None:
+        """Take a waiting sequence's cached prefix and room for its next chunk, or None."""
+        hit = self.kv.lookup_prefix(seq.kv, seq.token_ids, seq.cache_salt, self.compute_tail)
+        n = min(seq.num_tokens - hit.num_tokens, budget)
+        if not self.kv.allocate(seq.kv, hit.num_tokens + n, hit, seq.num_tokens):
+            return None
+        if not seq.admitted:
+            seq.admitted = True
+            seq.metrics.reused_tokens = hit.num_tokens
+        seq.num_computed = hit.num_tokens
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+        return ScheduledSeq.of(seq, n)
+
+    def _schedule_alone(self, seq: Sequence) -> list[ScheduledSeq]:
+        """A step holding only `seq` (a suspect); nothing else runs while suspects remain."""
+        budget = self.max_num_batched_tokens
+        if seq.status is Status.WAITING:
+            sch = self._admit(seq, budget)
+            if sch is not None:
+                self.waiting.remove(seq)
+            return [] if sch is None else [sch]
+        n = min(seq.num_tokens - seq.num_computed, budget)
+        if not self.kv.allocate(seq.kv, seq.kv.num_tokens + n):
+            return []
+        return [ScheduledSeq.of(seq, n)]
+
+    def _requeue(self, seq: Sequence) -> None:
+        """Free `seq`'s blocks and put it at the head of the waiting queue, to recompute."""
         self.kv.free(seq.kv)
         seq.num_computed = 0
         seq.status = Status.WAITING
-        seq.metrics.preemptions += 1
-        self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
+    def _preempt(self, seq: Sequence) -> None:
+        self._requeue(seq)
+        seq.metrics.preemptions += 1
+        self.num_preemptions += 1
+
+    def reset_running(self) -> None:
+        """Send every running sequence back to be recomputed, in order (not a preemption)."""
+        for seq in reversed(self.running):
+            self._requeue(seq)
+        self.running.clear()
+
+    def isolate(self, seqs: list[Sequence]) -> None:
+        """Make `seqs` suspects: each runs alone for `SOLO_SAMPLES` sampled tokens."""
+        self.suspects.extend(s for s in seqs if s not in self.suspects)
+
+    def stepped(self, batch: list[ScheduledSeq]) -> None:
+        """Count a suspect's successful solo step; clear it after `SOLO_SAMPLES` tokens."""
+        if not (self.suspects and len(batch) == 1 and batch[0].seq is self.suspects[0]):
+            return
+        if batch[0].samples:
+            self.solo_samples += 1
+            if self.solo_samples >= SOLO_SAMPLES:
+                self.suspects.popleft()
+                self.solo_samples = 0
+
     def finish(self, seq: Sequence, reason: str) -> None:
+        """End `seq` wherever it is (running, waiting, a suspect) and free its blocks."""
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         seq.metrics.resident_kv_bytes = self.kv.resident_bytes(seq.kv)
         self.kv.free(seq.kv)
-        self.running.remove(seq)
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        if seq in self.suspects:
+            if seq is self.suspects[0]:
+                self.solo_samples = 0
+            self.suspects.remove(seq)

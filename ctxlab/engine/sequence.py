@@ -3,7 +3,8 @@
 `num_computed` counts tokens whose K/V is in the pool. A token is sampled when a step
 brings `num_computed` up to `num_tokens`. Preemption frees the blocks and sets
 `num_computed` back to 0: the request is recomputed from prompt + output so far, so it is
-neither dropped nor answered differently.
+neither dropped nor answered differently. A request that fails inside a step carries a
+`RequestError` and finishes with reason "error"; an aborted one finishes with "abort".
 """
 
 from __future__ import annotations
@@ -16,6 +17,18 @@ import torch
 from ctxlab.engine.metrics import RequestMetrics
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.kv.seq_kv import SeqKV
+
+
+@dataclass(frozen=True)
+class RequestError:
+    """Why a request failed inside a step: one sentence, and whose fault it was.
+
+    `user_fault` is True for a `CtxlabError` (the request cannot work: a server answers 400)
+    and False for anything else (the engine failed on it: 500).
+    """
+
+    message: str
+    user_fault: bool
 
 
 class Status(enum.Enum):
@@ -39,6 +52,7 @@ class Sequence:
     generator: torch.Generator | None = None
     text: str = ""  # detokenized output so far (after stop-string truncation)
     admitted: bool = False
+    error: RequestError | None = None
     # prompt_logprobs[i] = log p(prompt[i + 1] | prompt[: i + 1]); None until computed
     prompt_logprobs: list[float | None] = field(default_factory=list)
 

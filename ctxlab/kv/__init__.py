@@ -4,7 +4,8 @@
 (`QuantKVPool`: the same methods over int8 / KIVI codes, `ctxlab.kv.quantize` their math),
 `BlockAllocator` owns reference counts, the LRU free queue and the prefix hash map, and
 `KVCacheManager` is what the engine calls (look up a prefix, allocate slots, commit full
-blocks, free). `SeqKV` is one sequence's view: a block table per lane and a length per lane.
+blocks, free, compact lanes: the cut itself is `ctxlab.kv.compaction`). `SeqKV` is one
+sequence's view: a block table per lane and a length per lane.
 """
 
 from ctxlab.kv.allocator import BlockAllocator

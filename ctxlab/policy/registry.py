@@ -2,57 +2,85 @@
 
 `make_policy("snapkv", budget=256)` is how the engine, the CLI and the evaluation build a
 policy; `describe_policies()` is what `ctxlab policies` prints.
+
+Registering a policy is one line in `REGISTERED`: its name and where its class lives
+("module:Class"). A class is imported only when it is built or described, so checking a
+name (`check_policy_name`) or a budget (`Budget.parse`) imports no torch: a typo on the
+command line costs well under a second.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy
-from ctxlab.policy.bigbird import BigBirdPolicy
 from ctxlab.policy.budget import Budget
-from ctxlab.policy.full import FullPolicy
-from ctxlab.policy.h2o import H2OPolicy
-from ctxlab.policy.keydiff import KeyDiffPolicy
-from ctxlab.policy.knorm import KNormPolicy
-from ctxlab.policy.longformer import LongformerPolicy
-from ctxlab.policy.pyramidkv import PyramidKVPolicy
-from ctxlab.policy.quant import QuantPolicy
-from ctxlab.policy.quest import QuestPolicy
-from ctxlab.policy.recall import RecallPolicy
-from ctxlab.policy.snapkv import SnapKVPolicy
-from ctxlab.policy.streaming import StreamingPolicy
-from ctxlab.policy.tova import TOVAPolicy
-from ctxlab.policy.window import WindowPolicy
 
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls
-    for cls in (
-        FullPolicy,
-        WindowPolicy,
-        StreamingPolicy,
-        H2OPolicy,
-        SnapKVPolicy,
-        PyramidKVPolicy,
-        TOVAPolicy,
-        KNormPolicy,
-        KeyDiffPolicy,
-        QuantPolicy,
-        QuestPolicy,
-        RecallPolicy,
-        LongformerPolicy,
-        BigBirdPolicy,
-    )
+if TYPE_CHECKING:
+    from ctxlab.policy.base import Policy
+
+REGISTERED: dict[str, str] = {
+    "full": "ctxlab.policy.full:FullPolicy",
+    "window": "ctxlab.policy.window:WindowPolicy",
+    "streaming": "ctxlab.policy.streaming:StreamingPolicy",
+    "h2o": "ctxlab.policy.h2o:H2OPolicy",
+    "snapkv": "ctxlab.policy.snapkv:SnapKVPolicy",
+    "pyramidkv": "ctxlab.policy.pyramidkv:PyramidKVPolicy",
+    "tova": "ctxlab.policy.tova:TOVAPolicy",
+    "knorm": "ctxlab.policy.knorm:KNormPolicy",
+    "keydiff": "ctxlab.policy.keydiff:KeyDiffPolicy",
+    "quant": "ctxlab.policy.quant:QuantPolicy",
+    "quest": "ctxlab.policy.quest:QuestPolicy",
+    "recall": "ctxlab.policy.recall:RecallPolicy",
+    "longformer": "ctxlab.policy.longformer:LongformerPolicy",
+    "bigbird": "ctxlab.policy.bigbird:BigBirdPolicy",
 }
+
+
+class PolicyClasses(Mapping[str, "type[Policy]"]):
+    """`REGISTERED` as name -> class: names and membership are free, a class is imported
+    the first time it is looked up (its module imports torch)."""
+
+    def __init__(self, where: Mapping[str, str]) -> None:
+        self._where = where
+        self._loaded: dict[str, type[Policy]] = {}
+
+    def __getitem__(self, name: str) -> type[Policy]:
+        if name not in self._loaded:
+            module, _, attr = self._where[name].partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+            if cls.name != name:  # a registration line that names the wrong class
+                raise RuntimeError(f"policy {name!r} is registered as {cls.name!r} ({attr})")
+            self._loaded[name] = cls
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+
+POLICIES = PolicyClasses(REGISTERED)
 
 # Policies whose pure code exists but that the engine cannot run yet.
 NOT_IN_ENGINE: frozenset[str] = frozenset()
 
 
 def policy_names() -> list[str]:
-    return list(POLICIES)
+    return list(REGISTERED)
+
+
+def check_policy_name(name: str) -> None:
+    """An unknown policy name is one sentence; imports nothing (no torch)."""
+    if name not in REGISTERED:
+        raise CtxlabError(f"policy {name!r} is unknown; choose one of {', '.join(REGISTERED)}.")
 
 
 def make_policy(
@@ -63,9 +91,8 @@ def make_policy(
     The budget is parsed once here (`Budget.parse`); each class's `from_budget` says where
     it goes, so no policy is special-cased by name.
     """
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise CtxlabError(f"policy {name!r} is unknown; choose one of {', '.join(POLICIES)}.")
+    check_policy_name(name)
+    cls = POLICIES[name]
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     for key in params:
         if key not in fields:
@@ -79,6 +106,8 @@ def make_policy(
 
 def describe_policies() -> list[dict[str, Any]]:
     """One row per policy: name, stack layer, paper, parameters with their defaults."""
+    from ctxlab.policy.base import Policy
+
     rows = []
     for name, cls in POLICIES.items():
         params: dict[str, Any] = {}

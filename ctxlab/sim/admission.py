@@ -57,7 +57,11 @@ class Admission:
     def _lookup(self, s: Seq) -> tuple[list[tuple[int, Entry | None, int]], int, int, int]:
         """The prompt's cached prefix in order: (key, device entry or None for a tier hit,
         pages in the tier) per block; the prompt pages it covers; pages of unreferenced
-        device hits (pinned by admitting); pages to bring back from the tier."""
+        device hits (pinned by admitting); pages to bring back from the tier.
+
+        Only committed blocks count: a block another running request is still computing
+        ends the prefix (the engine's lookup does not see it either), and this request
+        computes its own copy."""
         found: list[tuple[int, Entry | None, int]] = []
         pages = pinned = from_tier = 0
         if not self.prefix_reuse or s.prefilled:
@@ -71,6 +75,8 @@ class Admission:
                 break
             entry = entries.get(key)
             if entry is not None:
+                if entry.owner is not None:  # still being computed: not a hit yet
+                    break
                 got = entry.pages
                 found.append((key, entry, 0))
                 if entry.refs == 0:
@@ -98,15 +104,17 @@ class Admission:
         need_bytes = (total_pages - hit_pages + tier_pages) * self.page_bytes + self.slot_bytes
         if need_bytes > pool.available() - pinned_free * self.page_bytes:
             return False
-        new_blocks: list[tuple[int, int]] = []
+        new_blocks: list[tuple[int, int, int]] = []  # key, pages, token the pages end at
         covered = hit_pages
         if self.prefix_reuse and not s.prefilled:
             for i in range(len(found), len(s.req.hash_ids)):
                 key = s.req.hash_ids[i]
                 need = B // P if (i + 1) * B <= L else (L - i * B) // P
                 if need == 0 or key in pool.entries or key in pool.tier:
-                    continue  # a block cached without its parent: computed privately
-                new_blocks.append((key, need))
+                    # cached without its parent, or still being computed by another request:
+                    # computed privately (the engine keeps the first copy committed)
+                    continue
+                new_blocks.append((key, need, i * B + need * P))
                 covered += need
         private = total_pages - covered
         for _, e, _ in found:
@@ -118,18 +126,15 @@ class Admission:
         ok = pool.reserve(need_bytes)
         assert ok, "admission reserved more than was available"
         s.entries = []
-        s.waits = []
         for key, e, pages in found:
             if e is None:
                 e = pool.create(key, pages, None)
-            elif e.owner is not None:
-                s.waits.append(e)
             s.entries.append(e)
         s.owned = []
-        for key, need in new_blocks:
+        for key, need, end in new_blocks:
             e = pool.create(key, need, s)
             s.entries.append(e)
-            s.owned.append(e)
+            s.owned.append((end, e))
         s.private = private
         s.pages = total_pages
         s.target = target
@@ -163,6 +168,18 @@ class Admission:
                 c.hit_requests += 1 if reusable > 0 else 0
         return True
 
+    def _commit(self, s: Seq) -> None:
+        """Blocks whose pages `s` has now computed become prefix-cache hits for requests
+        admitted from the next step on (the engine commits full blocks after each step)."""
+        done = 0
+        for end, e in s.owned:
+            if end > s.computed:
+                break
+            e.owner = None
+            done += 1
+        if done:
+            del s.owned[:done]
+
     # -- release ------------------------------------------------------------------------
     def _release(self, s: Seq) -> None:
         """Drop the request's hold on the pool; finished blocks stay cached (tail first
@@ -170,10 +187,10 @@ class Admission:
         pool = self.pool
         for e in reversed(s.entries):
             pool.unref(e)
-        for e in s.owned:  # never computed: not a valid cache entry
+        for _, e in s.owned:  # not computed yet: not a valid cache entry
             pool.drop(e)
         pool.release(s.private * self.page_bytes + self.slot_bytes)
-        s.entries, s.owned, s.waits = [], [], []
+        s.entries, s.owned = [], []
         s.private = 0
         s.pages = 0
 

@@ -1,10 +1,14 @@
 """The event loop: continuous batching with chunked prefill, prefix reuse and preemption.
 
-Per step: admit waiting requests first-come-first-served while the pool has room (a
-request's prefix hits are found block by block, a tier hit schedules a transfer); give every
-decoding request one token (a page when it crosses a page boundary; if none can be had, the
-most recently admitted request is preempted and will be recomputed); fill the rest of the
-token budget with prefill chunks in admission order; price the step; advance the clock.
+Per step: admit waiting requests first-come-first-served while the pool has room and the
+step's token budget has tokens left after the running requests, as the engine's scheduler
+does (a request's prefix hits are found block by block among committed blocks; a tier hit
+schedules a transfer); give every decoding request one token (a page when it crosses a page
+boundary; if none can be had, the most recently admitted request is preempted and will be
+recomputed); fill the rest of the token budget with prefill chunks in admission order;
+price the step; advance the clock; commit the blocks the chunks completed, so requests
+admitted from the next step on can hit them (as in the engine: two requests admitted in the
+same step with the same new prefix both compute it).
 
 Speed: a step costs work proportional to the running requests, pages are integer counts,
 and stretches of decode-only steps (nothing to admit, no prefill) are advanced in one go
@@ -98,8 +102,18 @@ class Simulator(Admission):
         return self.done
 
     def _admit_all(self, now: float) -> None:
+        """Admit from the queue head while the pool has room and this step's token budget
+        has tokens left after the running requests (as the engine's scheduler does), so a
+        request looks its prefix up only when it can start, not while it would only wait."""
+        if not (self.resume or self.waiting):
+            return
         cfg = self.setup.config
-        while len(self.running) < cfg.max_running:
+        budget = cfg.chunk_tokens
+        for s in self.running:
+            budget -= self._wants(s, now)
+            if budget <= 0:
+                return
+        while len(self.running) < cfg.max_running and budget > 0:
             queue_is_resume = bool(self.resume)
             if queue_is_resume:
                 s = self.resume[0]
@@ -114,6 +128,16 @@ class Simulator(Admission):
             else:
                 self.waiting.popleft()
             self.running.append(s)
+            budget -= self._wants(s, now)
+
+    @staticmethod
+    def _wants(s: Seq, now: float) -> int:
+        """Tokens `s` would take from this step's budget if it had all it needs."""
+        if s.state == DECODE:
+            return 1
+        if s.state == PREFILL and s.ready_at <= now:
+            return s.target - s.computed
+        return 0
 
     def _sample(self, now: float) -> None:
         tl, pool = self.timeline, self.pool
@@ -154,10 +178,6 @@ class Simulator(Admission):
                 break
             if s.state != PREFILL:
                 continue
-            if s.waits:
-                s.waits = [e for e in s.waits if e.owner is not None]
-                if s.waits:
-                    continue
             if s.ready_at > now:
                 wake = min(wake, s.ready_at)
                 continue
@@ -189,6 +209,7 @@ class Simulator(Admission):
         c.tokens_emitted += len(decoding)
         for s, take in chunks:
             s.computed += take
+            self._commit(s)
             c.prefill_tokens_run += take
             if s.computed == s.target:
                 self._prefill_done(s, now)
@@ -202,9 +223,7 @@ class Simulator(Admission):
         return now
 
     def _prefill_done(self, s: Seq, now: float) -> None:
-        for e in s.owned:
-            e.owner = None
-        s.owned = []
+        assert not s.owned, "a finished prefill left blocks uncommitted"
         s.state = DECODE
         s.generated += 1
         self.counters.tokens_emitted += 1

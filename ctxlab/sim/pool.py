@@ -6,6 +6,12 @@ reference entries; an entry with no references stays findable in an LRU queue un
 is needed, then it is evicted: dropped, or moved to the host tier when there is one. The
 unit of eviction is a whole block, the granularity at which the trace knows identity.
 
+An entry is created when the request that will compute it is admitted (its bytes are
+reserved then) but is a prefix-cache hit only once that computation has finished
+(`owner` is None: committed), as in the engine, whose prefix cache registers a block after
+the step that wrote it. A request admitted while a block is still being computed computes
+its own copy.
+
 Invariants (checked by `check`): used bytes = entry pages x page bytes + private pages and
 state slots of running requests; an entry is in the LRU queue exactly when it has no
 references; the tier never holds more than its capacity.
@@ -17,7 +23,8 @@ from collections import OrderedDict
 
 
 class Entry:
-    """A cached block: its pages, reference count, and the request still computing it."""
+    """A cached block: its pages, reference count, and the request still computing it
+    (`owner`; None once computed: committed, and only then a prefix-cache hit)."""
 
     __slots__ = ("key", "owner", "pages", "refs")
 

@@ -42,7 +42,6 @@ class Seq:
         "reused_tier",
         "state",
         "target",
-        "waits",
     )
 
     def __init__(self, req: Request, arrival: float, prefilled: bool = False) -> None:
@@ -57,8 +56,9 @@ class Seq:
         self.pages = 0  # pages this request can write into (shared + private)
         self.private = 0
         self.entries: list[Entry] = []
-        self.owned: list[Entry] = []
-        self.waits: list[Entry] = []
+        # blocks this request computes, not yet committed, in prompt order, each with the
+        # token its pages end at: committed (owner None) once `computed` reaches that token
+        self.owned: list[tuple[int, Entry]] = []
         self.ready_at = 0.0
         self.admit_seq = 0
         self.admitted_at = -1.0

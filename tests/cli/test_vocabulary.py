@@ -87,8 +87,11 @@ def test_one_flag_per_concept_across_commands(concept):
 def test_same_option_object_means_same_help():
     """The shared flags carry the same help text wherever they appear."""
     helps: dict[str, set[str]] = {}
-    for _, command in COMMANDS:
+    for path, command in COMMANDS:
+        remote = path.startswith("ctxlab bench")  # --model there names a server's model (vLLM's)
         for p in command.params:
+            if remote and "--model" in p.opts:
+                continue
             if "--device-flops" in p.opts or "--page-size" in p.opts or "--model" in p.opts:
                 helps.setdefault(p.opts[0], set()).add(p.help or "")
     assert all(len(texts) == 1 for texts in helps.values()), helps
@@ -131,31 +134,55 @@ def test_costs_print_their_currency(cli):
 
 
 def test_typo_costs_no_torch_import():
-    """Checks that need no model run before torch is imported (it alone takes seconds)."""
+    """Checks that need no model run before torch is imported (it alone takes seconds): each
+    bad flag is one sentence and exit 2, and torch is still not imported after all of them."""
     code = (
-        "import sys\n"
+        "import contextlib, io, json, sys\n"
         "from ctxlab.cli import main\n"
+        "errors = []\n"
         "for argv in (['generate', 'hi', '--kv-format', 'int3'],\n"
         "             ['generate', 'hi', '--temperature', '-1'],\n"
         "             ['generate', 'hi', '--page-size', '0'],\n"
+        "             ['generate', 'hi', '--policy', 'snapkvv'],\n"
+        "             ['generate', 'hi', '--policy', 'snapkv', '--budget', '-5'],\n"
+        "             ['generate', 'hi', '--policy', 'snapkv', '--budget', '2.0'],\n"
+        "             ['generate', 'hi', '--policy', 'knorm', '--budget', 'lots'],\n"
         "             ['generate', '--file', '.'],\n"
         "             ['profile', '--out', '.'],\n"
         "             ['eval', 'perplexity', '--tokens', '10']):\n"
         "    sys.argv = ['ctxlab', *argv]\n"
+        "    err = io.StringIO()\n"
         "    try:\n"
-        "        main()\n"
+        "        with contextlib.redirect_stderr(err):\n"
+        "            main()\n"
         "    except SystemExit as exc:\n"
         "        assert exc.code == 2, argv\n"
-        "print('torch' in sys.modules)\n"
+        "    errors.append(err.getvalue())\n"
+        "print(json.dumps({'torch': 'torch' in sys.modules, 'errors': errors}))\n"
     )
+    import json
     import subprocess
     import sys
 
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "False"
+    result = json.loads(proc.stdout)
+    assert result["torch"] is False
+    for err in result["errors"]:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "policy 'snapkvv' is unknown; choose one of full," in result["errors"][3]
 
 
 def test_usage_error_in_a_fresh_process_is_short():
     result = run_fresh("plan", "--gpus", "many")
     assert result.code == 2 and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("policy", ["quant", "full"])
+def test_a_budget_for_a_policy_that_takes_none_is_refused_before_the_model(policy):
+    from ctxlab.commands.options import EngineOptions
+    from ctxlab.errors import CtxlabError
+
+    with pytest.raises(CtxlabError, match="takes no budget"):
+        EngineOptions(policy=policy, budget="256").check()

@@ -109,13 +109,14 @@ def kept_positions(seq_kv: Any, n_layers: int, n_kv: int) -> list[str]:
     return out
 
 
-def run_case(loaded: Any, case: dict[str, Any], ids: list[list[int]]) -> list[dict[str, Any]]:
-    from ctxlab.engine import LLM, SamplingParams
+def engine_for(loaded: Any, case: dict[str, Any]) -> Any:
+    """The engine a case runs on: its policy, 4-token blocks, a small pool."""
+    from ctxlab.engine import LLM
     from ctxlab.policy import make_policy
 
     name, budget = case["policy"], case["budget"]
     policy = make_policy(name, budget, **PARAMS.get(name, {}))
-    llm = LLM(
+    return LLM(
         loaded,
         kv_pool_tokens=1024,
         block_size=BLOCK,
@@ -123,8 +124,14 @@ def run_case(loaded: Any, case: dict[str, Any], ids: list[list[int]]) -> list[di
         policy=policy,
         kv_format=case["kv_format"],
     )
+
+
+def generate_recording(llm: Any, ids: list[list[int]]) -> list[dict[str, Any]]:
+    """Greedy outputs of `ids` (batched), each with the positions its lanes kept at the end."""
+    from ctxlab.engine import SamplingParams
+
     eng = llm.engine
-    cfg = loaded.config
+    cfg = llm.loaded.config
     kept: dict[int, list[str]] = {}
     finish = eng.scheduler.finish
 
@@ -133,16 +140,27 @@ def run_case(loaded: Any, case: dict[str, Any], ids: list[list[int]]) -> list[di
         finish(seq, reason)
 
     eng.scheduler.finish = recording_finish  # type: ignore[method-assign]
-    outs = llm.generate(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+    try:
+        outs = llm.generate(ids, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+    finally:
+        eng.scheduler.finish = finish  # type: ignore[method-assign]
     return [
         {
             "text": o.text,
             "token_ids": o.token_ids,
             "resident_kv_bytes": o.metrics.resident_kv_bytes,
             "kept_positions": kept[o.request_id],
+            "reused_tokens": o.metrics.reused_tokens,
         }
         for o in outs
     ]
+
+
+def run_case(loaded: Any, case: dict[str, Any], ids: list[list[int]]) -> list[dict[str, Any]]:
+    outs = generate_recording(engine_for(loaded, case), ids)
+    for o in outs:
+        del o["reused_tokens"]  # not part of the record (every prompt is fresh here)
+    return outs
 
 
 def main() -> None:

@@ -22,3 +22,13 @@ def test_policies_table_and_json():
     assert rows["quant"]["layer"] == "storage" and rows["quant"]["params"]["fmt"] == "kivi4"
     res = runner.invoke(app, ["policies"])
     assert "--kv-format" in res.output
+
+
+def test_docs_show_the_table_the_command_prints():
+    """docs/policies.md shows `ctxlab policies` verbatim, so a new policy or default shows."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "policies.md").read_text()
+    printed = CliRunner().invoke(app, ["policies"]).output
+    table = "\n".join(line.rstrip() for line in printed.strip("\n").splitlines())
+    assert f"$ ctxlab policies\n{table}\n```" in doc, "regenerate the table in docs/policies.md"

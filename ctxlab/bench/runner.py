@@ -1,0 +1,131 @@
+"""Send a workload at its arrival times and collect what each request measured.
+
+Arrivals as `vllm bench serve`: with `--request-rate inf` everything is sent at once;
+otherwise the gaps are gamma-distributed with shape = burstiness and mean 1/rate (burstiness
+1 is a Poisson process; below 1 burstier, above 1 more regular), from a seeded generator. A
+trace keeps its own timestamps. `--max-concurrency` caps requests in flight: a request that
+arrives while the cap is reached waits for a slot (its TTFT starts when it is sent, as in
+vLLM). The turns of a conversation are sent one after another, each with the history so far
+(the server's real answers), so a prefix cache can reuse every earlier turn.
+
+Ctrl-C (or any cancellation) stops sending; the requests that finished are returned and the
+run is marked interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import numpy as np
+
+from ctxlab.bench.client import Endpoint, send
+from ctxlab.bench.metrics import RequestResult
+from ctxlab.bench.workloads import BenchRequest
+from ctxlab.errors import CtxlabError
+
+
+@dataclass
+class RunResult:
+    results: list[RequestResult]  # finished requests, each turn of a conversation its own
+    duration: float
+    interrupted: bool
+
+
+def arrival_times(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """Seconds from the start for n arrivals (the first at 0)."""
+    if not rate > 0:
+        raise CtxlabError(f"--request-rate must be positive (or inf), got {rate}.")
+    if not burstiness > 0:
+        raise CtxlabError(f"--burstiness must be positive, got {burstiness}.")
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = np.random.default_rng([seed, 5])
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=max(0, n - 1))
+    return [0.0, *np.cumsum(gaps).tolist()][:n]
+
+
+async def check_server(client: httpx.AsyncClient, ep: Endpoint, first: BenchRequest) -> None:
+    """The first request's prompt with one output token, before the clock starts (as `vllm
+    bench serve`'s initial test run), so a wrong URL, model or key is one sentence, not N
+    failures. It uses a real prompt because a server may refuse a toy one (a KV policy whose
+    budget needs a longer prompt); like vLLM's, it leaves that prompt in the prefix cache."""
+    probe = RequestResult(index=-1, prompt_len=first.prompt_len)
+    prompt = [{"role": "user", "content": first.prompt}] if first.turns else first.prompt
+    await send(client, ep, prompt, 1, probe, time.perf_counter())
+    if not probe.success:
+        raise CtxlabError(f"the server at {ep.url} did not answer a test request: {probe.error}")
+
+
+async def run(
+    ep: Endpoint,
+    requests: list[BenchRequest],
+    arrivals: list[float],
+    max_concurrency: int | None,
+    timeout: float,
+    on_done: Callable[[RequestResult], None] | None = None,
+) -> RunResult:
+    """Send every request (each conversation's turns in order) at its arrival time."""
+    if max_concurrency is not None and max_concurrency < 1:
+        raise CtxlabError(f"--max-concurrency must be at least 1, got {max_concurrency}.")
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    tmo = httpx.Timeout(timeout, connect=min(30.0, timeout))
+    slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    done: list[RequestResult] = []
+    async with httpx.AsyncClient(limits=limits, timeout=tmo) as client:
+        if requests:
+            await check_server(client, ep, requests[0])
+        t0 = time.perf_counter()
+
+        async def one(prompt, max_tokens: int, res: RequestResult) -> RequestResult:
+            if slots is None:
+                await send(client, ep, prompt, max_tokens, res, t0)
+            else:
+                async with slots:
+                    await send(client, ep, prompt, max_tokens, res, t0)
+            done.append(res)
+            if on_done is not None:
+                on_done(res)
+            return res
+
+        async def conversation(req: BenchRequest, first_index: int) -> None:
+            history: list[dict[str, str]] = []
+            for k, user in enumerate([req.prompt, *req.turns]):
+                history.append({"role": "user", "content": user})
+                res = RequestResult(index=first_index + k, prompt_len=req.prompt_len * (k + 1))
+                await one(list(history), req.output_len, res)
+                if not res.success:
+                    return
+                history.append({"role": "assistant", "content": res.text})
+
+        tasks: list[asyncio.Task] = []
+        index = 0
+        try:
+            for req, at in zip(requests, arrivals, strict=True):
+                delay = t0 + at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if req.turns:
+                    tasks.append(asyncio.create_task(conversation(req, index)))
+                    index += 1 + len(req.turns)
+                else:
+                    res = RequestResult(index=index, prompt_len=req.prompt_len)
+                    tasks.append(asyncio.create_task(one(req.prompt, req.output_len, res)))
+                    index += 1
+            await asyncio.gather(*tasks)
+            end = time.perf_counter()
+        except asyncio.CancelledError:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return RunResult(_finished(done), time.perf_counter() - t0, True)
+    return RunResult(_finished(done), end - t0, False)
+
+
+def _finished(done: list[RequestResult]) -> list[RequestResult]:
+    """Results in request order; an interrupted request (no answer, no error) is dropped."""
+    return sorted((r for r in done if r.success or r.error), key=lambda r: r.index)

@@ -1,0 +1,144 @@
+"""`ctxlab serve`: an OpenAI-compatible server over the paged engine, with Prometheus metrics.
+
+It takes the same model, policy and pool options as `ctxlab generate`. torch, the model and
+the web stack are imported inside the command so `ctxlab --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    BudgetOpt,
+    DTypeOpt,
+    EngineOptions,
+    KVFormatOpt,
+    KVPoolTokensOpt,
+    ModelOpt,
+    NoPrefixCacheOpt,
+    PageSizeOpt,
+    PolicyOpt,
+)
+from ctxlab.errors import CtxlabError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve(
+        model: ModelOpt = DEFAULT_MODEL,
+        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+        port: int = typer.Option(8000, "--port", help="Port to listen on (0: any free port)."),
+        served_model_name: str = typer.Option(
+            None, "--served-model-name", help="Model name clients send (default: --model)."
+        ),
+        policy: PolicyOpt = None,
+        budget: BudgetOpt = None,
+        kv_format: KVFormatOpt = None,
+        kv_pool_tokens: KVPoolTokensOpt = 16384,
+        page_size: PageSizeOpt = 16,
+        no_prefix_cache: NoPrefixCacheOpt = False,
+        dtype: DTypeOpt = "float32",
+        max_num_seqs: int = typer.Option(
+            64, "--max-num-seqs", help="Most requests running in one batch."
+        ),
+        max_num_batched_tokens: int = typer.Option(
+            4096, "--max-num-batched-tokens", help="Token budget of one step (chunked prefill)."
+        ),
+        max_model_len: int = typer.Option(
+            None, "--max-model-len", help="Longest prompt + output (default: the model's)."
+        ),
+        max_waiting: int = typer.Option(
+            256, "--max-waiting", help="Requests waiting for admission before 429 answers."
+        ),
+        request_timeout: float = typer.Option(
+            600.0, "--request-timeout", help="Seconds a request may take before it is aborted."
+        ),
+        api_keys: Path = typer.Option(
+            None, "--api-keys", help='TOML key file: [keys] "KEY" = "tenant" (tenant isolation).'
+        ),
+        metrics_prefix: str = typer.Option(
+            "ctxlab", "--metrics-prefix", help="ctxlab (ctxlab:...) or vllm (vLLM's exact names)."
+        ),
+        threads: int = typer.Option(
+            None, "--threads", help="torch threads (pin it to compare with a profile)."
+        ),
+        log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level."),
+    ) -> None:
+        """Serve the model over OpenAI's API (/v1/completions, /v1/chat/completions,
+        /v1/models) with /health and Prometheus /metrics."""
+        options = EngineOptions(
+            model=model,
+            policy=policy,
+            budget=budget,
+            kv_format=kv_format,
+            page_size=page_size,
+            kv_pool_tokens=kv_pool_tokens,
+            dtype=dtype,
+            prefix_cache=not no_prefix_cache,
+        ).check()
+        _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout, threads)
+        if metrics_prefix not in ("ctxlab", "vllm"):
+            raise CtxlabError(
+                f"--metrics-prefix {metrics_prefix!r} is unknown; use ctxlab or vllm."
+            )
+        from ctxlab.serve.tenants import Tenants
+
+        tenants = Tenants.load(api_keys) if api_keys is not None else None
+        from ctxlab.progress import progress
+        from ctxlab.serve.server import bind
+
+        sock = bind(host, port)  # a taken port is one sentence before the model loads
+
+        with progress(f"loading {model}"):
+            import torch
+
+            from ctxlab.engine import LLM
+
+            if threads is not None:
+                torch.set_num_threads(threads)
+            llm = LLM(
+                **options.llm_kwargs(),
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+            )
+            _ = llm.tokenizer  # built now, not on the first request
+        from ctxlab.serve import ServeSettings, create_app
+        from ctxlab.serve.server import serve as run
+
+        name = served_model_name or model
+        settings = ServeSettings(name, max_waiting, request_timeout, metrics_prefix, tenants)
+        app_ = create_app(llm.engine, settings)
+
+        def ready(url: str) -> None:
+            extra = f", policy {policy} budget {budget}" if policy else ""
+            typer.echo(f"serving {name} on {url}/v1 (metrics at {url}/metrics{extra})", err=True)
+            typer.echo(f"ready {url}", err=False)
+
+        run(app_, sock, log_level, on_ready=ready)
+
+
+def _check(
+    port: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    max_waiting: int,
+    timeout: float,
+    threads: int | None,
+) -> None:
+    if not 0 <= port <= 65535:
+        raise CtxlabError(f"--port must be 0..65535, got {port}.")
+    for flag, value in (
+        ("--max-num-seqs", max_num_seqs),
+        ("--max-num-batched-tokens", max_num_batched_tokens),
+        ("--max-waiting", max_waiting),
+    ):
+        if value < 1:
+            raise CtxlabError(f"{flag} must be at least 1, got {value}.")
+    if not timeout > 0:
+        raise CtxlabError(f"--request-timeout must be positive seconds, got {timeout}.")
+    if threads is not None and threads < 1:
+        raise CtxlabError(f"--threads must be at least 1, got {threads}.")
