@@ -194,7 +194,9 @@ _D4 = (
 
 _TRUNC, _TIERED = "truncation", "tiered memory with an archive"
 _D5 = (
-    _m("facts_in_context", "facts", _TRUNC, _TIERED, "planted facts still in the compacted context"),
+    _m(
+        "facts_in_context", "facts", _TRUNC, _TIERED, "planted facts still in the compacted context"
+    ),
     _m(
         "facts_recoverable",
         "facts",

@@ -354,7 +354,8 @@ def _explain(
                 f"% with truncation, {f.say('accuracy_tiered', 100 * tiered.report.accuracy, 1)}"
                 f"% with tiered memory{ceiling_text}; a question under tiered memory costs "
                 f"{f.say('question_tokens_tiered', tiered.question_prompt_tokens, 1)} prompt "
-                f"tokens against {f.say('question_tokens_truncation', trunc.question_prompt_tokens, 1)}",
+                "tokens against "
+                f"{f.say('question_tokens_truncation', trunc.question_prompt_tokens, 1)}",
             )
         )
     if summary is not None and trunc is not None:

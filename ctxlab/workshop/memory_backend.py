@@ -8,8 +8,9 @@ model, with two additions the demonstrations need:
   the prefix cache. The engine looks a prefix up only among blocks already computed, so
   requests admitted together would each compute their own copy; one request of one token
   makes them share it. The replies do not change; the prefill work does.
-- every call is recorded (chats in, prompt and output tokens), so a demonstration can say
-  how many model calls and tokens a strategy spent, and read the prompts it asked with.
+- every call is recorded (chats in, prompt, reused and output tokens), so a demonstration
+  can say how many model calls and tokens a strategy spent, how much of the prompts the
+  prefix cache served, and read the prompts it asked with.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Call:
     max_tokens: int
     prompt_tokens: int
     output_tokens: int
+    reused_tokens: int  # prompt tokens the prefix cache served
 
 
 @dataclass
@@ -49,15 +51,20 @@ class WorkshopBackend(EngineBackend):
         self.log = CallLog()
 
     def generate(self, chats: Sequence[Chat], max_tokens: int) -> list[Reply]:
+        from ctxlab.engine import SamplingParams
+
         if len(chats) > 1:
             self._warm(chats)
-        replies = super().generate(chats, max_tokens)
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        outs = self.llm.generate([list(c) for c in chats], params)
+        replies = [Reply(o.text.strip(), len(o.prompt_token_ids), len(o.token_ids)) for o in outs]
         self.log.calls.append(
             Call(
                 [list(c) for c in chats],
                 max_tokens,
                 sum(r.prompt_tokens for r in replies),
                 sum(r.output_tokens for r in replies),
+                sum(o.metrics.reused_tokens for o in outs),
             )
         )
         return replies

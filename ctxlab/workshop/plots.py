@@ -146,3 +146,31 @@ def plot_compaction(counts: dict[str, dict[str, float]], ceiling: float | None, 
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7)
     return _save(plt, fig, path)
+
+
+def plot_retrieval_depth(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Per k: evidence found, answers right and citations right (left); tokens added (right)."""
+    plt, (fig, (left, right)) = _figure()
+    ks = [r["k"] for r in rows]
+    for key, label, marker in (
+        ("recall_pct", "recall@k (all questions)", "o"),
+        ("accuracy_pct", "accuracy (answered subset)", "s"),
+        ("citation_precision_pct", "citation precision (subset)", "^"),
+    ):
+        pairs = [(r["k"], r[key]) for r in rows if r[key] is not None]
+        if pairs:
+            left.plot(*zip(*pairs, strict=True), marker=marker, label=label)
+    left.set_xscale("log", base=2)
+    left.set_xticks(ks, [str(k) for k in ks])
+    left.set_ylim(0, 100)
+    left.set_xlabel("k (passages retrieved)")
+    left.set_ylabel("%")
+    left.set_title("what k finds and what the model does with it")
+    left.legend(fontsize=7)
+    left.grid(alpha=0.3)
+    right.bar([str(k) for k in ks], [r["retrieved_tokens"] for r in rows], color="tab:grey")
+    right.set_xlabel("k")
+    right.set_ylabel("retrieved tokens per question")
+    right.set_title("what k puts in the prompt")
+    right.grid(alpha=0.3, axis="y")
+    return _save(plt, fig, path)
