@@ -4,9 +4,7 @@ A prediction (`[predictions.<demo>.<metric>]`) and a required metric (`"<demo>.<
 must name a metric listed here, so a typo is caught when the config is read, not after a
 ten-minute run. Every metric compares two measured (or modeled) values of one quantity: a
 baseline and an observed value, named here so the report can say what moved against what.
-Demonstrations 5 and 6 need the application-memory layer (`ctxlab.memory`, `ctxlab.rag`); a
-build without it still reads configs that name their metrics, and a run states that they
-were not run in this build. Nothing here imports torch.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
