@@ -14,6 +14,11 @@ import typer
 from typer.core import TyperOption
 
 from ctxlab import __version__
+
+try:  # typer vendors click from 0.20 on; its usage errors are that copy's classes
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - an older typer on the PyPI click
+    from click.exceptions import NoArgsIsHelpError, UsageError
 from ctxlab.errors import CtxlabError
 
 # One line per command module; each defines `register(app: typer.Typer) -> None`.
@@ -72,13 +77,25 @@ TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 
 def main() -> None:
-    """Run the CLI; a user mistake (CtxlabError) is one sentence on stderr and exit code 2.
+    """Run the CLI; a user mistake is one sentence on stderr and exit code 2.
 
-    Usage errors that typer catches itself (an unknown option, a word where a number goes)
-    keep its short panel, which also exits with code 2.
+    Mistakes come as CtxlabError from our checks, or as click's usage errors (an unknown
+    option or command, a word where a number goes), which would otherwise print a boxed panel.
     """
     try:
-        app()
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()  # the command's help, as `ctxlab plan` alone has always printed
+        sys.exit(exc.exit_code)
+    except UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "ctxlab"
+        message = exc.format_message().rstrip(".")
+        typer.echo(f"error: {message}; see '{where} --help'.", err=True)
+        sys.exit(2)
+    except typer.Abort:
+        typer.echo("aborted.", err=True)
+        sys.exit(130)
     except CtxlabError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

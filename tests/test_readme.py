@@ -28,8 +28,8 @@ README = ROOT / "README.md"
 
 # command prefix -> why it is not run by this test
 SKIP = {
-    "make run": "installs into .venv and runs the whole tour (minutes); `ctxlab tour --no-model` "
-    "in the README is run instead, and tests/plan runs the tour's steps",
+    "make run": "installs into .venv and runs the whole workshop (minutes); tests/workshop run "
+    "its demonstrations at --quick sizes",
     "make test": "the test suite itself",
     "ctxlab lab": "serves until Ctrl-C; tests/lab starts the server and drives it",
     "ctxlab serve": "serves until Ctrl-C; tests/serve start it and drive it with real clients",

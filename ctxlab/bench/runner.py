@@ -50,12 +50,17 @@ def arrival_times(n: int, rate: float, burstiness: float, seed: int) -> list[flo
 
 
 async def check_server(client: httpx.AsyncClient, ep: Endpoint, first: BenchRequest) -> None:
-    """The first request's prompt with one output token, before the clock starts (as `vllm
-    bench serve`'s initial test run), so a wrong URL, model or key is one sentence, not N
-    failures. It uses a real prompt because a server may refuse a toy one (a KV policy whose
-    budget needs a longer prompt); like vLLM's, it leaves that prompt in the prefix cache."""
+    """One request with one output token before the clock starts (as `vllm bench serve`'s
+    initial test run), so a wrong URL, model or key is one sentence, not N failures.
+
+    Its prompt is as long as the first request's, because a server may refuse a toy one (a KV
+    policy whose budget needs a longer prompt), but it starts with a word of its own: the
+    first request then finds none of its blocks cached by the probe, and its TTFT and cached
+    tokens are its own (vLLM's test run sends the first prompt itself and warms the cache)."""
     probe = RequestResult(index=-1, prompt_len=first.prompt_len)
-    prompt = [{"role": "user", "content": first.prompt}] if first.turns else first.prompt
+    words = first.prompt.split(" ")
+    text = " ".join(["Ping", *words[:-1]]) if len(words) > 1 else f"Ping {first.prompt}"
+    prompt = [{"role": "user", "content": text}] if first.turns else text
     await send(client, ep, prompt, 1, probe, time.perf_counter())
     if not probe.success:
         raise CtxlabError(f"the server at {ep.url} did not answer a test request: {probe.error}")

@@ -5,8 +5,10 @@ recompute), `Runner` (flat batch, paged attention, sampling), `LLMEngine` (the s
 server drives) and `LLM` (the batch API).
 """
 
-from ctxlab.engine.llm import LLM, LLMEngine, RequestFailedError, RequestOutput, TokenEvent
+from ctxlab.engine.llm import LLM
+from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.metrics import RequestMetrics, percentile
+from ctxlab.engine.request import RequestFailedError, RequestOutput, TokenEvent
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.engine.scheduler import Scheduler
 from ctxlab.engine.sequence import RequestError, Sequence

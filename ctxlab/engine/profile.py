@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from ctxlab.engine.llm import LLMEngine, TokenEvent
+from ctxlab.engine.llm_engine import LLMEngine
+from ctxlab.engine.request import TokenEvent
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.plan.compute import attended_keys
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ctxlab.engine.llm import LLMEngine
+from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.profile import StepRecord, StepRecorder
 from ctxlab.engine.sampling import SamplingParams
 

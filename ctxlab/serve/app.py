@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
-from ctxlab.engine.llm import LLMEngine, RequestOutput
+from ctxlab.engine.llm_engine import LLMEngine
+from ctxlab.engine.request import RequestOutput
 from ctxlab.serve.engine_loop import EngineLoop, QueueFull, Ticket, Update
 from ctxlab.serve.errors import APIError, error_body, install_handlers, validation_error
 from ctxlab.serve.metrics import ServeMetrics

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ctxlab.engine.llm import LLMEngine, RequestOutput, TokenEvent
+from ctxlab.engine.llm_engine import LLMEngine
+from ctxlab.engine.request import RequestOutput, TokenEvent
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.errors import CtxlabError
 from ctxlab.serve.metrics import ServeMetrics

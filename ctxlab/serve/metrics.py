@@ -28,7 +28,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from ctxlab.engine.llm import LLMEngine, RequestOutput
+from ctxlab.engine.llm_engine import LLMEngine
+from ctxlab.engine.request import RequestOutput
 from ctxlab.engine.sequence import Sequence
 
 PREFIXES = ("ctxlab", "vllm")

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxlab.engine.llm import RequestOutput
+from ctxlab.engine.request import RequestOutput
 
 
 def usage(outputs: list[RequestOutput]) -> dict[str, Any]:

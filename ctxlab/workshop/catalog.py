@@ -4,9 +4,7 @@ A prediction (`[predictions.<demo>.<metric>]`) and a required metric (`"<demo>.<
 must name a metric listed here, so a typo is caught when the config is read, not after a
 ten-minute run. Every metric compares two measured (or modeled) values of one quantity: a
 baseline and an observed value, named here so the report can say what moved against what.
-Demonstrations 5 and 6 are listed with their metrics although their modules need the
-application-memory layer (`ctxlab.memory`, `ctxlab.rag`): a config can name them today, and a
-run states that they were not run in this build. Nothing here imports torch.
+Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -194,20 +192,41 @@ _D4 = (
 
 _TRUNC, _TIERED = "truncation", "tiered memory with an archive"
 _D5 = (
-    _m("facts_in_context", "facts", _TRUNC, _TIERED, "planted facts still in the context"),
-    _m("facts_recoverable", "facts", _TRUNC, _TIERED, "planted facts a search brings back"),
+    _m(
+        "facts_in_context", "facts", _TRUNC, _TIERED, "planted facts still in the compacted context"
+    ),
+    _m(
+        "facts_recoverable",
+        "facts",
+        _TRUNC,
+        _TIERED,
+        "planted facts out of the context that a search of the message log brings back",
+    ),
     _m("facts_lost", "facts", _TRUNC, _TIERED, "planted facts neither in context nor found"),
+    _m(
+        "facts_in_prompt",
+        "facts",
+        _TRUNC,
+        _TIERED,
+        "planted facts whose answer is in the prompt the strategy builds for the fact's question",
+    ),
     _m("answer_accuracy_pct", "%", _TRUNC, _TIERED, "accuracy on the facts' questions"),
     _m("context_tokens", "tokens", _TRUNC, _TIERED, "tokens in the compacted context"),
 )
 
 _KMIN, _KMAX = "smallest k", "largest k"
 _D6 = (
-    _m("recall_at_k_pct", "%", _KMIN, _KMAX, "questions whose gold chunk is retrieved"),
+    _m("recall_at_k_pct", "%", _KMIN, _KMAX, "evidence sentences found in the top k"),
     _m("citation_precision_pct", "%", _KMIN, _KMAX, "cited chunks that are gold"),
     _m("citation_recall_pct", "%", _KMIN, _KMAX, "gold chunks that are cited"),
     _m("answer_accuracy_pct", "%", _KMIN, _KMAX, "answers matching the gold answer"),
-    _m("context_tokens_per_question", "tokens", _KMIN, _KMAX, "retrieved tokens in context"),
+    _m(
+        "context_tokens_per_question",
+        "tokens",
+        _KMIN,
+        _KMAX,
+        "tokens the retrieved passages add to the prompt",
+    ),
     _m("cost_per_question_usd", "USD", _KMIN, _KMAX, "hosted price of one question"),
 )
 

@@ -98,15 +98,34 @@ def _tenants(res: Results) -> tuple[str, str]:
 
 
 def _summaries(res: Results) -> tuple[str, str]:
-    if _fig(res, "compaction") is None:
+    f = _fig(res, "compaction")
+    if f is None:
         return "not exercised", _not_run(res, "compaction", 5)
-    return "guarded", "demonstration 5 reports facts kept, recoverable and lost per strategy"
+    names = [k.removeprefix("accuracy_") for k in f if k.startswith("accuracy_")]
+    per = "; ".join(
+        f"{name}: {fmt(f[f'tokens_after_{name}'])} tokens, {fmt(f[f'in_prompt_{name}'])} of "
+        f"{fmt(f['facts'])} answers in the prompt when asked, {fmt(f[f'accuracy_{name}'], 1)}% "
+        "answered right"
+        for name in names
+    )
+    return "guarded", (
+        f"demonstration 5 judges each strategy by the planted facts it kept, the ones a search "
+        f"still finds and the ones lost, and by the answers, beside its tokens ({per})"
+    )
 
 
 def _recall_only(res: Results) -> tuple[str, str]:
-    if _fig(res, "retrieval_depth") is None:
+    f = _fig(res, "retrieval_depth")
+    if f is None:
         return "not exercised", _not_run(res, "retrieval_depth", 6)
-    return "guarded", "demonstration 6 reports citation quality and answer accuracy beside recall"
+    return "guarded", (
+        f"demonstration 6 reports answer accuracy and citation precision beside recall@k: "
+        f"recall {fmt(f['recall_lo_pct'], 1)}% -> {fmt(f['recall_hi_pct'], 1)}% over all "
+        f"{fmt(f['questions'])} questions, accuracy {fmt(f['accuracy_lo_pct'], 1)}% -> "
+        f"{fmt(f['accuracy_hi_pct'], 1)}% and citation precision "
+        f"{fmt(f['citation_precision_lo_pct'], 1)}% -> {fmt(f['citation_precision_hi_pct'], 1)}% "
+        f"on a seeded subset of {fmt(f['answered'])}, smallest k to largest"
+    )
 
 
 def _ratios(res: Results) -> tuple[str, str]:

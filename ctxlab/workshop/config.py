@@ -198,16 +198,64 @@ class RecurrentSection(_Strict):
 
 
 class CompactionSection(_Strict):
-    strategies: list[Literal["truncation", "summary", "tiered"]] = Field(min_length=1)
-    budget_tokens: Pos
+    strategies: list[Literal["truncation", "summary", "summary-extractive", "tiered"]] = Field(
+        min_length=1
+    )
+    sessions: Annotated[int, Field(ge=2)]
+    turns_per_session: Annotated[int, Field(ge=3)]
+    facts: Annotated[int, Field(ge=1, le=10)]
+    window_tokens: Annotated[int, Field(ge=64)]
+    reserve_tokens: Pos
+    note_position: Literal["system", "turn"]
+    summary_tokens: Annotated[int, Field(ge=8)]
+    search_k: Pos
+    retriever: Literal["bm25", "dense", "hybrid"]
+    answer_tokens: Pos
+    ceiling: bool
     fixture_seed: NonNeg
+
+    @field_validator("strategies")
+    @classmethod
+    def _distinct(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("strategies must be distinct")
+        return names
+
+    @model_validator(mode="after")
+    def _budget(self) -> CompactionSection:
+        if self.reserve_tokens + self.answer_tokens > self.window_tokens // 2:
+            raise ValueError(
+                f"reserve_tokens {self.reserve_tokens} and answer_tokens {self.answer_tokens} "
+                f"leave less than half of window_tokens {self.window_tokens} for the context"
+            )
+        if self.answer_tokens > self.reserve_tokens:
+            raise ValueError(
+                f"answer_tokens {self.answer_tokens} exceeds the output reserve_tokens "
+                f"{self.reserve_tokens}"
+            )
+        return self
 
 
 class RetrievalSection(_Strict):
     k_values: list[Pos] = Field(min_length=1)
     retriever: Literal["bm25", "dense", "hybrid"]
-    questions: Pos
+    questions: Annotated[int, Field(ge=1, le=100)]  # the fixture has 100 gold questions
+    answer_questions: Pos
+    answer_tokens: Pos
+    order: Literal["relevance", "edges"]
+    gold_row: bool
     fixture_seed: NonNeg
+
+    @model_validator(mode="after")
+    def _shape(self) -> RetrievalSection:
+        if sorted(set(self.k_values)) != self.k_values:
+            raise ValueError("k_values must be distinct and in increasing order")
+        if self.answer_questions > self.questions:
+            raise ValueError(
+                f"answer_questions {self.answer_questions} is more than the {self.questions} "
+                "questions retrieval is measured on"
+            )
+        return self
 
 
 class UsefulContextSection(_Strict):
@@ -315,6 +363,7 @@ class WorkshopConfig(_Strict):
             "useful_context.lengths": max(self.useful_context.lengths),
             "recurrent_vs_kv.engine_long": self.recurrent_vs_kv.engine_long.input_tokens
             + self.recurrent_vs_kv.engine_long.output_tokens,
+            "compaction.window_tokens": self.compaction.window_tokens,
         }
         for what, need in sizes.items():
             if need > limit:

@@ -85,17 +85,34 @@ concurrency = 2               # requests running at once (all arrive together, s
 profile = "measure"           # simulator step times: "measure" (steps shaped like these requests,
                               # measured here first) or a ctxlab-step-profile/1 file
 
-# -- 5: compaction (needs ctxlab.memory; not run in a build without it) ----------------------
+# -- 5: compaction: what a strategy keeps, what a search brings back, what is lost ------------
 [compaction]
-strategies = ["truncation", "summary", "tiered"]
-budget_tokens = 1024          # context budget the history is compacted into
-fixture_seed = 0              # the planted-facts conversation fixture
+strategies = ["truncation", "summary", "tiered"]  # also: "summary-extractive"
+sessions = 4                  # the seeded conversation: weekly sessions of small talk ...
+turns_per_session = 9         # ... of this many user turns each (a reply after each) ...
+facts = 10                    # ... with this many planted facts (one corrected later), 1 to 10
+window_tokens = 1024          # the context window the history is compacted into
+reserve_tokens = 64           # output reserved out of it: the prompt budget is the rest
+note_position = "system"      # where the summary or recall note sits: system or turn
+summary_tokens = 64           # longest summary the model writes ("summary" strategy)
+search_k = 3                  # a fact is recoverable when a search of the message log for
+retriever = "hybrid"          # its question returns its message in the top search_k
+answer_tokens = 16            # each fact's question is answered greedily, at most this long
+ceiling = true                # also ask each question with only its own message (model limit)
+fixture_seed = 0
 
-# -- 6: retrieval depth k (needs ctxlab.rag; not run in a build without it) ------------------
+# -- 6: retrieval depth k --------------------------------------------------------------------
 [retrieval_depth]
 k_values = [1, 2, 4, 8]
 retriever = "hybrid"          # bm25, dense or hybrid
-questions = 100               # gold-labelled questions of the fixture
+questions = 100               # gold questions of the seeded corpus: recall, tokens and cost over
+                              # all of them at every k
+answer_questions = 16         # a seeded subset answered by the model at every k (each answer
+                              # is a model call per k; the same questions at every k)
+answer_tokens = 16            # greedy answers of at most this many tokens
+order = "relevance"           # passages best first, or "edges" (against lost in the middle)
+gold_row = false              # also answer the subset from its gold passages alone (the
+                              # model's ceiling; one more model call per question)
 fixture_seed = 0
 
 # -- 7: fixed recurrent state against a KV-heavy cache at equal memory ----------------------
@@ -162,10 +179,18 @@ sim_vs_engine_evictions = { direction = "unchanged", tolerance = 0.25 }
 sim_vs_engine_ttft_p50_ms = { direction = "unchanged", tolerance = 0.5 }
 
 [predictions.compaction]      # baseline: truncation; observed: tiered memory
-facts_lost = { direction = "down" }
-facts_recoverable = { direction = "up" }
+# Recall memory keeps every message under every strategy and both are classified by the same
+# search of that log, so what a search can still bring back does not depend on the strategy;
+# what differs is whether the strategy itself brings the stating message back when asked.
+facts_lost = { direction = "unchanged", tolerance = 0.0 }
+facts_in_prompt = { direction = "up" }
+answer_accuracy_pct = { direction = "up" }
+# both compact at 90% of the same budget down to 70% of it (tiered also writes a short note):
+# within 50% of each other, and never past the budget (window_tokens - reserve_tokens)
+context_tokens = { direction = "unchanged", tolerance = 0.5, range = [0, 960] }
 
 [predictions.retrieval_depth] # baseline: smallest k; observed: largest k
+# the top k are nested (the top 8 hold the top 1), so recall and tokens can only grow with k
 recall_at_k_pct = { direction = "up" }
 context_tokens_per_question = { direction = "up" }
 cost_per_question_usd = { direction = "up" }
@@ -208,6 +233,21 @@ engine_pool_tokens = 1024
 engine_short = { requests = 8, input_tokens = 64, output_tokens = 4 }
 engine_long = { requests = 2, input_tokens = 384, output_tokens = 4 }
 
+[quick.compaction]
+sessions = 2
+turns_per_session = 5
+facts = 4
+window_tokens = 384
+reserve_tokens = 32
+summary_tokens = 32
+answer_tokens = 12
+ceiling = false
+
+[quick.retrieval_depth]
+k_values = [1, 4]
+answer_questions = 4
+answer_tokens = 12
+
 [quick.useful_context]
 enabled = false
 
@@ -225,4 +265,9 @@ waste_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
 bytes_per_token_slot = { direction = "unchanged", tolerance = 0.0 }
 reused_tokens_at_divergence = { direction = "down", range = [192, 192] }
 reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+
+[quick.predictions.compaction]
+facts_lost = { direction = "unchanged", tolerance = 0.0 }
+facts_in_prompt = { direction = "up" }
+context_tokens = { direction = "unchanged", tolerance = 0.5, range = [0, 352] }
 """

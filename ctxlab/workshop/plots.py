@@ -102,3 +102,75 @@ def plot_recurrent(rows: list[dict[str, Any]], path: Path) -> Path:
     left.set_title("equal memory: concurrency")
     right.set_title("equal memory: p99 TTFT")
     return _save(plt, fig, path)
+
+
+def plot_compaction(counts: dict[str, dict[str, float]], ceiling: float | None, path: Path) -> Path:
+    """Per strategy: where the planted facts are (stacked), and what reached the answer."""
+    plt, (fig, (left, right)) = _figure(8.5, 3.6)
+    labels = [name.replace(" (", "\n(") for name in counts]
+    xs = list(range(len(counts)))
+    bottom = [0.0] * len(xs)
+    for status, colour in (
+        ("in context", "tab:green"),
+        ("recoverable", "tab:orange"),
+        ("lost", "tab:red"),
+    ):
+        ys = [c[status] for c in counts.values()]
+        left.bar(xs, ys, bottom=bottom, color=colour, label=status)
+        bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+    left.set_ylabel("planted facts")
+    left.set_title("where the facts are after compaction")
+    facts = max(bottom) or 1
+    width = 0.4
+    right.bar(
+        [x - width / 2 for x in xs],
+        [100 * c["in prompt"] / facts for c in counts.values()],
+        width,
+        color="tab:blue",
+        label="answer in the prompt when asked",
+    )
+    right.bar(
+        [x + width / 2 for x in xs],
+        [c["accuracy_pct"] for c in counts.values()],
+        width,
+        color="tab:purple",
+        label="answered right",
+    )
+    if ceiling is not None:
+        right.axhline(ceiling, color="grey", linestyle="--", label="model's ceiling")
+    right.set_ylabel("% of facts")
+    right.set_ylim(0, 100)
+    right.set_title("what the strategy brought back")
+    for ax in (left, right):
+        ax.set_xticks(xs, labels, fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    return _save(plt, fig, path)
+
+
+def plot_retrieval_depth(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Per k: evidence found, answers right and citations right (left); tokens added (right)."""
+    plt, (fig, (left, right)) = _figure()
+    ks = [r["k"] for r in rows]
+    for key, label, marker in (
+        ("recall_pct", "recall@k (all questions)", "o"),
+        ("accuracy_pct", "accuracy (answered subset)", "s"),
+        ("citation_precision_pct", "citation precision (subset)", "^"),
+    ):
+        pairs = [(r["k"], r[key]) for r in rows if r[key] is not None]
+        if pairs:
+            left.plot(*zip(*pairs, strict=True), marker=marker, label=label)
+    left.set_xscale("log", base=2)
+    left.set_xticks(ks, [str(k) for k in ks])
+    left.set_ylim(0, 100)
+    left.set_xlabel("k (passages retrieved)")
+    left.set_ylabel("%")
+    left.set_title("what k finds and what the model does with it")
+    left.legend(fontsize=7)
+    left.grid(alpha=0.3)
+    right.bar([str(k) for k in ks], [r["retrieved_tokens"] for r in rows], color="tab:grey")
+    right.set_xlabel("k")
+    right.set_ylabel("retrieved tokens per question")
+    right.set_title("what k puts in the prompt")
+    right.grid(alpha=0.3, axis="y")
+    return _save(plt, fig, path)

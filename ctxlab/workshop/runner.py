@@ -11,7 +11,6 @@ metric of the selected demonstrations was measured.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import platform
@@ -21,7 +20,7 @@ from typing import Any
 
 from ctxlab.progress import progress
 from ctxlab.workshop import checklist
-from ctxlab.workshop.catalog import BY_KEY, DEMOS, metric_ref
+from ctxlab.workshop.catalog import DEMOS, metric_ref
 from ctxlab.workshop.config import WorkshopConfig
 from ctxlab.workshop.context_numbers import context_numbers
 from ctxlab.workshop.measure import Timer, load_average
@@ -31,19 +30,6 @@ from ctxlab.workshop.verdicts import judge
 
 SCHEMA = "ctxlab.workshop/1"
 COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
-# What each demonstration's module needs beyond the layers every build has.
-REQUIRES = {"compaction": "ctxlab.memory", "retrieval_depth": "ctxlab.rag"}
-
-
-def available(key: str) -> str | None:
-    """None when demonstration `key` can run in this build, else why it cannot."""
-    demo = BY_KEY[key]
-    need = REQUIRES.get(key)
-    if need is not None and importlib.util.find_spec(need) is None:
-        return f"not run in this build: it needs the application-memory layer ({need})"
-    if importlib.util.find_spec(f"ctxlab.workshop.{demo.module}") is None:
-        return f"not run in this build: ctxlab/workshop/{demo.module}.py is not part of it"
-    return None
 
 
 def load_default_model(cfg: WorkshopConfig, enabled: bool = True) -> Any:
@@ -138,12 +124,6 @@ def _run_demos(session: Session, only: set[int] | None, show: bool) -> dict[str,
     for demo in DEMOS:
         if only is not None and demo.number not in only:
             demos[demo.key] = DemoResult(demo.number, demo.key, demo.title, "not selected", "")
-            continue
-        why = available(demo.key)
-        if why is not None:
-            res = DemoResult(demo.number, demo.key, demo.title, "not run in this build", "")
-            res.notes.append(f"Demonstration {demo.number} was {why}; it reports no numbers.")
-            demos[demo.key] = res
             continue
         module = importlib.import_module(f"ctxlab.workshop.{demo.module}")
         label = f"demonstration {demo.number}/{len(DEMOS)}: {demo.title}"

@@ -3,8 +3,8 @@
 A prediction is written before the run (`[predictions.<demo>.<metric>]` in the config); the
 run measures the metric's baseline and observed values; `judge` says whether the prediction
 held. A failed prediction is a result like any other: it is reported with the numbers that
-failed it, never dropped. A metric that was not measured (a demonstration not run in this
-build, a value that came out NaN) is "not measurable", with the reason.
+failed it, never dropped. A metric that was not measured (a demonstration not selected,
+a value that came out NaN) is "not measurable", with the reason.
 """
 
 from __future__ import annotations

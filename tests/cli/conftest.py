@@ -21,23 +21,25 @@ class Result:
         return [line for line in self.err.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """Run `ctxlab ARGS` through `ctxlab.cli.main` in this process."""
+def run_in_process(monkeypatch, capsys, *args: str) -> Result:
+    """`ctxlab ARGS` through `ctxlab.cli.main` in this process (argv and COLUMNS patched)."""
     from ctxlab.cli import main
 
-    def run(*args: str) -> Result:
-        monkeypatch.setattr(sys, "argv", ["ctxlab", *args])
-        monkeypatch.setenv("COLUMNS", "160")
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
+    monkeypatch.setattr(sys, "argv", ["ctxlab", *args])
+    monkeypatch.setenv("COLUMNS", "160")
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return Result(code, out, err)
 
-    return run
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """Run `ctxlab ARGS` in this process: `cli("plan", "--list")`."""
+    return lambda *args: run_in_process(monkeypatch, capsys, *args)
 
 
 def run_fresh(*args: str, cwd: str | None = None, env: dict | None = None) -> Result:

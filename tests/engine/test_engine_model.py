@@ -42,7 +42,7 @@ def hf_greedy(hf, ids: list[int], n: int) -> list[int]:
     for _ in range(n):
         tok = int(res.logits[0, -1].argmax())
         out.append(tok)
-        res = hf(torch.tensor([[tok]]), past_key_values=res.past_key_values, use_cache=True)
+        res = hf(torch.tensor([[tok]]), cache=res.cache, use_cache=True)
     return out
 
 

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from ctxlab.cli import main
+from tests.cli.conftest import run_in_process
 
 
 def run(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ctxlab", *args])
-    monkeypatch.setenv("COLUMNS", "160")
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+    r = run_in_process(monkeypatch, capsys, *args)
+    return r.code, r.out, r.err
 
 
 def test_fixture_import_search_core_tools(monkeypatch, capsys, tmp_path):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ctxlab.cli import main
+from tests.cli.conftest import run_in_process
 
 PER_CONTEXT_KEYS = {
     "kv_bytes_per_request",
@@ -23,15 +23,8 @@ PER_CONTEXT_KEYS = {
 
 
 def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ctxlab", *args])
-    monkeypatch.setenv("COLUMNS", "160")
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+    r = run_in_process(monkeypatch, capsys, *args)
+    return r.code, r.out, r.err
 
 
 def run_subprocess(*args: str) -> subprocess.CompletedProcess:

@@ -160,14 +160,24 @@ def test_timeout_and_disconnect_abort_and_free(loaded):
 def test_a_full_queue_is_a_429_with_retry_after(loaded):
     llm = LLM(loaded, kv_pool_tokens=2048, max_num_seqs=1)
     with in_process(llm.engine, max_waiting=1) as url:
-        # One running (max_num_seqs 1), one waiting (max_waiting 1): the third is a 429.
+        # One running (max_num_seqs 1), one waiting (max_waiting 1): the third is a 429. Each
+        # request is sent once the server's gauges show the one before it in place, so the
+        # order holds however slow the machine is.
+        async def until(c: httpx.AsyncClient, gauge: str) -> None:
+            for _ in range(3000):
+                if metric((await c.get(f"{url}/metrics")).text, gauge, model_name="m") == 1:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"{gauge} never reached 1")
+
         async def burst() -> list[httpx.Response]:
-            async with httpx.AsyncClient(timeout=60) as c:
+            async with httpx.AsyncClient(timeout=120) as c:
                 body = {"model": "m", "prompt": LONG, "max_tokens": 6}
-                first = asyncio.create_task(c.post(f"{url}/v1/completions", json=body))
-                await asyncio.sleep(0.2)
+                long_run = {**body, "max_tokens": 48, "ignore_eos": True}
+                first = asyncio.create_task(c.post(f"{url}/v1/completions", json=long_run))
+                await until(c, "ctxlab:num_requests_running")
                 second = asyncio.create_task(c.post(f"{url}/v1/completions", json=body))
-                await asyncio.sleep(0.1)
+                await until(c, "ctxlab:num_requests_waiting")
                 third = await c.post(f"{url}/v1/completions", json=body)
                 return [await first, await second, third]
 

@@ -64,6 +64,24 @@ engine_pool_tokens = 512
 engine_short = { requests = 4, input_tokens = 32, output_tokens = 2 }
 engine_long = { requests = 2, input_tokens = 200, output_tokens = 2 }
 
+[compaction]
+strategies = ["truncation", "summary", "tiered"]
+sessions = 2
+turns_per_session = 4
+facts = 3
+window_tokens = 256
+reserve_tokens = 32
+summary_tokens = 16
+answer_tokens = 8
+ceiling = true
+
+[retrieval_depth]
+k_values = [1, 2]
+questions = 20
+answer_questions = 4
+answer_tokens = 8
+gold_row = true
+
 [useful_context]
 enabled = true
 tasks = ["niah_single_noise"]
@@ -82,6 +100,14 @@ reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
 
 [predictions.eviction]
 reused_tokens = { direction = "down" }
+
+[predictions.compaction]
+facts_lost = { direction = "unchanged", tolerance = 0.0 }
+context_tokens = { direction = "unchanged", tolerance = 1.0, range = [0, 224] }
+
+[predictions.retrieval_depth]
+recall_at_k_pct = { direction = "up" }
+context_tokens_per_question = { direction = "up" }
 """
 
 

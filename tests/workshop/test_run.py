@@ -88,18 +88,6 @@ def test_recurrent_against_kv_heavy(tiny_run) -> None:
     }
 
 
-def test_demonstrations_without_their_layer_report_no_numbers(tiny_run) -> None:
-    results, _ = tiny_run
-    from ctxlab.workshop.runner import available
-
-    for key in ("compaction", "retrieval_depth"):
-        d = results["demos"][key]
-        if available(key) is None:
-            pytest.skip(f"{key} is part of this build")
-        assert d["status"] == "not run in this build"
-        assert not d["tables"] and not d["observations"] and not d["figures"]
-
-
 def test_verdicts_report_the_wrong_prediction_failed(tiny_run) -> None:
     results, out = tiny_run
     by_metric = {(v["key"], v["metric"]): v for v in results["verdicts"]}

@@ -42,8 +42,8 @@ def test_verdicts(direction, base, seen, tolerance, rng, expected) -> None:
 
 def test_not_measurable_says_why() -> None:
     p = Prediction(direction="down")
-    v = judge(5, "compaction", "facts_lost", p, None, "demonstration 5 was not run in this build")
-    assert v.verdict == "not measurable" and "not run in this build" in v.reason
+    v = judge(5, "compaction", "facts_lost", p, None, "demonstration 5 was not selected")
+    assert v.verdict == "not measurable" and "not selected" in v.reason
     nan = judge(2, "warm_prefix", "tpot_ms", p, Observation("tpot_ms", 3.0, math.nan))
     assert nan.verdict == "not measurable"
 

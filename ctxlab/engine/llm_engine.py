@@ -1,0 +1,331 @@
+"""`LLMEngine`: the step loop a server drives.
+
+`add_request` then `step()` until nothing is left; each step returns the tokens it produced;
+`abort` stops a request and frees its blocks. One request's failure stays that request's: a
+request that cannot run under the policy is refused by `add_request`, and anything that fails
+inside a step finishes that request with an error (its blocks freed) while every other request
+goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any
+
+import torch
+
+from ctxlab.engine.malloc import keep_heap_pages
+from ctxlab.engine.metrics import RequestMetrics
+from ctxlab.engine.policy_runtime import build_runtime, resolve_policy
+from ctxlab.engine.request import Prompt, RequestOutput, TokenEvent, is_chat, is_ids
+from ctxlab.engine.runner import Runner
+from ctxlab.engine.sampling import SamplingParams, make_generator
+from ctxlab.engine.scheduler import Scheduler
+from ctxlab.engine.sequence import RequestError, Sequence
+from ctxlab.errors import CtxlabError
+from ctxlab.kv.layout import KVLayout
+from ctxlab.kv.manager import KVCacheManager, KVStats
+
+log = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any,
+        tokenizer: Any = None,
+        kv_pool_tokens: int = 32768,
+        block_size: int = 16,
+        enable_prefix_caching: bool = True,
+        max_num_batched_tokens: int = 4096,
+        max_num_seqs: int = 64,
+        model_id: str = "model",
+        policy: Any = None,
+        budget: Any = None,
+        max_model_len: int | None = None,
+        kv_format: str | None = None,
+    ):
+        if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
+            raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
+        if max_model_len is not None and max_model_len <= 0:
+            raise CtxlabError(f"max_model_len must be positive, got {max_model_len}.")
+        keep_heap_pages()  # large per-layer temporaries reuse heap pages (see malloc.py)
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        dtype = next(model.parameters()).dtype
+        device = next(model.parameters()).device
+        layout = KVLayout(
+            n_layers=config.num_layers,
+            n_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            head_dim_v=getattr(config, "head_dim_v", config.head_dim),
+            block_size=block_size,
+            dtype=dtype,
+        )
+        # One policy object (a storage format wraps the policy when kv_format is given); the
+        # pool's storage format is the model dtype or int8 / KIVI codes.
+        self.policy = resolve_policy(policy, budget, kv_format)
+        fmt, group = self.policy.storage() if self.policy is not None else (None, 32)
+        self.kv = KVCacheManager(
+            layout,
+            kv_pool_tokens,
+            enable_prefix_caching,
+            device,
+            extra=(model_id,),
+            kv_format=fmt,
+            kv_group=group,
+        )
+        self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
+        self._build_runtime()
+        # max_model_len past the trained length is allowed on purpose: it is how a run shows
+        # what RoPE extrapolation does to full attention (streaming perplexity).
+        self.max_position = max_model_len or int(getattr(config, "max_position", 1 << 30))
+        self.eos_ids = set(getattr(config, "eos_token_ids", ()) or ())
+        if tokenizer is not None:
+            self.eos_ids |= set(getattr(tokenizer, "eos_token_ids", ()) or ())
+        self._ids = itertools.count()
+        self.seqs: dict[int, Sequence] = {}
+        self.num_failed_steps = 0
+
+    def _build_runtime(self) -> None:
+        """The policy runtime and the runner; built once, and again after a failed step: a
+        step that raised may have left per-step state half-updated, so everything running is
+        recomputed on fresh objects."""
+        config = self.config
+        windows = tuple(getattr(config, "sliding_windows", ()) or ())
+        rope = getattr(self.model, "rope", None)
+        self.runtime = build_runtime(self.policy, self.kv, config.num_heads, rope, windows)
+        self.runner = Runner(self.model, self.kv, config.num_heads, windows, self.runtime)
+        self.scheduler.compute_tail = max(1, self.runtime.obs_window)
+
+    # -- requests -------------------------------------------------------------------------
+    def encode(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise CtxlabError("the prompt is empty; give at least one token of text.")
+            return list(self._tok().encode(prompt))
+        if is_chat(prompt):
+            return list(self._tok().apply_chat(prompt))
+        if is_ids(prompt):
+            return list(prompt)
+        raise CtxlabError("a prompt must be a string, a chat (list of messages) or token ids.")
+
+    def _tok(self) -> Any:
+        if self.tokenizer is None:
+            raise CtxlabError("this engine has no tokenizer; pass token ids as prompts.")
+        return self.tokenizer
+
+    def add_request(
+        self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None
+    ) -> int:
+        params = params or SamplingParams()
+        ids = self.encode(prompt)
+        if not ids:
+            raise CtxlabError("the prompt is empty; give at least one token of text.")
+        vocab = int(getattr(self.config, "vocab_size", 0) or 0)
+        if vocab and not 0 <= min(ids) <= max(ids) < vocab:
+            bad = next(t for t in ids if not 0 <= t < vocab)
+            raise CtxlabError(f"token id {bad} is outside the model's vocabulary (0..{vocab - 1}).")
+        free_pos = self.runtime.unbounded_positions
+        if len(ids) >= self.max_position and not free_pos:
+            raise CtxlabError(
+                f"the prompt has {len(ids)} tokens, more than the model's maximum of "
+                f"{self.max_position - 1} prompt tokens."
+            )
+        self._check_policy_floor(len(ids))
+        need = len(ids) + params.max_tokens
+        need = need if free_pos else min(need, self.max_position)
+        # A policy that cuts every chunk never holds the whole prompt.
+        need = self.runtime.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
+        bs = self.kv.block_size
+        if -(-need // bs) * bs > self.kv.pool_tokens:
+            raise CtxlabError(
+                f"the KV pool holds {self.kv.pool_tokens} tokens but one request needs {need} "
+                f"({len(ids)} prompt + {params.max_tokens} max_tokens); enlarge kv_pool_tokens."
+            )
+        rid = next(self._ids)
+        seq = Sequence(
+            seq_id=rid,
+            prompt_ids=ids,
+            params=params,
+            kv=self.kv.new_seq(),
+            metrics=RequestMetrics(arrival_time=time.perf_counter(), prompt_tokens=len(ids)),
+            cache_salt=cache_salt,
+            generator=make_generator(params),
+        )
+        self.seqs[rid] = seq
+        self.scheduler.add(seq)
+        return rid
+
+    def _check_policy_floor(self, prompt_len: int) -> None:
+        """Refuse a prompt whose budget (a share of it) falls under what the policy always
+        keeps (sinks, observation window): the policy would raise at the end of prefill.
+
+        Asks the policy itself, per layer, as the runtime does: `lane_budget` then
+        `check_budget` (PyramidKV's budgets differ by layer).
+        """
+        from ctxlab.policy.observation import LayerObs
+
+        pol = self.policy
+        check = getattr(pol, "check_budget", None) if pol is not None else None
+        if check is None:
+            return
+        cfg = self.config
+        empty = torch.empty(cfg.num_kv_heads, 0)
+        for layer in range(cfg.num_layers):
+            obs = LayerObs(layer, cfg.num_layers, cfg.num_heads, empty, 0, prompt_len)
+            try:
+                budget = pol.lane_budget(obs)
+                if budget is not None:
+                    check(budget)
+            except CtxlabError as exc:
+                raise CtxlabError(
+                    f"a prompt of {prompt_len} tokens cannot run under {pol.name} with budget "
+                    f"{pol.budget} ({str(exc).rstrip('.')}); give a longer prompt or a larger "
+                    "budget."
+                ) from None
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_preemptions(self) -> int:
+        """Preemptions (recompute) since the engine started."""
+        return self.scheduler.num_preemptions
+
+    def abort(self, request_id: int) -> RequestOutput | None:
+        """Stop a request now: it leaves the scheduler and its blocks go back to the pool.
+
+        Returns its output so far (finish_reason "abort"), or None when the request is
+        unknown or already finished. The caller removes it from `seqs` as for any output.
+        """
+        seq = self.seqs.get(request_id)
+        if seq is None or seq.finished:
+            return None
+        self._end(seq, "abort", time.perf_counter())
+        return self.output(request_id)
+
+    def _end(self, seq: Sequence, reason: str, now: float) -> None:
+        self.scheduler.finish(seq, reason)
+        self.runtime.release(seq.seq_id)
+        seq.metrics.finish_time = now
+
+    # -- the loop -------------------------------------------------------------------------
+    def step(self, detokenize: bool = False) -> list[TokenEvent]:
+        batch = self.scheduler.schedule()
+        if not batch:
+            if self.scheduler.has_unfinished():
+                raise RuntimeError("the scheduler made no progress")
+            return []
+        try:
+            tokens = self.runner.run(batch)
+        except Exception as exc:  # one request's failure must not stop the others
+            return self._recover(batch, exc)
+        self.scheduler.stepped(batch)
+        now = time.perf_counter()
+        events: list[TokenEvent] = []
+        it = iter(tokens)
+        for sch in batch:
+            seq = sch.seq
+            tok = next(it) if sch.samples else -1
+            try:
+                seq.num_computed += sch.num_new
+                if not sch.samples:
+                    continue
+                seq.token_ids.append(tok)
+                m = seq.metrics
+                if m.first_token_time is None:
+                    m.first_token_time = now
+                m.token_times.append(now)
+                m.output_tokens += 1
+                events.append(self._after_token(seq, tok, now, detokenize))
+            except Exception as exc:  # e.g. detokenizing or a stop string: this request only
+                if not seq.finished:
+                    events.append(self._fail(seq, exc, now))
+        return events
+
+    def _recover(self, batch: list, exc: Exception) -> list[TokenEvent]:
+        """A step raised. Every running request is recomputed on a fresh runtime; a step of
+        one request fails that request, a step of several makes them suspects that run
+        alone until the culprit fails again (`Scheduler.isolate`)."""
+        self.num_failed_steps += 1
+        self.scheduler.reset_running()
+        self._build_runtime()
+        if len(batch) > 1:
+            log.info("a step of %d requests failed (%s); isolating them", len(batch), exc)
+            self.scheduler.isolate([sch.seq for sch in batch])
+            return []
+        return [self._fail(batch[0].seq, exc, time.perf_counter())]
+
+    def _fail(self, seq: Sequence, exc: Exception, now: float) -> TokenEvent:
+        """Finish `seq` with an error (blocks freed); the event the caller hands on."""
+        user = isinstance(exc, CtxlabError)
+        if not user:
+            log.error("request %d failed inside a step", seq.seq_id, exc_info=exc)
+        seq.error = RequestError(str(exc) or type(exc).__name__, user)
+        self._end(seq, "error", now)
+        return TokenEvent(seq.seq_id, -1, "", True, self.output(seq.seq_id))
+
+    def _after_token(self, seq: Sequence, tok: int, now: float, detok: bool) -> TokenEvent:
+        p = seq.params
+        reason = None
+        delta = ""
+        if tok in self.eos_ids and not p.ignore_eos:
+            reason = "stop"
+        elif seq.metrics.output_tokens >= p.max_tokens or (
+            seq.num_tokens >= self.max_position and not self.runtime.unbounded_positions
+        ):
+            reason = "length"
+        if self.tokenizer is not None and (detok or p.stop):
+            text = self.tokenizer.decode(seq.output_ids)
+            if p.stop:
+                cut = min((i for s in p.stop if (i := text.find(s)) >= 0), default=-1)
+                if cut >= 0:
+                    text, reason = text[:cut], "stop"
+            if text.endswith("\ufffd") and reason is None:
+                return TokenEvent(seq.seq_id, tok, "", False)  # wait for the rest of a char
+            delta = text[len(seq.text) :] if text.startswith(seq.text) else text
+            seq.text = text
+        if reason is None:
+            return TokenEvent(seq.seq_id, tok, delta, False)
+        self._end(seq, reason, now)
+        return TokenEvent(seq.seq_id, tok, delta, True, self.output(seq.seq_id))
+
+    def output(self, rid: int) -> RequestOutput:
+        seq = self.seqs[rid]
+        text = seq.text
+        if self.tokenizer is not None and not seq.params.stop:
+            text = self.tokenizer.decode(seq.output_ids)
+        return RequestOutput(
+            request_id=rid,
+            prompt_token_ids=seq.prompt_ids,
+            text=text,
+            token_ids=seq.output_ids,
+            finish_reason=seq.finish_reason or "",
+            metrics=seq.metrics,
+            prompt_logprobs=seq.prompt_logprobs if seq.params.prompt_logprobs else None,
+            error=seq.error,
+        )
+
+    def stats(self) -> KVStats:
+        return self.kv.stats()
+
+    def run_all(self, rids: list[int]) -> list[RequestOutput]:
+        while self.has_unfinished():
+            self.step()
+        outs = [self.output(r) for r in rids]
+        for r in rids:
+            del self.seqs[r]
+        return outs

@@ -1,0 +1,395 @@
+"""Demonstration 5: compact a history and list the facts that cannot be reconstructed.
+
+A seeded multi-session conversation with planted facts (a locker code, a cat's name, one fact
+corrected later) is replayed message by message through the application-memory layer
+(`ctxlab.memory`) under a context window, once per strategy: truncation (drop the oldest
+turns), a recursive summary written by the model, tiered memory (evicted turns live on in
+recall memory and the user's turn brings the relevant ones back). The memory layer's loss
+report classifies every fact: still in the compacted context, recoverable (a search of the
+message log returns the message that states it), or lost. Then each fact's question is asked
+with the prompt the strategy builds for it, so a strategy is judged by the answers it still
+supports and by whether it brought the fact back itself, not by the tokens it saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ctxlab.progress import Tracker
+from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.measure import Timer
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.session import Session
+
+DEMO = BY_KEY["compaction"]
+LABELS = {
+    "truncation": "truncation",
+    "summary": "recursive summary (by the model)",
+    "summary-extractive": "extractive summary (sentences kept verbatim)",
+    "tiered": "tiered memory (recall archive)",
+}
+
+
+@dataclass
+class Outcome:
+    """One strategy's loss report plus what this demonstration measured around it."""
+
+    report: Any  # ctxlab.memory.CompactionReport
+    in_prompt: list[bool]  # per fact: its answer is in the prompt its question was asked with
+    question_prompt_tokens: float  # mean prompt tokens of the questions' prompts
+    answer_tokens: float  # mean output tokens of the answers
+    summary_calls: int  # model calls made while compacting (the summarizer's)
+    summary_prompt_tokens: int
+    summary_output_tokens: int
+    cpu_s: float
+    wall_s: float
+
+
+def steps(session: Session) -> int:
+    c = session.cfg.compaction
+    return len(c.strategies) + (1 if c.ceiling else 0)
+
+
+def strategy(name: str, summary_tokens: int) -> Any:
+    """A fresh strategy object; the summaries get the configured length."""
+    from ctxlab.memory.strategies import make_strategy
+    from ctxlab.memory.strategies.summary import ExtractiveSummary, RecursiveSummary
+    from ctxlab.memory.summarizers import ExtractiveSummarizer, ModelSummarizer
+
+    if name == "summary":
+        return RecursiveSummary(ModelSummarizer(), summary_tokens)
+    if name == "summary-extractive":
+        return ExtractiveSummary(ExtractiveSummarizer(), summary_tokens)
+    return make_strategy(name)
+
+
+def in_prompt(chats: list[list[dict[str, str]]], facts: list[Any]) -> list[bool]:
+    """Per fact, whether its answer is in the prompt its question was asked with (the
+    question itself, the last message, excluded)."""
+    from ctxlab.memory.context import context_text
+    from ctxlab.memory.scoring import normalize
+
+    if len(chats) != len(facts) or any(
+        c[-1]["content"] != f.question for c, f in zip(chats, facts, strict=True)
+    ):
+        raise RuntimeError("the memory layer's last model call was not the facts' questions")
+    return [
+        f" {normalize(f.answer)} " in f" {normalize(context_text(c[:-1]))} "
+        for c, f in zip(chats, facts, strict=True)
+    ]
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    from ctxlab.memory import MemoryConfig, compaction_report, conversation_fixture, model_ceiling
+    from ctxlab.memory.embed import WordLlamaEmbedder
+    from ctxlab.workshop.memory_backend import workshop_backend
+
+    c = session.cfg.compaction
+    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured")
+    fx = conversation_fixture(c.fixture_seed, c.sessions, c.turns_per_session, c.facts)
+    n = len(fx.facts)
+    # the largest batch: every fact's question at once, each prompt within the window
+    backend = workshop_backend(session, (n + 2) * c.window_tokens, n + 1)
+    mem = MemoryConfig(
+        window=c.window_tokens,
+        reserve=c.reserve_tokens,
+        note_position=c.note_position,
+        retrieve_k=c.search_k,
+    )
+    embedder = WordLlamaEmbedder()
+    outcomes: dict[str, Outcome] = {}
+    for name in c.strategies:
+        backend.log.clear()
+        with Timer() as t:
+            report = compaction_report(
+                fx.history,
+                fx.facts,
+                strategy(name, c.summary_tokens),
+                backend,
+                mem,
+                search_k=c.search_k,
+                retriever=c.retriever,
+                answer_tokens=c.answer_tokens,
+                embedder=embedder,
+            )
+        calls = backend.log.calls
+        asked, before = calls[-1], calls[:-1]
+        outcomes[name] = Outcome(
+            report,
+            in_prompt(asked.chats, fx.facts),
+            asked.prompt_tokens / n,
+            asked.output_tokens / n,
+            len(before),
+            sum(x.prompt_tokens for x in before),
+            sum(x.output_tokens for x in before),
+            t.cpu_s,
+            t.wall_s,
+        )
+        tracker.advance()
+    ceiling = None
+    if c.ceiling:
+        ceiling = 100 * model_ceiling(fx.history, fx.facts, backend, mem, c.answer_tokens)
+        tracker.advance()
+    _tables(session, res, fx, outcomes, ceiling)
+    _observe(res, outcomes)
+    _explain(session, res, fx, outcomes, ceiling)
+    from ctxlab.workshop.plots import plot_compaction
+
+    res.plots.append(
+        plot_compaction(
+            {LABELS[k]: _counts(o) for k, o in outcomes.items()},
+            ceiling,
+            session.out / "plots" / "5_compaction.png",
+        )
+    )
+    return res
+
+
+def _counts(o: Outcome) -> dict[str, float]:
+    r = o.report
+    return {
+        "in context": r.count("in_context"),
+        "recoverable": r.count("recoverable"),
+        "lost": r.count("lost"),
+        "in prompt": sum(o.in_prompt),
+        "accuracy_pct": 100 * r.accuracy,
+    }
+
+
+def _observe(res: DemoResult, outcomes: dict[str, Outcome]) -> None:
+    base, seen = outcomes.get("truncation"), outcomes.get("tiered")
+    metrics = {
+        "facts_in_context": (lambda o: o.report.count("in_context"), 0),
+        "facts_recoverable": (lambda o: o.report.count("recoverable"), 0),
+        "facts_lost": (lambda o: o.report.count("lost"), 0),
+        "facts_in_prompt": (lambda o: sum(o.in_prompt), 0),
+        "answer_accuracy_pct": (lambda o: 100 * o.report.accuracy, 1),
+        "context_tokens": (lambda o: o.report.tokens_after, 0),
+    }
+    for metric, (value, digits) in metrics.items():
+        if base is None or seen is None:
+            missing = [s for s, o in (("truncation", base), ("tiered", seen)) if o is None]
+            res.observe(
+                metric,
+                None,
+                None,
+                digits,
+                why_missing=f"compaction.strategies leaves out {' and '.join(missing)}",
+            )
+        else:
+            res.observe(metric, value(base), value(seen), digits)
+
+
+def _tables(
+    session: Session,
+    res: DemoResult,
+    fx: Any,
+    outcomes: dict[str, Outcome],
+    ceiling: float | None,
+) -> None:
+    c, cost = session.cfg.compaction, session.cfg.cost
+    n = len(fx.facts)
+    task = Table(
+        "compaction_task",
+        "task",
+        f"Demonstration 5: {n} planted facts after compacting {len(fx.history)} messages into "
+        f"a {c.window_tokens}-token window",
+        "measured",
+        [
+            Column("strategy"),
+            Column("in context"),
+            Column("recoverable by search"),
+            Column("lost"),
+            Column("in the prompt when asked"),
+            Column("answered right"),
+            Column("accuracy %", 1),
+            Column("tokens before"),
+            Column("tokens after"),
+            Column("compactions"),
+        ],
+        note=f"recoverable: out of the context, but a {c.retriever} search of the message log "
+        f"for the fact's question returns its message in the top {c.search_k}; the log keeps "
+        "every message under every strategy, and only tiered memory searches it by itself. "
+        "In the prompt when asked: the fact's answer is in the prompt the strategy builds for "
+        "its question. Greedy answers, string match.",
+    )
+    for name, o in outcomes.items():
+        r = o.report
+        task.add(
+            LABELS[name],
+            r.count("in_context"),
+            r.count("recoverable"),
+            r.count("lost"),
+            sum(o.in_prompt),
+            sum(f.correct for f in r.facts),
+            100 * r.accuracy,
+            r.tokens_before,
+            r.tokens_after,
+            r.compactions,
+        )
+    if ceiling is not None:
+        task.add(
+            "each fact's own message only (the model's ceiling)",
+            None,
+            None,
+            None,
+            n,
+            round(ceiling * n / 100),
+            ceiling,
+            None,
+            None,
+            None,
+        )
+    per_fact = Table(
+        "compaction_facts",
+        "task",
+        "Demonstration 5: every planted fact under every strategy",
+        "measured",
+        [Column("fact"), Column("stated in message"), Column("search rank")]
+        + [Column(name) for name in outcomes],
+        note="per strategy: in context, recoverable or lost; then whether the strategy put "
+        "the answer in the prompt for the question (in prompt), and whether the model answered "
+        "right; search rank: where the log search put the fact's message (n/a: not in the top "
+        f"{c.search_k})",
+    )
+    first = next(iter(outcomes.values())).report
+    for i, fact in enumerate(fx.facts):
+        cells = []
+        for o in outcomes.values():
+            f = o.report.facts[i]
+            cell = f.status.replace("_", " ")
+            cell += ", in prompt" if o.in_prompt[i] else ", not in prompt"
+            cell += ", answered" if f.correct else ", wrong"
+            cells.append(cell)
+        per_fact.add(fact.id, fact.message + 1, first.facts[i].search_rank, *cells)
+    money = cost.currency
+    costs = Table(
+        "compaction_cost",
+        "cost",
+        "Demonstration 5: what each strategy costs",
+        "measured",
+        [
+            Column("strategy"),
+            Column("prompt tokens per question", 1),
+            Column("summarizer model calls"),
+            Column("summarizer tokens in"),
+            Column("summarizer tokens out"),
+            Column(f"hosted {money} per 1,000 questions", 4),
+            Column(f"hosted {money} to compact the conversation", 4),
+            Column("CPU s (replay and answers)", 1),
+        ],
+        note="hosted: the configured per-million-token input and output prices over the exact "
+        "token counts (chat template included); the summarizer's calls are paid once per "
+        "compaction, the questions' prompts at every question",
+    )
+    for name, o in outcomes.items():
+        costs.add(
+            LABELS[name],
+            o.question_prompt_tokens,
+            o.summary_calls,
+            o.summary_prompt_tokens,
+            o.summary_output_tokens,
+            _hosted(session, o.question_prompt_tokens, o.answer_tokens) * 1000,
+            _hosted(session, o.summary_prompt_tokens, o.summary_output_tokens),
+            o.cpu_s,
+        )
+    res.tables += [task, per_fact, costs]
+
+
+def _hosted(session: Session, prompt_tokens: float, output_tokens: float) -> float:
+    from ctxlab.plan.cost import HostedPrices, hosted_cost
+
+    c = session.cfg.cost
+    prices = HostedPrices(input=c.input_per_mtok, output=c.output_per_mtok)
+    return hosted_cost(prices, round(prompt_tokens), round(output_tokens)).total
+
+
+def _explain(
+    session: Session,
+    res: DemoResult,
+    fx: Any,
+    outcomes: dict[str, Outcome],
+    ceiling: float | None,
+) -> None:
+    f, c = res.figures, session.cfg.compaction
+    n = len(fx.facts)
+    first = next(iter(outcomes.values())).report
+    res.summary = (
+        f"A seeded conversation of {f.say('messages', len(fx.history))} messages "
+        f"({f.say('history_tokens', first.tokens_before)} tokens as one prompt) with "
+        f"{f.say('facts', n)} planted facts, replayed under a "
+        f"{f.say('window_tokens', c.window_tokens)}-token window "
+        f"({f.say('budget_tokens', c.window_tokens - c.reserve_tokens)} for the prompt)."
+    )
+    for name, o in outcomes.items():
+        f.say(f"accuracy_{name}", 100 * o.report.accuracy, 1)
+        f.say(f"in_prompt_{name}", sum(o.in_prompt))
+        f.say(f"tokens_after_{name}", o.report.tokens_after)
+        f.say(f"lost_{name}", o.report.count("lost"))
+    if ceiling is not None:
+        f.say("ceiling_pct", ceiling, 1)
+    ceiling_text = (
+        f" (with only each fact's own message: {f.say('ceiling_pct', ceiling, 1)}%, the "
+        "model's ceiling)"
+        if ceiling is not None
+        else ""
+    )
+    trunc, tiered, summary = (outcomes.get(k) for k in ("truncation", "tiered", "summary"))
+    if trunc is not None and tiered is not None:
+        res.gains.append(
+            Gain(
+                "tiered memory against truncation",
+                f"both cut the {f.say('history_tokens', first.tokens_before)}-token history to "
+                f"{f.say('tokens_after_truncation', trunc.report.tokens_after)} and "
+                f"{f.say('tokens_after_tiered', tiered.report.tokens_after)} tokens and kept "
+                "every message in the log; the prompt for a fact's question held its answer "
+                f"for {f.say('in_prompt_truncation', sum(trunc.in_prompt))} of "
+                f"{f.say('facts', n)} facts under truncation and "
+                f"{f.say('in_prompt_tiered', sum(tiered.in_prompt))} under tiered memory, "
+                "which recalled the stating message next to the question; lost to both: "
+                f"{f.say('lost_truncation', trunc.report.count('lost'))} and "
+                f"{f.say('lost_tiered', tiered.report.count('lost'))}",
+                f"answers right: {f.say('accuracy_truncation', 100 * trunc.report.accuracy, 1)}"
+                f"% with truncation, {f.say('accuracy_tiered', 100 * tiered.report.accuracy, 1)}"
+                f"% with tiered memory{ceiling_text}; a question under tiered memory costs "
+                f"{f.say('question_tokens_tiered', tiered.question_prompt_tokens, 1)} prompt "
+                "tokens against "
+                f"{f.say('question_tokens_truncation', trunc.question_prompt_tokens, 1)}",
+            )
+        )
+    if summary is not None and trunc is not None:
+        res.gains.append(
+            Gain(
+                "a recursive summary written by the model, against truncation",
+                f"{f.say('summary_calls', summary.summary_calls)} model calls read "
+                f"{f.say('summary_tokens_in', summary.summary_prompt_tokens)} tokens and wrote "
+                f"{f.say('summary_tokens_out', summary.summary_output_tokens)} tokens of "
+                f"summary; its prompt held the answer for "
+                f"{f.say('in_prompt_summary', sum(summary.in_prompt))} of "
+                f"{f.say('facts', n)} facts against truncation's "
+                f"{f.say('in_prompt_truncation', sum(trunc.in_prompt))}, in "
+                f"{f.say('tokens_after_summary', summary.report.tokens_after)} tokens against "
+                f"{f.say('tokens_after_truncation', trunc.report.tokens_after)}",
+                "answers right: "
+                f"{f.say('accuracy_summary', 100 * summary.report.accuracy, 1)}% against "
+                f"{f.say('accuracy_truncation', 100 * trunc.report.accuracy, 1)}%; the "
+                f"summarizing took {f.say('summary_cpu_s', summary.cpu_s, 1)} s of CPU in "
+                f"this run against {f.say('truncation_cpu_s', trunc.cpu_s, 1)} s for "
+                "truncation's replay and answers",
+            )
+        )
+    from ctxlab.memory import LOOP_NOTE
+
+    res.notes.append(
+        "Recoverable is what a search of the message log could still bring back: the memory "
+        "layer writes every message to its recall store under every strategy, so truncation "
+        "and the summary could be extended to search it; only tiered memory does so by "
+        "itself, which the 'in the prompt when asked' column shows."
+    )
+    res.notes.append(
+        "A compacted prompt is judged by the answers it still supports: tokens saved say "
+        "nothing about which facts survived, and a fact kept in the prompt is not yet a "
+        "fact the model uses."
+    )
+    res.notes.append(f"The memory loop here is the {LOOP_NOTE}.")
