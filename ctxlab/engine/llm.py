@@ -14,6 +14,7 @@ import torch
 from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.request import RequestFailedError, RequestOutput, TokenEvent, as_prompt_list
 from ctxlab.engine.sampling import SamplingParams
+from ctxlab.errors import CtxlabError
 from ctxlab.kv.manager import KVStats
 
 
@@ -26,12 +27,12 @@ class LLM:
     quantized under any policy (`policy="quant"` alone: every token kept, quantized).
     `weights` stores the linear layers in a format, chosen at load (`ctxlab.model.weights`):
     "fp32" (float32 `F.linear` on MKL; the transformers-parity reference), "bf16" (bfloat16
-    `F.linear`), "int8" (fbgemm's dynamic int8 linear: int8 weights, a scale per row, inputs
-    quantized per token on a rotated residual stream; on this AVX2 CPU the fastest kernel for
-    both decode and prefill, so it is the one to pick for speed), "int4" (aten's int4 matmul
-    on the GGUF's own Q4_0/Q4_1 codes: the fewest bytes, but a slower kernel here). Given a
-    `LoadedModel`, `weights` must match the format it was loaded with. Measurements and the
-    reasons: docs/decode.md.
+    `F.linear`), "int8" (fbgemm's dynamic int8 linear: int8 weights with a scale per row,
+    inputs quantized per token on a rotated residual stream; the fastest kernel measured for
+    prefill and batched decode, so the one to pick for speed), "int4" (aten's int4 matmul on
+    the GGUF's own Q4_0/Q4_1 codes: the fewest bytes and the fastest batch-1 decode, but 2-3x
+    slower than int8 for batches and prefill). Given a `LoadedModel`, `weights` must match
+    the format it was loaded with. Measurements and reasons: docs/decode.md.
     """
 
     def __init__(
