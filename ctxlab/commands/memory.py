@@ -1,18 +1,29 @@
 """`ctxlab memory`: compaction with a loss report, recall/archival search, core memory, tools.
 
 The backend flags (`--backend ctxlab|openai`, `--base-url`, ...) are shared with
-`ctxlab rag`. torch and the model load only inside commands that generate.
+`ctxlab rag` (`_app_options.py`). torch and the model load only inside commands that generate.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
+from ctxlab.commands._app_options import (
+    ApiKeyOpt,
+    BackendOpt,
+    BaseUrlOpt,
+    DbOpt,
+    RetrieverOpt,
+    ServedModelOpt,
+    TokenizerOpt,
+    default_out,
+    make_backend,
+    parse_list,
+)
 from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
 from ctxlab.errors import CtxlabError
 
@@ -21,80 +32,7 @@ memory_app = typer.Typer(
     no_args_is_help=True,
 )
 
-# -- flags shared with `ctxlab rag` ---------------------------------------------------------
-DbOpt = Annotated[
-    Path | None,
-    typer.Option("--db", help="SQLite store file (default: ctxlab.db in the user data folder)."),
-]
-BackendOpt = Annotated[
-    str,
-    typer.Option(
-        "--backend", help="ctxlab (the in-process engine) or openai (any compatible server)."
-    ),
-]
-BaseUrlOpt = Annotated[
-    str | None, typer.Option("--base-url", help="OpenAI-compatible server, e.g. http://h:8000/v1.")
-]
-ServedModelOpt = Annotated[
-    str, typer.Option("--served-model", help="Model name sent to the OpenAI-compatible server.")
-]
-ApiKeyOpt = Annotated[str, typer.Option("--api-key", help="API key for the server.")]
-TokenizerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--tokenizer",
-        help="The served model's tokenizer (.gguf, HF folder or smollm2-135m) for exact "
-        "counts; without it the server's /tokenize or usage report is used.",
-    ),
-]
-RetrieverOpt = Annotated[
-    str, typer.Option("--retriever", help="bm25, dense (WordLlama vectors) or hybrid (RRF).")
-]
 
-
-def make_backend(
-    backend: str,
-    model: str,
-    base_url: str | None,
-    served_model: str,
-    api_key: str,
-    tokenizer: str | None,
-    dtype: str = "float32",
-    window: int | None = None,
-) -> Any:
-    """The engine (default) or an OpenAI-compatible server, checked before anything loads.
-
-    `window` is the context window assumed for a server that does not report its own.
-    """
-    if backend == "ctxlab":
-        if base_url is not None:
-            raise CtxlabError("--base-url needs --backend openai.")
-        from ctxlab.commands.options import EngineOptions
-        from ctxlab.memory.engine_backend import EngineBackend
-
-        EngineOptions(model=model, dtype=dtype).check()
-        return EngineBackend(model, dtype=dtype, enable_prefix_caching=False)  # its own window
-    if backend == "openai":
-        if not base_url:
-            raise CtxlabError("--backend openai needs --base-url (e.g. http://localhost:8000/v1).")
-        from ctxlab.memory.openai_backend import OpenAIChatBackend
-
-        return OpenAIChatBackend(base_url, served_model, api_key, window, tokenizer)
-    raise CtxlabError(f"--backend {backend!r} is unknown; use ctxlab or openai.")
-
-
-def parse_list(text: str, flag: str) -> list[str]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise CtxlabError(f"{flag} needs at least one value.")
-    return items
-
-
-def default_out(kind: str) -> Path:
-    return Path("out") / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-# -- commands ---------------------------------------------------------------------------------
 @memory_app.command("compact")
 def compact(
     history: Path = typer.Option(

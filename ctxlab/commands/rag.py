@@ -1,7 +1,8 @@
 """`ctxlab rag`: ingest documents, ask with citations, and evaluate on the seeded fixture.
 
-Backend flags are the same as `ctxlab memory`'s. Chunks are cut in the tokens of `--model`
-(its tokenizer only; the weights load only to answer).
+Backend flags are the same as `ctxlab memory`'s (both take them from `_app_options.py`).
+Chunks are cut in the tokens of `--model` (its tokenizer only; the weights load only to
+answer).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import typer
 
-from ctxlab.commands.memory import (
+from ctxlab.commands._app_options import (
     ApiKeyOpt,
     BackendOpt,
     BaseUrlOpt,
