@@ -1,0 +1,229 @@
+"""The report of demonstration 6 (retrieval depth k): its tables, metrics, gains and notes.
+
+`demo_retrieval_depth.py` measures; this module only turns its per-k `Depth` rows into what
+the workshop prints. The split keeps the measurement (what each k retrieves, answers and
+costs) readable on its own, and the wording of the report (which layer each table belongs
+to, which figure each sentence takes from `res.figures`) in one place.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.demo_retrieval_depth import Depth
+
+
+def pct(x: float | None) -> float | None:
+    """A share as a percentage; None (not measured) stays None."""
+    return None if x is None else 100 * x
+
+
+def plot_row(d: Depth) -> dict[str, Any]:
+    """One k as the plot reads it (`plots.plot_retrieval_depth`)."""
+    return {
+        "k": d.k,
+        "recall_pct": 100 * d.recall,
+        "accuracy_pct": pct(d.accuracy),
+        "citation_precision_pct": pct(d.citation_precision),
+        "retrieved_tokens": d.retrieved_tokens,
+    }
+
+
+def observe(res: DemoResult, depths: dict[int, Depth]) -> None:
+    """The catalogue's metrics: baseline at the smallest k, observed at the largest."""
+    lo, hi = depths[min(depths)], depths[max(depths)]
+    res.observe("recall_at_k_pct", 100 * lo.recall, 100 * hi.recall, 1)
+    res.observe("citation_precision_pct", pct(lo.citation_precision), pct(hi.citation_precision), 1)
+    res.observe("citation_recall_pct", pct(lo.citation_recall), pct(hi.citation_recall), 1)
+    res.observe("answer_accuracy_pct", pct(lo.accuracy), pct(hi.accuracy), 1)
+    res.observe("context_tokens_per_question", lo.retrieved_tokens, hi.retrieved_tokens, 1)
+    res.observe("cost_per_question_usd", lo.usd_per_1000 / 1000, hi.usd_per_1000 / 1000, 8)
+
+
+def tables(
+    session: Session,
+    res: DemoResult,
+    depths: dict[int, Depth],
+    gold: Any,
+    n_all: int,
+    n_answered: int,
+    facts: dict[str, int],
+) -> None:
+    """Three tables, one per layer: retrieval (all questions), task (the answered
+    subset, with the gold-passage ceiling), cost."""
+    c, money = session.cfg.retrieval_depth, session.cfg.cost.currency
+    retrieval = Table(
+        "retrieval_depth_retrieval",
+        "retrieval",
+        f"Demonstration 6: {c.retriever} retrieval at each k over all {n_all} gold questions",
+        "measured",
+        [
+            Column("k"),
+            Column("questions"),
+            Column("recall@k %", 1),
+            Column("MRR@k", 3),
+            Column("retrieved tokens per question", 1),
+        ],
+        note=f"{facts['documents']} document versions cut into {facts['chunks']} chunks, newest "
+        "versions searched; recall@k: share of a question's evidence sentences held by a chunk "
+        "in the top k; retrieved tokens: what the k passages add to the prompt (chat template "
+        "counted, the same prompt without passages subtracted)",
+    )
+    task = Table(
+        "retrieval_depth_task",
+        "task",
+        f"Demonstration 6: answers at each k on a seeded subset of {n_answered} of the "
+        f"{n_all} questions",
+        "measured",
+        [
+            Column("setting"),
+            Column("questions answered"),
+            Column("accuracy %", 1),
+            Column("citation precision %", 1),
+            Column("citation recall %", 1),
+            Column("citations written by the model %", 1),
+        ],
+        note=f"the same {n_answered} questions (seed {c.fixture_seed}) at every k, greedy "
+        f"answers of at most {c.answer_tokens} tokens, passages in {c.order} order; accuracy: "
+        "the gold answer as whole words in the answer; citations the model did not write are "
+        "attributed to the passage holding the most answer words; precision over answers "
+        "that cite. Not measured on all questions: each answer is a model call per k",
+    )
+    costs = Table(
+        "retrieval_depth_cost",
+        "cost",
+        f"Demonstration 6: what one question costs at each k (all {n_all} questions)",
+        "measured",
+        [
+            Column("k"),
+            Column("prompt tokens per question", 1),
+            Column("longest prompt"),
+            Column(f"hosted {money} per 1,000 questions", 4),
+            Column("prompt tokens reused per answered question", 1),
+            Column("CPU s per answered question", 2),
+        ],
+        note=f"hosted: the configured input and output prices over the exact prompt tokens "
+        f"and {c.answer_tokens} output tokens, every question; the last two columns are the "
+        f"{n_answered} answered questions on this engine, in batches of the engine's "
+        f"{session.cfg.engine.max_num_seqs}, each k after "
+        "the smaller ones: a larger k's prompt starts with the smaller k's passages, so the "
+        "prefix cache serves them (reused) and the CPU seconds are those of the rest, not of "
+        "the prompt answered alone",
+    )
+    for d in depths.values():
+        retrieval.add(d.k, n_all, 100 * d.recall, d.mrr, d.retrieved_tokens)
+        task.add(
+            f"{c.retriever}@{d.k}",
+            n_answered,
+            pct(d.accuracy),
+            pct(d.citation_precision),
+            pct(d.citation_recall),
+            pct(d.cited_by_model),
+        )
+        costs.add(
+            d.k,
+            d.prompt_tokens,
+            d.max_prompt_tokens,
+            d.usd_per_1000,
+            d.answer_reused_tokens,
+            d.answer_cpu_s,
+        )
+    if gold is not None:
+        task.add(
+            "gold passages only (the model's ceiling)",
+            n_answered,
+            100 * gold.accuracy,
+            pct(gold.citation_precision),
+            100 * gold.citation_recall,
+            100 * gold.cited_by_model,
+        )
+    res.tables += [retrieval, task, costs]
+
+
+def explain(
+    session: Session,
+    res: DemoResult,
+    depths: dict[int, Depth],
+    gold: Any,
+    n_all: int,
+    n_answered: int,
+    facts: dict[str, int],
+) -> None:
+    """Summary, gains and notes; every number in them comes from `res.figures.say`."""
+    c, f, money = session.cfg.retrieval_depth, res.figures, session.cfg.cost.currency
+    lo, hi = depths[min(depths)], depths[max(depths)]
+    best = max(depths.values(), key=lambda d: (d.accuracy or 0.0, -d.k))
+    for d in depths.values():
+        f.say(f"recall_k{d.k}_pct", 100 * d.recall, 1)
+        f.say(f"accuracy_k{d.k}_pct", pct(d.accuracy), 1)
+        f.say(f"retrieved_tokens_k{d.k}", d.retrieved_tokens, 1)
+    f.say("retrieved_tokens", round(hi.retrieved_tokens))
+    res.summary = (
+        f"The seeded corpus ({f.say('documents', facts['documents'])} document versions, "
+        f"{f.say('chunks', facts['chunks'])} chunks) and its {f.say('questions', n_all)} gold "
+        f"questions: {c.retriever} retrieval at k = "
+        f"{', '.join(str(k) for k in depths)} over every question; answers on a seeded subset "
+        f"of {f.say('answered', n_answered)} questions at every k."
+    )
+    ceiling = ""
+    if gold is not None:
+        ceiling = (
+            f"; with only the gold passages the model answers "
+            f"{f.say('gold_accuracy_pct', 100 * gold.accuracy, 1)}% (its ceiling)"
+        )
+    res.gains.append(
+        Gain(
+            f"k = {hi.k} against k = {lo.k}",
+            f"the prompt carries {f.say('retrieved_tokens_hi', hi.retrieved_tokens, 1)} "
+            f"retrieved tokens per question instead of "
+            f"{f.say('retrieved_tokens_lo', lo.retrieved_tokens, 1)}, and those passages hold "
+            f"{f.say('recall_hi_pct', 100 * hi.recall, 1)}% of the evidence sentences instead "
+            f"of {f.say('recall_lo_pct', 100 * lo.recall, 1)}% (all {n_all} questions)",
+            f"on the {n_answered} answered questions accuracy goes from "
+            f"{f.say('accuracy_lo_pct', pct(lo.accuracy), 1)}% to "
+            f"{f.say('accuracy_hi_pct', pct(hi.accuracy), 1)}%, citation precision from "
+            f"{f.say('citation_precision_lo_pct', pct(lo.citation_precision), 1)}% to "
+            f"{f.say('citation_precision_hi_pct', pct(hi.citation_precision), 1)}%, and a "
+            f"question's hosted price from {f.say('usd_1000_lo', lo.usd_per_1000, 4)} to "
+            f"{f.say('usd_1000_hi', hi.usd_per_1000, 4)} {money} per 1,000{ceiling}; the best "
+            f"accuracy here is at k = {f.say('best_k', best.k)}",
+        )
+    )
+    if best.k != hi.k and best.accuracy is not None and hi.accuracy is not None:
+        right_best = round(best.accuracy * n_answered)
+        right_hi = round(hi.accuracy * n_answered)
+        computed_hi = (hi.answer_prompt_tokens or 0) - (hi.answer_reused_tokens or 0)
+        res.gains.append(
+            Gain(
+                f"k = {best.k} against k = {hi.k} (more context is not more answers)",
+                f"k = {best.k} puts {f.say('retrieved_tokens_best', best.retrieved_tokens, 1)} "
+                f"retrieved tokens in the prompt against "
+                f"{f.say('retrieved_tokens_hi', hi.retrieved_tokens, 1)}, with "
+                f"{f.say('recall_best_pct', 100 * best.recall, 1)}% of the evidence against "
+                f"{f.say('recall_hi_pct', 100 * hi.recall, 1)}%; answered after the smaller k, "
+                f"the k = {hi.k} prompt still computed "
+                f"{f.say('computed_hi', computed_hi, 1)} of its "
+                f"{f.say('answer_prompt_hi', hi.answer_prompt_tokens, 1)} tokens per answered "
+                "question beyond what the prefix cache served",
+                f"{f.say('right_best', right_best)} of {n_answered} answers right at k = "
+                f"{best.k} against {f.say('right_hi', right_hi)} at k = {hi.k}, at "
+                f"{f.say('usd_1000_best', best.usd_per_1000, 4)} instead of "
+                f"{f.say('usd_1000_hi', hi.usd_per_1000, 4)} {money} per 1,000 questions; "
+                f"on {n_answered} questions "
+                "a difference of a few answers is within what another subset could show",
+            )
+        )
+    res.notes.append(
+        f"Recall, MRR, tokens and hosted price are over all {n_all} questions; accuracy and "
+        f"citations over the seeded subset of {n_answered} (the same questions at every k), "
+        "because each answer is a model call per k on 2 CPU cores. A subset this small moves "
+        f"in steps of {f.say('step_pct', 100 / n_answered, 1)} points per question."
+    )
+    res.notes.append(
+        "Recall says the evidence reached the prompt, not that the model used it: read "
+        "recall@k beside accuracy and citation quality, never alone."
+    )
