@@ -51,9 +51,7 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -67,10 +65,8 @@ from _kvpress_env import (
     peak_rss_bytes,
     reset_peak_rss,
     setup_venv,
-    venv_python,
 )
-
-WORKER = Path(__file__).resolve().with_name("_kvpress_worker.py")
+from _kvpress_side import read_kvpress, run_kvpress  # starts the worker, reads it back
 
 # kvpress press (the worker's name) -> ctxlab policy; a ratio r keeps 1 - r on both sides.
 PAIRS = {
@@ -107,58 +103,7 @@ def build_samples(tok, tasks: list[str], length: int, n: int, seed: int) -> list
     return out
 
 
-# ---------------------------------------------------------------------------- the two sides
-
-
-def run_kvpress(
-    venv: Path, gguf: Path, rows: list[tuple[str, float]], samples: list[dict], eos, threads: int
-) -> subprocess.Popen:
-    """Start the worker on every (row, sample); returns the process (results in .out_path)."""
-    tmp = Path(tempfile.mkdtemp(prefix="vs_kvpress_"))
-    jobs = tmp / "jobs.jsonl"
-    with jobs.open("w") as fh:
-        for row in rows:
-            for smp in samples:
-                job = {
-                    "row": list(row),
-                    "sample": smp["index"],
-                    "ids": smp["ids"],
-                    "max_new_tokens": smp["sample"].max_new_tokens,
-                    "eos": list(eos),
-                }
-                fh.write(json.dumps(job) + "\n")
-    out = tmp / "results.jsonl"
-    env = dict(
-        os.environ,
-        OMP_NUM_THREADS=str(threads),
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_VERBOSITY="error",
-        HF_HUB_DISABLE_PROGRESS_BARS="1",
-        TQDM_DISABLE="1",
-    )
-    cmd = [str(venv_python(venv)), str(WORKER), "--gguf", str(gguf), "--jobs", str(jobs)]
-    cmd += ["--out", str(out), "--threads", str(threads)]
-    proc = subprocess.Popen(cmd, env=env)
-    proc.out_path = out  # type: ignore[attr-defined]
-    return proc
-
-
-def read_kvpress(proc: subprocess.Popen) -> tuple[dict, dict, dict]:
-    """(worker info, {(row, sample): record}, {row: peak RSS bytes}) once the worker is done."""
-    if proc.wait() != 0:
-        sys.exit(f"the kvpress worker failed (exit {proc.returncode}); see its output above.")
-    info: dict = {}
-    recs: dict = {}
-    peaks: dict = {}
-    for line in proc.out_path.read_text().splitlines():  # type: ignore[attr-defined]
-        rec = json.loads(line)
-        if "info" in rec:
-            info = rec["info"]
-        elif "peak_rss_bytes" in rec:
-            peaks[(rec["row"][0], float(rec["row"][1]))] = rec["peak_rss_bytes"]
-        else:
-            recs[((rec["row"][0], float(rec["row"][1])), rec["sample"])] = rec
-    return info, recs, peaks
+# ---------------------------------------------------------------------------- the ctxlab side
 
 
 def run_ctxlab(loaded, rows, samples: list[dict], block_size: int) -> tuple[dict, dict, dict]:
