@@ -24,9 +24,11 @@ from ctxlab.commands.options import (
     NoPrefixCacheOpt,
     PageSizeOpt,
     PolicyOpt,
+    ThreadsOpt,
     WeightsOpt,
     check_sampling,
     input_file,
+    set_threads,
 )
 from ctxlab.errors import CtxlabError
 
@@ -52,6 +54,7 @@ def register(app: typer.Typer) -> None:
         no_prefix_cache: NoPrefixCacheOpt = False,
         dtype: DTypeOpt = "float32",
         as_json: JsonOpt = False,
+        threads: ThreadsOpt = None,
         policy: PolicyOpt = None,
         budget: BudgetOpt = None,
         kv_format: KVFormatOpt = None,
@@ -74,6 +77,7 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
+        set_threads(threads)
         from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams
         from ctxlab.model.open_model import open_model

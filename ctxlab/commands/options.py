@@ -136,6 +136,28 @@ CurrencyOpt = Annotated[
 
 # -- output ---------------------------------------------------------------------------------
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        help="torch threads (default: torch's choice). One request's decode with --weights int8 "
+        "runs faster on 1 thread than on 2 here (docs/decode.md).",
+        show_default=False,
+    ),
+]
+
+
+def set_threads(threads: int | None) -> None:
+    """Check --threads and apply it before any torch work (one sentence when it is < 1)."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise CtxlabError(f"--threads must be at least 1, got {threads}.")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed: the same seed gives the same data.")]
 
 
