@@ -21,7 +21,9 @@ from ctxlab.commands.options import (
     NoPrefixCacheOpt,
     PageSizeOpt,
     PolicyOpt,
+    ThreadsOpt,
     WeightsOpt,
+    set_threads,
 )
 from ctxlab.errors import CtxlabError
 
@@ -64,9 +66,7 @@ def register(app: typer.Typer) -> None:
         metrics_prefix: str = typer.Option(
             "ctxlab", "--metrics-prefix", help="ctxlab (ctxlab:...) or vllm (vLLM's exact names)."
         ),
-        threads: int = typer.Option(
-            None, "--threads", help="torch threads (pin it to compare with a profile)."
-        ),
+        threads: ThreadsOpt = None,
         log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level."),
     ) -> None:
         """Serve the model over OpenAI's API (/v1/completions, /v1/chat/completions,
@@ -82,7 +82,8 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
-        _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout, threads)
+        _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
+        set_threads(threads)
         if metrics_prefix not in ("ctxlab", "vllm"):
             raise CtxlabError(
                 f"--metrics-prefix {metrics_prefix!r} is unknown; use ctxlab or vllm."
@@ -96,12 +97,8 @@ def register(app: typer.Typer) -> None:
         sock = bind(host, port)  # a taken port is one sentence before the model loads
 
         with progress(f"loading {model}"):
-            import torch
-
             from ctxlab.engine import LLM
 
-            if threads is not None:
-                torch.set_num_threads(threads)
             llm = LLM(
                 **options.llm_kwargs(),
                 max_num_seqs=max_num_seqs,
@@ -130,7 +127,6 @@ def _check(
     max_num_batched_tokens: int,
     max_waiting: int,
     timeout: float,
-    threads: int | None,
 ) -> None:
     if not 0 <= port <= 65535:
         raise CtxlabError(f"--port must be 0..65535, got {port}.")
@@ -143,5 +139,3 @@ def _check(
             raise CtxlabError(f"{flag} must be at least 1, got {value}.")
     if not timeout > 0:
         raise CtxlabError(f"--request-timeout must be positive seconds, got {timeout}.")
-    if threads is not None and threads < 1:
-        raise CtxlabError(f"--threads must be at least 1, got {threads}.")
