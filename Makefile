@@ -25,6 +25,8 @@ test: install
 	$(BIN)/ruff check ctxlab tests benchmarks
 	$(BIN)/ruff format --check ctxlab tests benchmarks
 	$(BIN)/pytest -q
+	# The float-sensitive tests again, one instruction set lower (AVX-512 -> AVX2 -> none).
+	$(BIN)/python tests/second_isa.py
 
 lint: install
 	$(BIN)/ruff check --fix ctxlab tests benchmarks

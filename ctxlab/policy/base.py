@@ -26,6 +26,7 @@ import torch
 from ctxlab.errors import CtxlabError
 from ctxlab.policy.budget import TOKENS_256, Budget
 from ctxlab.policy.observation import LayerView
+from ctxlab.policy.ranking import best_first
 
 PositionMode = Literal["original", "cache-slot"]
 StackLayer = Literal["retention", "selection", "storage"]
@@ -171,9 +172,9 @@ class ScorerPolicy(Policy):
         s = self.score(obs).float().clone()
         s = torch.where(forced, torch.full_like(s, float("inf")), s)
         s = s.masked_fill(~valid, float("-inf"))
-        # One batched stable sort for every lane: equal scores keep the earlier slot first
-        # (deterministic); padding (-inf) sorts last, wherever it sits in the row.
-        order = torch.argsort(s, dim=1, descending=True, stable=True)
+        # One batched sort for every lane under the ranking rule (ties keep the earlier slot);
+        # padding (-inf) sorts last, wherever it sits in the row.
+        order = best_first(s)
         ks = lens.clamp(max=b).tolist()
         k = max(ks)
         kept = pos.gather(1, order[:, :k])

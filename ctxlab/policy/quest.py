@@ -22,6 +22,7 @@ from ctxlab.errors import CtxlabError
 from ctxlab.policy.base import Policy
 from ctxlab.policy.budget import TOKENS_512, Budget
 from ctxlab.policy.observation import PageObs
+from ctxlab.policy.ranking import top_indices
 
 
 def page_summaries(
@@ -110,7 +111,7 @@ class QuestPolicy(Policy):
         real = page_idx < have
         forced = (page_idx < self.sink_pages) | (page_idx == have - 1)
         bound = bound.masked_fill(~real, float("-inf")).masked_fill(forced & real, float("inf"))
-        top = torch.topk(bound, P, dim=-1).indices  # [B, n_kv, P], best first
+        top = top_indices(bound, P)  # [B, n_kv, P], best first, ties by page index
         in_budget = (torch.arange(P, device=top.device) < per_row.view(B, 1, 1)).expand_as(top)
         top, order = torch.sort(top, dim=-1)
         ok = torch.gather(real, -1, top) & torch.gather(in_budget, -1, order)

@@ -19,14 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
-
 from ctxlab.errors import CtxlabError
 from ctxlab.policy.base import Policy, PolicyWrapper
 from ctxlab.policy.budget import TOKENS_256, Budget
 from ctxlab.policy.h2o import H2OPolicy
 from ctxlab.policy.observation import FarObs
 from ctxlab.policy.quest import page_bound
+from ctxlab.policy.ranking import top_indices
 
 TIERS = ("memory", "disk")
 
@@ -102,4 +101,4 @@ class RecallPolicy(PolicyWrapper):
         if n == 0:
             return []
         s = page_bound(obs.query, obs.kmin[None], obs.kmax[None]).amax(0)
-        return sorted(torch.topk(s, min(self.recall_blocks, n)).indices.tolist())
+        return sorted(top_indices(s, min(self.recall_blocks, n)).tolist())

@@ -1,0 +1,58 @@
+"""Rerun the tests that pin float-sensitive choices under a lower instruction set.
+
+`make test` runs the suite on the CPU's best kernels, then this script reruns the golden
+policy record, the parity tests and the policy tests with torch's ATen kernels, MKL and
+oneDNN held one instruction set lower (AVX-512 -> AVX2, AVX2 -> no vector extensions), on
+the same machine. A record or a tolerance that only holds on one CPU generation fails here,
+not on a user's machine. On a CPU with nothing lower to fall back to it says so and passes.
+
+    .venv/bin/python tests/second_isa.py [extra pytest args]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+# torch's capability name -> (ATen, MKL, oneDNN) settings one step below it
+LOWER: dict[str, tuple[str, str, str]] = {
+    "AVX512": ("avx2", "AVX2", "AVX2"),
+    "AVX2": ("default", "SSE4_2", "SSE41"),
+}
+TESTS = (
+    "tests/policy",
+    "tests/model/test_parity.py",
+    "tests/hf/test_hf_engine_parity.py",
+)
+PROBE = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+
+
+def capability(env: dict[str, str]) -> str:
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+def main() -> int:
+    native = capability(dict(os.environ))
+    if native not in LOWER:
+        print(f"second instruction set: none below {native} on this CPU; nothing to rerun.")
+        return 0
+    aten, mkl, onednn = LOWER[native]
+    env = {
+        **os.environ,
+        "ATEN_CPU_CAPABILITY": aten,
+        "MKL_ENABLE_INSTRUCTIONS": mkl,
+        "ONEDNN_MAX_CPU_ISA": onednn,
+    }
+    lowered = capability(env)
+    print(f"second instruction set: {native} -> {lowered} (MKL {mkl}, oneDNN {onednn})")
+    if lowered == native:
+        print("error: torch ignored ATEN_CPU_CAPABILITY; the second run would prove nothing.")
+        return 1
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *sys.argv[1:]]
+    return subprocess.run(cmd, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
