@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 
 import typer
-from typer.core import TyperOption
+from typer.core import TyperArgument, TyperOption
 
 from ctxlab import __version__
 
@@ -20,6 +21,7 @@ try:  # typer vendors click from 0.20 on; its usage errors are that copy's class
 except ImportError:  # pragma: no cover - an older typer on the PyPI click
     from click.exceptions import NoArgsIsHelpError, UsageError
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_finite
 
 # One line per command module; each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -74,6 +76,29 @@ def _flag_type(self: TyperOption, ctx: object) -> str | None:
 
 _typed = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+def _finite(process: Callable[..., object]) -> Callable[..., object]:
+    """Every number a flag or argument takes is finite: `nan` and `inf` are one sentence.
+
+    One check for every option of every command (and of any command added later), so no
+    command computes with `nan` or prints `Infinity` under --json. An option whose default
+    is infinite (`bench serve --request-rate inf`: all at once) still takes that value.
+    """
+
+    def checked(self: TyperOption | TyperArgument, ctx: object, value: object) -> object:
+        value = process(self, ctx, value)
+        name = self.opts[0] if self.opts else str(self.name)
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if item != self.default:
+                check_finite(item, name)
+        return value
+
+    return checked
+
+
+TyperOption.process_value = _finite(TyperOption.process_value)  # type: ignore[method-assign]
+TyperArgument.process_value = _finite(TyperArgument.process_value)  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ Traps handled (each is a real config in the wild):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from ctxlab.arch.limits import (
 from ctxlab.arch.params import estimate_params
 from ctxlab.arch.spec import ArchSpec, LayerSpec, RecurrentState
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 
 # layer_types values, as transformers spells them, mapped to a mixer.
 _LAYER_TYPE_MIXER = {
@@ -136,18 +136,7 @@ def _load(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any],
     if path.is_dir():
         path = path / "config.json"
     origin = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CtxlabError(f"{origin}: config file not found") from None
-    except OSError as exc:
-        raise CtxlabError(f"{origin}: cannot read the config file ({exc.strerror})") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CtxlabError(
-            f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno})"
-        ) from None
+    cfg = load_json(path, "config")
     if not isinstance(cfg, dict):
         raise CtxlabError(f"{origin}: the top level must be a JSON object")
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem

@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
             None, "--profile", help="Measured step-time profile JSON (from ctxlab profile)."
         ),
         hash_block: int = typer.Option(
-            512, "--hash-block", help="Tokens per trace hash id (Mooncake: 512)."
+            512, "--hash-block", min=1, help="Tokens per trace hash id (Mooncake: 512)."
         ),
         sweep: str | None = typer.Option(
             None,

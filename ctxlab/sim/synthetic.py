@@ -27,7 +27,7 @@ import numpy as np
 
 from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
-from ctxlab.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace
+from ctxlab.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace, check_block_tokens
 
 
 @dataclass(frozen=True)
@@ -166,6 +166,7 @@ class _BlockIds:
 
 def generate(spec: SyntheticSpec, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
     """Build the trace the spec describes; the same spec and seed give the same trace."""
+    check_block_tokens(block_tokens)
     rng = np.random.default_rng(spec.seed)
     draw_in = _sampler(spec.input, "input")
     draw_out = _sampler(spec.output, "output")
