@@ -83,6 +83,9 @@ def register(app: typer.Typer) -> None:
             weights=weights,
         ).check()
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
+        from ctxlab.serve.server import check_log_level
+
+        check_log_level(log_level)
         set_threads(threads)
         if metrics_prefix not in ("ctxlab", "vllm"):
             raise CtxlabError(
@@ -106,6 +109,12 @@ def register(app: typer.Typer) -> None:
                 max_model_len=max_model_len,
             )
             _ = llm.tokenizer  # built now, not on the first request
+        trained = int(llm.engine.config.max_position)
+        if max_model_len is not None and max_model_len > trained:
+            raise CtxlabError(
+                f"--max-model-len {max_model_len:,} is beyond the model's {trained:,} positions; "
+                f"give at most {trained:,} (or leave it out)."
+            )
         from ctxlab.serve import ServeSettings, create_app
         from ctxlab.serve.server import serve as run
 
