@@ -230,7 +230,8 @@ def import_history(
     db: DbOpt = None,
     agent: str = typer.Option("default", "--agent", help="Agent whose recall memory to fill."),
 ) -> None:
-    """Store every message of a history in recall memory (one transaction)."""
+    """Store a history's messages in recall memory (one transaction); importing the same
+    history again stores nothing twice, and a grown history adds only its new messages."""
     from ctxlab.memory.embed import WordLlamaEmbedder
     from ctxlab.memory.messages import read_history
     from ctxlab.memory.recall import RecallMemory
@@ -238,8 +239,9 @@ def import_history(
 
     messages = read_history(history)
     with open_store(db) as store:
-        stored = RecallMemory(store, WordLlamaEmbedder(), agent).add(messages)
-        typer.echo(f"stored {len(stored)} messages for agent {agent!r} in {store.path}")
+        stored, already = RecallMemory(store, WordLlamaEmbedder(), agent).import_history(messages)
+        there = f" ({already} already stored, skipped)" if already else ""
+        typer.echo(f"stored {len(stored)} messages for agent {agent!r} in {store.path}{there}")
 
 
 @memory_app.command("search")
@@ -265,6 +267,8 @@ def search(
     from ctxlab.rag.readers import check_date
 
     check_retriever(retriever)
+    if not query.strip():
+        raise CtxlabError("the query is empty; give words to search for.")
     if k < 1:
         raise CtxlabError(f"--k must be at least 1, got {k}.")
     if tier not in ("recall", "archival"):
@@ -272,7 +276,7 @@ def search(
     for flag, value in (("--since", since), ("--until", until)):
         if value:
             check_date(value, flag)
-    with open_store(db) as store:
+    with open_store(db, must_exist=True, write=False) as store:
         if tier == "recall":
             roles = parse_list(role, "--role") if role else None
             hits = RecallMemory(store, WordLlamaEmbedder(), agent).search(
@@ -315,7 +319,7 @@ def core(
     from ctxlab.memory.core import CoreMemory
     from ctxlab.memory.store import open_store
 
-    with open_store(db) as store:
+    with open_store(db, must_exist=set_ is None, write=set_ is not None) as store:
         memory = CoreMemory(store, agent)
         if set_ is not None:
             if "=" not in set_:

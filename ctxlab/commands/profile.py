@@ -25,6 +25,7 @@ from ctxlab.commands.options import (
     output_file,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 
 DEFAULT_OUT = Path("out/profile/step-profile.json")
 
@@ -119,7 +120,7 @@ def fit_summary(path: Path) -> dict[str, float]:
     from ctxlab.sim.steptime import ProfileStepTime
 
     model = ProfileStepTime(path)
-    steps = json.loads(path.read_text(encoding="utf-8"))["steps"]
+    steps = load_json(path, "step profile")["steps"]  # type: ignore[index]
     self_fit = step_prediction(str(path), steps)
     c = model.coef
     return {
