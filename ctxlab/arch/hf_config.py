@@ -249,11 +249,46 @@ def _recurrent_layer(r: _Reader, mixer: str, hidden: int, heads: int, head_dim: 
     return LayerSpec("recurrent", recurrent=state)
 
 
+# Encoder-only families: they read the whole input at once and generate nothing, so they
+# keep no KV cache; planning one for them would be a number about nothing.
+_ENCODER_ONLY = {
+    "albert",
+    "bert",
+    "camembert",
+    "deberta",
+    "deberta-v2",
+    "distilbert",
+    "electra",
+    "ernie",
+    "modernbert",
+    "mpnet",
+    "nomic_bert",
+    "roberta",
+    "xlm-roberta",
+}
+_ENCODER_HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification")
+
+
+def _check_decoder(cfg: Mapping[str, Any], origin: str) -> None:
+    """Refuse an encoder-only model (BERT and kin) with the reason, not a made-up KV cache."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    archs = cfg.get("architectures") or []
+    heads = [a for a in archs if isinstance(a, str)]
+    by_head = bool(heads) and all(a.endswith(_ENCODER_HEADS) for a in heads)
+    if model_type in _ENCODER_ONLY or (by_head and not cfg.get("is_decoder")):
+        what = model_type or heads[0]
+        raise CtxlabError(
+            f"{origin}: {what!r} is an encoder-only model; it keeps no KV cache, so there is "
+            "nothing to plan (ctxlab plans decoders that generate)."
+        )
+
+
 def from_hf_config(
     path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
 ) -> ArchSpec:
     """Build an `ArchSpec` from a config.json path (or its folder, or the parsed dict)."""
     raw, origin, default_name = _load(path_or_dict)
+    _check_decoder(raw, origin)
     cfg = _text_config(raw, origin)
     r = _Reader(cfg, origin)
 
