@@ -272,8 +272,8 @@ _ENCODER_HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassific
 def _check_decoder(cfg: Mapping[str, Any], origin: str) -> None:
     """Refuse an encoder-only model (BERT and kin) with the reason, not a made-up KV cache."""
     model_type = str(cfg.get("model_type", "")).lower()
-    archs = cfg.get("architectures") or []
-    heads = [a for a in archs if isinstance(a, str)]
+    archs = cfg.get("architectures")
+    heads = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     by_head = bool(heads) and all(a.endswith(_ENCODER_HEADS) for a in heads)
     if model_type in _ENCODER_ONLY or (by_head and not cfg.get("is_decoder")):
         what = model_type or heads[0]
