@@ -32,6 +32,7 @@ from ctxlab.commands.options import (
     output_dir,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_positive
 from ctxlab.progress import progress
 
 _HEADLINE = (
@@ -179,6 +180,8 @@ def register(app: typer.Typer) -> None:
         from ctxlab.sim.trace import load_trace
 
         if calibrate:
+            if rate is not None:
+                check_positive(rate, "--rate")
             _calibrate(requests, seed, profile, model, threads, rate, out, as_json)
             return
         if trace is None:
