@@ -62,15 +62,16 @@ def ingest(
 
     check_sizes(chunk_tokens, overlap_tokens)
     docs = collect(list(paths))  # every file read and checked before anything is written
-    tokenizer = EngineBackend(model)
-    embedder = WordLlamaEmbedder()
     results = []
-    with open_store(db) as store, progress("ingesting", len(docs)) as bar:
-        for doc in docs:
-            results.append(
-                ingest_one(store, doc, tokenizer, embedder, chunk_tokens, overlap_tokens, model)
-            )
-            bar.advance()
+    with open_store(db) as store:  # a read-only store is refused before the tokenizer loads
+        tokenizer = EngineBackend(model)
+        embedder = WordLlamaEmbedder()
+        with progress("ingesting", len(docs)) as bar:
+            for doc in docs:
+                results.append(
+                    ingest_one(store, doc, tokenizer, embedder, chunk_tokens, overlap_tokens, model)
+                )
+                bar.advance()
         where = store.path
     if as_json:
         typer.echo(json.dumps([r.__dict__ for r in results]))

@@ -206,7 +206,8 @@ def tour2(files: dict[str, str]) -> dict[str, str]:
 
 CASES_2 = [
     # non-UTF-8 files: the one reader names the file and the byte
-    ("latin1-history", ["memory", "import", "latin1.jsonl", "--db", "m.db"], "latin1.jsonl is not UTF-8 text: byte 32 (0xe9)"),
+    ("latin1-history", ["memory", "import", "latin1.jsonl", "--db", "m.db"],
+     "latin1.jsonl is not UTF-8 text: byte 32 (0xe9)"),
     # numbers: finite everywhere, positive where they divide or count
     ("nan-flops", ["plan", "llama-3.1-8b", "--device-flops", "nan"], "must be a finite number"),
     ("inf-bandwidth-json", ["plan", "llama-3.1-8b", "--device-bandwidth", "inf", "--json"],
@@ -493,3 +494,108 @@ def test_bench_against_a_server_that_never_answers_is_one_sentence(cli, files):
         sock.close()
     assert result.code == 2, result.err
     assert "accepted the test request but sent nothing for 1 s" in result.err
+
+
+# -- lengths against the model's positions, before any work (these load the model) --------
+
+LENGTH_CASES = [
+    ("generate-max-tokens", ["generate", "hi", "--max-tokens", "100000"],
+     "maximum context length is 8192 tokens"),
+    ("serve-max-model-len", ["serve", "--port", "0", "--max-model-len", "1000000"],
+     "--max-model-len 1,000,000 is beyond the model's 8,192 positions"),
+    ("lim-documents", ["eval", "lost-in-middle", "--documents", "100000"],
+     "beyond the model's 8,192 positions"),
+    ("eval-lengths", ["eval", "--lengths", "100000"], "beyond the model's 8,192 positions"),
+]  # fmt: skip
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    "args,expected", [c[1:] for c in LENGTH_CASES], ids=[c[0] for c in LENGTH_CASES]
+)
+def test_lengths_beyond_the_models_positions_are_refused_up_front(cli, files, args, expected):
+    result = cli(*args)
+    assert result.code == 2, (result.out, result.err)
+    lines = [line for line in result.err_lines if line.startswith("error:")]
+    assert len(lines) == 1 and expected in lines[0], result.err
+
+
+# -- stores: write access first, an --as-of before everything, idempotent import -----------
+
+
+def test_a_read_only_store_is_refused_before_sqlite_writes(cli, files, monkeypatch):
+    """Root may write a chmod 444 file, so the check is driven through os.access here; the
+    real file test below runs where permissions bind."""
+    import os
+
+    history = Path("h.jsonl")
+    history.write_text('{"role": "user", "content": "hello"}\n')
+    Path("doc.txt").write_text("A document.")
+    assert cli("memory", "import", "h.jsonl", "--db", "m.db").code == 0
+    before = Path("m.db").read_bytes()
+    real = os.access
+
+    def access(path: object, mode: int) -> bool:  # m.db readable, not writable
+        return real(path, mode) and not (mode & os.W_OK and str(path).endswith("m.db"))
+
+    monkeypatch.setattr(os, "access", access)
+    for args in (["memory", "import", "h.jsonl", "--db", "m.db"],
+                 ["rag", "ingest", "doc.txt", "--db", "m.db"]):  # fmt: skip
+        result = cli(*args)
+        assert result.code == 2 and "m.db is read-only" in result.err, result.err
+    assert Path("m.db").read_bytes() == before
+
+
+def test_a_chmod_read_only_store_is_one_sentence(cli, files):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes read-only files; the os.access test above covers the check")
+    Path("h.jsonl").write_text('{"role": "user", "content": "hello"}\n')
+    assert cli("memory", "import", "h.jsonl", "--db", "m.db").code == 0
+    Path("m.db").chmod(0o444)
+    result = cli("memory", "import", "h.jsonl", "--db", "m.db")
+    assert result.code == 2 and "read-only" in result.err and "Traceback" not in result.err
+
+
+def test_memory_import_twice_stores_each_message_once(cli, files):
+    lines = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"},
+             {"role": "user", "content": "ok"}]  # fmt: skip
+    Path("h.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    first = cli("memory", "import", "h.jsonl", "--db", "m.db")
+    again = cli("memory", "import", "h.jsonl", "--db", "m.db")
+    assert "stored 3 messages" in first.out
+    assert "stored 0 messages" in again.out and "(3 already stored, skipped)" in again.out
+    grown = [*lines, {"role": "assistant", "content": "new"}]
+    Path("h.jsonl").write_text("".join(json.dumps(m) + "\n" for m in grown))
+    third = cli("memory", "import", "h.jsonl", "--db", "m.db")
+    assert "stored 1 messages" in third.out and "(3 already stored" in third.out
+    import sqlite3
+
+    with sqlite3.connect("m.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 4
+
+
+class _Words:
+    """A tokenizer of whitespace words (the TextTokenizer protocol), so no model loads."""
+
+    name = "words"
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        import re
+
+        return [m.span() for m in re.finditer(r"\S+", text)]
+
+
+def test_rag_ask_before_every_document_says_nothing_can_be_retrieved(cli, files):
+    from ctxlab.memory.store import open_store
+    from ctxlab.rag.documents import ingest
+    from ctxlab.rag.readers import SourceDoc
+
+    with open_store("kb.db") as store:
+        doc = SourceDoc("d1", "The shipyard director is Ada.", "2024-03-01", "Title", "d1.txt")
+        ingest(store, doc, _Words(), None, 16, 2)
+    result = cli("rag", "ask", "Who is the director?", "--db", "kb.db", "--as-of", "1900-01-01")
+    assert result.code == 2
+    assert "no document version is dated on or before --as-of 1900-01-01" in result.err
+    assert "(the oldest is 2024-03-01)" in result.err
