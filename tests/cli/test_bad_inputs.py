@@ -227,6 +227,7 @@ CASES_2 = [
     ("seed-2-64-generate", ["generate", "hi", "--seed", str(2**64)], "--seed"),
     ("seed-2-64-simulate", ["simulate", SYN, "llama-3.1-8b", "--seed", str(2**64)], "--seed"),
     ("seed-negative", ["eval", "lost-in-middle", "--seed", "-1"], "--seed"),
+    ("seed-synthetic", ["simulate", "synthetic:n=5,seed=-1", "llama-3.1-8b"], "synthetic seed"),
     # uvicorn's options before anything loads (and before `ready`)
     ("log-level", ["serve", "--log-level", "loud"], "--log-level 'loud' is unknown"),
     # a path that must exist is not created
@@ -285,6 +286,37 @@ def test_every_float_option_refuses_nan_and_inf(cli, files):
                 assert f"{flag} must be a finite number" in result.err, result.err
             checked += 1
     assert checked >= 30  # plan, simulate, generate, serve, eval, bench, memory, rag
+
+
+def test_json_output_holds_only_json_numbers(cli, files):
+    """--json never prints NaN or Infinity: strict parsing of what plan and simulate print."""
+
+    def strict(token: str) -> float:
+        raise AssertionError(f"--json printed {token}")
+
+    cost = ["--gpu-hourly", "2", "--gpu-seconds", "1"]
+    for args in (["plan", "llama-3.1-8b,deepseek-v3,jamba-v0.1", "--json"],
+                 ["simulate", SYN, "llama-3.1-8b", "--json"],
+                 ["plan", "llama-3.1-8b", *cost, "--json"]):  # fmt: skip
+        result = cli(*args)
+        assert result.code == 0, result.err
+        json.loads(result.out, parse_constant=strict)
+
+
+def test_a_bad_log_level_fails_before_ready():
+    import socket
+
+    from fastapi import FastAPI
+
+    from ctxlab.errors import CtxlabError
+    from ctxlab.serve.server import serve
+
+    said: list[str] = []
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        with pytest.raises(CtxlabError, match="--log-level 'loud' is unknown"):
+            serve(FastAPI(), sock, "loud", on_ready=said.append)
+    assert said == []  # `ready` was never printed
 
 
 # -- hypothesis: arbitrary bytes as every text-file argument, any depth as every JSON input --
