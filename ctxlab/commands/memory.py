@@ -101,6 +101,15 @@ def compact(
     )
     if answer_tokens > reserve:
         raise CtxlabError(f"--answer-tokens {answer_tokens} exceeds --reserve {reserve}.")
+    if backend == "ctxlab":  # the window against the model's positions, before it loads
+        from ctxlab.model.registry import model_positions
+
+        limit = model_positions(model)
+        if limit is not None and window > limit:
+            raise CtxlabError(
+                f"--window {window:,} is beyond the model's {limit:,} positions; "
+                f"give at most {limit:,}."
+            )
     if history is not None and facts is not None:
         messages, fact_list = load_fixture_files(history, facts)
         source = f"{history} + {facts}"

@@ -538,6 +538,8 @@ LENGTH_CASES = [
     ("lim-documents", ["eval", "lost-in-middle", "--documents", "100000"],
      "beyond the model's 8,192 positions"),
     ("eval-lengths", ["eval", "--lengths", "100000"], "beyond the model's 8,192 positions"),
+    ("memory-window", ["memory", "compact", "--window", "100000"],
+     "--window 100,000 is beyond the model's 8,192 positions"),
 ]  # fmt: skip
 
 
