@@ -201,6 +201,7 @@ def tour2(files: dict[str, str]) -> dict[str, str]:
     )
     (tmp / "pool_inf.toml").write_text("[recurrent_vs_kv]\npool_gib = inf\n")
     (tmp / "prompt.txt").write_text("Once upon a time")
+    (tmp / "surrogate.txt").write_bytes(b"a \xed\xa0\x80 b")  # U+D800 encoded: not UTF-8
     return files
 
 
@@ -228,6 +229,10 @@ CASES_2 = [
     ("seed-2-64-simulate", ["simulate", SYN, "llama-3.1-8b", "--seed", str(2**64)], "--seed"),
     ("seed-negative", ["eval", "lost-in-middle", "--seed", "-1"], "--seed"),
     ("seed-synthetic", ["simulate", "synthetic:n=5,seed=-1", "llama-3.1-8b"], "synthetic seed"),
+    # text: an argument of bytes that are not UTF-8 arrives as lone surrogates
+    ("surrogate-prompt", ["generate", "hi \udcff there"], "PROMPT holds a lone surrogate"),
+    ("surrogate-query", ["memory", "search", "caf\udce9", "--db", "m.db"], "lone surrogate"),
+    ("surrogate-file", ["generate", "--file", "surrogate.txt"], "not UTF-8 text: byte 2 (0xed)"),
     # uvicorn's options before anything loads (and before `ready`)
     ("log-level", ["serve", "--log-level", "loud"], "--log-level 'loud' is unknown"),
     # a path that must exist is not created
