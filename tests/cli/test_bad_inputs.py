@@ -194,6 +194,8 @@ def tour2(files: dict[str, str]) -> dict[str, str]:
     tmp = Path(files["tmp"])
     (tmp / "bert.json").write_text(json.dumps(BERT))
     (tmp / "v99.gguf").write_bytes(_gguf_bytes(99))
+    arch = struct.pack("<Q", 20) + b"general.architecture" + struct.pack("<IQ", 8, 4) + b"bert"
+    (tmp / "bert.gguf").write_bytes(_gguf_bytes(3, arch, n_kv=1))
     (tmp / "header.gguf").write_bytes(_gguf_bytes(3))
     (tmp / "nested.gguf").write_bytes(_gguf_bytes(3, _nested_gguf_array(5000), n_kv=1))
     (tmp / "latin1.jsonl").write_bytes(
@@ -249,6 +251,7 @@ CASES_2 = [
     ("workshop-only-superscript", ["workshop", "--only", "\u00b2"], "is not a demonstration"),
     ("encoder-only", ["plan", "--config", "bert.json"], "encoder-only model"),
     ("encoder-only-sim", ["simulate", SYN, "--config", "bert.json"], "encoder-only model"),
+    ("encoder-only-gguf", ["plan", "--gguf", "bert.gguf"], "'bert' is an encoder-only model"),
 ]  # fmt: skip
 
 
