@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from ctxlab.commands.options import JsonOpt, SeedOpt, output_dir
+from ctxlab.json_output import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -129,7 +130,7 @@ def register(app: typer.Typer) -> None:
         path.write_text(json.dumps(outcome.document, indent=1) + "\n", encoding="utf-8")
         if as_json:
             doc = {k: v for k, v in outcome.summary.items()}
-            typer.echo(json.dumps({**doc, "result_file": str(path)}))
+            typer.echo(dumps({**doc, "result_file": str(path)}))
         else:
             for line in outcome.lines:
                 typer.echo(line)

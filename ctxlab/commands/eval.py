@@ -23,6 +23,7 @@ from ctxlab.commands.options import (
     output_dir,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
 
 eval_app = typer.Typer(
     help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity.",
@@ -129,7 +130,7 @@ def grid(
 
     summary = run_eval(grid_spec, backend, base_url, model, folder, threshold, relative, as_json)
     if as_json:
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(dumps(summary, indent=2))
 
 
 def _check_thresholds(threshold: float | None, relative: float | None) -> None:
@@ -168,7 +169,7 @@ def summarize(
         read_rows(rows), rows.parent, threshold, relative, as_json, per_cell=not compact
     )
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(dumps(doc, indent=2))
 
 
 @eval_app.command("perplexity")
@@ -224,7 +225,7 @@ def perplexity(
     }
     (folder / "streaming_perplexity.json").write_text(json.dumps(doc, indent=2))
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(dumps(doc, indent=2))
         return
     table = Table(
         title=f"perplexity per {segment}-token segment ({tokens} tokens, cache {cache} tokens, "
@@ -263,7 +264,7 @@ def lost_in_middle(
     resolve_model_path(model)
     doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json)
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(dumps(doc, indent=2))
 
 
 def register(app: typer.Typer) -> None:

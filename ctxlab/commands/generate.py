@@ -7,8 +7,6 @@ policy and budget) runs before the model loads, so a typo costs a second, not a 
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import typer
@@ -33,6 +31,7 @@ from ctxlab.commands.options import (
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import SEED_MAX, check_text, read_text
+from ctxlab.json_output import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -114,7 +113,7 @@ def register(app: typer.Typer) -> None:
                 "token_ids": out.token_ids,
                 "finish_reason": out.finish_reason,
                 **m.as_dict(),
-                "decode_tok_per_s": _json_rate(m),
+                "decode_tok_per_s": _rate(m),  # NaN -> null in dumps
                 "pool_bytes": stats.pool_bytes,
                 "dtype": dtype,
                 "policy": policy or "full",
@@ -124,7 +123,7 @@ def register(app: typer.Typer) -> None:
                 "weights": weights,
                 "weight_bytes": weight_bytes(loaded.model),
             }
-            typer.echo(json.dumps(doc))
+            typer.echo(dumps(doc))
             return
         typer.echo(out.text)
         typer.echo(
@@ -156,9 +155,3 @@ def _rate(m) -> float:
     """Decode tokens per second after the first token."""
     span = m.latency - m.ttft
     return (m.output_tokens - 1) / span if m.output_tokens > 1 and span > 0 else float("nan")
-
-
-def _json_rate(m) -> float | None:
-    """The decode rate for --json: null, not the non-JSON token NaN, when there is none."""
-    rate = _rate(m)
-    return None if math.isnan(rate) else rate

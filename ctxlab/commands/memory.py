@@ -26,6 +26,7 @@ from ctxlab.commands._app_options import (
 )
 from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
 
 memory_app = typer.Typer(
     help="Application memory: tiered memory, context strategies, compaction loss reports.",
@@ -162,7 +163,7 @@ def compact(
 
     plot_compaction(reports, ceiling, folder / "compaction.png")
     if as_json:
-        typer.echo(json.dumps(doc))
+        typer.echo(dumps(doc))
         return
     _print_compaction(doc, reports)
     typer.echo(f"results: {folder / 'compaction.json'}, {folder / 'compaction.png'}")
@@ -304,7 +305,7 @@ def search(
                 for p in found
             ]
     if as_json:
-        typer.echo(json.dumps(rows))
+        typer.echo(dumps(rows))
         return
     if not rows:
         typer.echo("no matches")
@@ -337,7 +338,7 @@ def core(
             memory.set(label.strip(), value, limit, read_only)
         blocks = memory.blocks()
     if as_json:
-        typer.echo(json.dumps([asdict(b) for b in blocks]))
+        typer.echo(dumps([asdict(b) for b in blocks]))
         return
     if not blocks:
         typer.echo("no core memory blocks")
@@ -351,7 +352,7 @@ def tools() -> None:
     """Print the OpenAI tool schemas of the memory tools (Letta's names and arguments)."""
     from ctxlab.memory.tools import TOOL_SCHEMAS
 
-    typer.echo(json.dumps(TOOL_SCHEMAS, indent=1))
+    typer.echo(dumps(TOOL_SCHEMAS, indent=1))
 
 
 @memory_app.command("strategies")
@@ -360,7 +361,7 @@ def strategies(as_json: JsonOpt = False) -> None:
     from ctxlab.memory.strategies import DESCRIPTIONS
 
     if as_json:
-        typer.echo(json.dumps(DESCRIPTIONS))
+        typer.echo(dumps(DESCRIPTIONS))
         return
     for name, text in DESCRIPTIONS.items():
         typer.echo(f"{name:20} {text}")

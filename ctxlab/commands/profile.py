@@ -26,6 +26,7 @@ from ctxlab.commands.options import (
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import load_json
+from ctxlab.json_output import dumps
 
 DEFAULT_OUT = Path("out/profile/step-profile.json")
 
@@ -230,8 +231,6 @@ def register(app: typer.Typer) -> None:
         fit = fit_summary(out)
         if as_json:
             meta = {k: v for k, v in doc.items() if k != "steps"}
-            typer.echo(
-                json.dumps({**meta, "steps": len(doc["steps"]), "fit": fit, "out": str(out)})
-            )
+            typer.echo(dumps({**meta, "steps": len(doc["steps"]), "fit": fit, "out": str(out)}))
             return
         print_profile(console, doc, fit, out)

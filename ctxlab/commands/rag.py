@@ -27,6 +27,7 @@ from ctxlab.commands._app_options import (
 )
 from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
 
 if TYPE_CHECKING:
     from ctxlab.memory.store import Store
@@ -74,7 +75,7 @@ def ingest(
                 bar.advance()
         where = store.path
     if as_json:
-        typer.echo(json.dumps([r.__dict__ for r in results]))
+        typer.echo(dumps([r.__dict__ for r in results]))
         return
     for r in results:
         typer.echo(f"{r.doc_id} v{r.version} ({r.date}): {r.status}, {r.chunks} chunks")
@@ -94,7 +95,7 @@ def docs(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     with open_store(db, must_exist=True, write=False) as store:
         rows = documents(store)
     if as_json:
-        typer.echo(json.dumps([r.__dict__ for r in rows]))
+        typer.echo(dumps([r.__dict__ for r in rows]))
         return
     if not rows:
         typer.echo("no documents")
@@ -149,7 +150,7 @@ def ask(
     ]
     if as_json:
         typer.echo(
-            json.dumps(
+            dumps(
                 {
                     "question": question,
                     "answer": answer.text,
@@ -285,7 +286,7 @@ def evaluate(
 
     plot_eval(report, folder / "rag_eval.png")
     if as_json:
-        typer.echo(json.dumps(doc))
+        typer.echo(dumps(doc))
         return
     print_report(report)
     typer.echo(f"results: {folder / 'rag_eval.json'}, {folder / 'rag_eval.png'}")

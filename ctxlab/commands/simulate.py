@@ -5,7 +5,6 @@ Nothing here imports torch; matplotlib is imported only when plots are written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -33,6 +32,7 @@ from ctxlab.commands.options import (
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
+from ctxlab.json_output import dumps
 from ctxlab.progress import progress
 
 _HEADLINE = (
@@ -271,7 +271,7 @@ def register(app: typer.Typer) -> None:
                 }
             else:
                 payload.update(results[0][1].metrics)
-            typer.echo(json.dumps(payload, default=float))
+            typer.echo(dumps(payload))
             return
         from rich.console import Console
 
@@ -293,7 +293,7 @@ def _calibrate(requests, seed, profile, model, threads, rate, out, as_json) -> N
     folder = output_dir(out if out != Path("out/simulate") else Path("out/calibrate"))
     payload = run_calibration(requests, seed, profile, model, threads, rate, folder, console)
     if as_json:
-        typer.echo(json.dumps(payload, default=float))
+        typer.echo(dumps(payload))
         return
     print_calibration(console, payload)
 
