@@ -56,6 +56,8 @@ def read_history(path: Path) -> list[Message]:
             raise CtxlabError(f"history file {path} is not JSON lines or a JSON list.")
     else:
         items = _json_lines(text, path)
+    if not items:
+        raise CtxlabError(f"history file {path} holds no messages.")
     return [_message(item, path, i) for i, item in enumerate(items)]
 
 

@@ -203,6 +203,7 @@ def tour2(files: dict[str, str]) -> dict[str, str]:
     )
     (tmp / "pool_inf.toml").write_text("[recurrent_vs_kv]\npool_gib = inf\n")
     (tmp / "prompt.txt").write_text("Once upon a time")
+    (tmp / "empty_list.json").write_text("[]")
     (tmp / "surrogate.txt").write_bytes(b"a \xed\xa0\x80 b")  # U+D800 encoded: not UTF-8
     return files
 
@@ -240,6 +241,8 @@ CASES_2 = [
     # a path that must exist is not created
     ("rag-docs-typo", ["rag", "docs", "--db", "TYPO.db"], "TYPO.db does not exist"),
     ("memory-search-typo", ["memory", "search", "x", "--db", "TYPO.db"], "does not exist"),
+    ("memory-core-typo", ["memory", "core", "--db", "TYPO.db"], "TYPO.db does not exist"),
+    ("memory-import-empty-list", ["memory", "import", "empty_list.json"], "holds no messages"),
     # misleading messages, now saying what is wrong
     ("gguf-version-99", ["plan", "--gguf", "v99.gguf"], "version 99, which is not supported"),
     ("gguf-header-only-plan", ["plan", "--gguf", "header.gguf"], "header.gguf"),
