@@ -28,7 +28,8 @@ class _NotFinite(Exception):
         self.token = token
 
 
-def _json_float(token: str) -> float:
+def _finite_float(token: str) -> float:
+    """A float token of JSON or TOML, refused when it overflows (1e999) or is inf/nan."""
     value = float(token)
     if not math.isfinite(value):
         raise _NotFinite(token)
@@ -36,14 +37,7 @@ def _json_float(token: str) -> float:
 
 
 def _json_constant(token: str) -> float:
-    raise _NotFinite(token)
-
-
-def _toml_float(token: str) -> float:
-    value = float(token)
-    if not math.isfinite(value):
-        raise _NotFinite(token)
-    return value
+    raise _NotFinite(token)  # NaN, Infinity, -Infinity
 
 
 def check_tree(value: object, origin: str, max_depth: int = MAX_DEPTH) -> object:
@@ -106,7 +100,7 @@ def _too_deep(origin: str, max_depth: int) -> CtxlabError:
 def loads_json(text: str | bytes, origin: str, max_depth: int = MAX_DEPTH) -> object:
     """Parse JSON text; every mistake is one sentence that starts with `origin`."""
     try:
-        value = json.loads(text, parse_float=_json_float, parse_constant=_json_constant)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_json_constant)
     except RecursionError:
         raise _too_deep(origin, max_depth) from None
     except _NotFinite as exc:
@@ -128,7 +122,7 @@ def load_json(path: str | Path, what: str = "file", max_depth: int = MAX_DEPTH) 
 def loads_toml(text: str, origin: str, max_depth: int = MAX_DEPTH) -> dict[str, object]:
     """Parse TOML text; every mistake is one sentence that starts with `origin`."""
     try:
-        value = tomllib.loads(text, parse_float=_toml_float)
+        value = tomllib.loads(text, parse_float=_finite_float)
     except RecursionError:
         raise _too_deep(origin, max_depth) from None
     except _NotFinite as exc:

@@ -13,6 +13,7 @@ inside the write transaction, so two imports at once store each message once.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -69,7 +70,9 @@ class RecallMemory:
             return None
         return list(self.embedder.embed([m.content for m in messages]))
 
-    def _insert(self, conn, messages: Sequence[Message], vectors: list | None) -> list[Message]:
+    def _insert(
+        self, conn: sqlite3.Connection, messages: Sequence[Message], vectors: list | None
+    ) -> list[Message]:
         stored = []
         for i, m in enumerate(messages):
             created = m.created_at or now_iso()
@@ -88,7 +91,7 @@ class RecallMemory:
             stored.append(replace(m, id=int(cur.lastrowid or 0), created_at=created))
         return stored
 
-    def _not_stored(self, conn, messages: Sequence[Message]) -> list[Message]:
+    def _not_stored(self, conn: sqlite3.Connection, messages: Sequence[Message]) -> list[Message]:
         """The messages of `messages` beyond those the agent has stored (a multiset match)."""
         exact: Counter[tuple[str, str, str, str]] = Counter()
         loose: Counter[tuple[str, str, str]] = Counter()
