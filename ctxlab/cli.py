@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 
 import typer
-from typer.core import TyperOption
+from typer.core import TyperArgument, TyperOption
 
 from ctxlab import __version__
 
@@ -20,6 +21,7 @@ try:  # typer vendors click from 0.20 on; its usage errors are that copy's class
 except ImportError:  # pragma: no cover - an older typer on the PyPI click
     from click.exceptions import NoArgsIsHelpError, UsageError
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_finite, check_text
 
 # One line per command module; each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -74,6 +76,38 @@ def _flag_type(self: TyperOption, ctx: object) -> str | None:
 
 _typed = TyperOption.display_type_rich
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+def _checked(process: Callable[..., object]) -> Callable[..., object]:
+    """Every number a flag or argument takes is finite, and every string is text.
+
+    One check for every option of every command (and of any command added later): `nan` and
+    `inf` are one sentence, so no command computes with them or prints `Infinity` under
+    --json (an option whose default is infinite, `bench serve --request-rate inf`, still
+    takes that value); bytes that are not UTF-8 in an argument (Python hands them over as
+    lone surrogates) are one sentence, not a crash in the tokenizer or SQLite. Paths are
+    left alone: a file name may be any bytes.
+    """
+
+    def checked(self: TyperOption | TyperArgument, ctx: object, value: object) -> object:
+        value = process(self, ctx, value)
+        name = (
+            self.opts[0]
+            if isinstance(self, TyperOption)
+            else str(self.metavar or self.name).upper()
+        )
+        for item in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(item, str):
+                check_text(item, name)
+            elif item != self.default:
+                check_finite(item, name)
+        return value
+
+    return checked
+
+
+TyperOption.process_value = _checked(TyperOption.process_value)  # type: ignore[method-assign]
+TyperArgument.process_value = _checked(TyperArgument.process_value)  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import MAX_DEPTH
 
 # value type id -> struct format of a scalar
 _SCALARS = {
@@ -90,7 +91,11 @@ class _Reader:
     def string(self) -> str:
         return self.take(self.scalar("<Q")).decode("utf-8", errors="replace")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, depth: int = 0) -> Any:
+        """One value; arrays of arrays nest at most `MAX_DEPTH` levels (the shared limit of
+        every structured input), so a crafted header is one sentence, not a RecursionError."""
+        if depth > MAX_DEPTH:
+            raise _Corrupt(f"its metadata arrays nest deeper than {MAX_DEPTH} levels")
         if vtype in _SCALARS:
             return self.scalar(_SCALARS[vtype])
         if vtype == _STRING:
@@ -108,7 +113,7 @@ class _Reader:
                 return np.frombuffer(raw, dtype=np.dtype(fmt)).tolist()
             if etype != _ARRAY or count > self.left():
                 raise _Corrupt(f"unknown value type {etype}")
-            return [self.value(etype) for _ in range(count)]
+            return [self.value(etype, depth + 1) for _ in range(count)]
         raise _Corrupt(f"unknown value type {vtype}")
 
     def _skip_strings(self, count: int) -> None:
@@ -141,8 +146,11 @@ def read_gguf_header(path: str | Path) -> GGUFHeader:
                 raise CtxlabError(f"{path} is not a GGUF file (its first bytes are not GGUF).")
             r = _Reader(f, size)
             version = r.scalar("<I")
-            if version < 2:
-                raise CtxlabError(f"{path} is GGUF version {version}; ctxlab reads 2 and 3.")
+            if version not in (2, 3):
+                raise CtxlabError(
+                    f"{path} is GGUF version {version}, which is not supported; ctxlab reads "
+                    "versions 2 and 3."
+                )
             n_tensors, n_kv = r.scalar("<Q"), r.scalar("<Q")
             if n_tensors > size or n_kv > size:
                 raise _Corrupt("its counts exceed the file's size")

@@ -41,6 +41,11 @@ _KEY_LIMITS = {
 }
 
 
+# llama.cpp's encoder-only architectures (embedding models): no KV cache to plan.
+_ENCODER_ONLY = {"bert", "modern-bert", "neo-bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2",
+                 "t5encoder"}  # fmt: skip
+
+
 class _Meta:
     """Metadata access that names the file and the key in every error."""
 
@@ -50,6 +55,11 @@ class _Meta:
         arch = self.raw("general.architecture")
         if not isinstance(arch, str) or not arch:
             raise self.fail("general.architecture", "is missing")
+        if arch in _ENCODER_ONLY:
+            raise CtxlabError(
+                f"{origin}: {arch!r} is an encoder-only model; it keeps no KV cache, so there "
+                "is nothing to plan (ctxlab plans decoders that generate)."
+            )
         self.arch = arch
 
     def fail(self, key: str, why: str) -> CtxlabError:

@@ -14,7 +14,6 @@ Traps handled (each is a real config in the wild):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from ctxlab.arch.limits import (
 from ctxlab.arch.params import estimate_params
 from ctxlab.arch.spec import ArchSpec, LayerSpec, RecurrentState
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 
 # layer_types values, as transformers spells them, mapped to a mixer.
 _LAYER_TYPE_MIXER = {
@@ -136,18 +136,7 @@ def _load(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any],
     if path.is_dir():
         path = path / "config.json"
     origin = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CtxlabError(f"{origin}: config file not found") from None
-    except OSError as exc:
-        raise CtxlabError(f"{origin}: cannot read the config file ({exc.strerror})") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CtxlabError(
-            f"{origin}: not valid JSON (line {exc.lineno}, column {exc.colno})"
-        ) from None
+    cfg = load_json(path, "config")
     if not isinstance(cfg, dict):
         raise CtxlabError(f"{origin}: the top level must be a JSON object")
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
@@ -260,11 +249,46 @@ def _recurrent_layer(r: _Reader, mixer: str, hidden: int, heads: int, head_dim: 
     return LayerSpec("recurrent", recurrent=state)
 
 
+# Encoder-only families: they read the whole input at once and generate nothing, so they
+# keep no KV cache; planning one for them would be a number about nothing.
+_ENCODER_ONLY = {
+    "albert",
+    "bert",
+    "camembert",
+    "deberta",
+    "deberta-v2",
+    "distilbert",
+    "electra",
+    "ernie",
+    "modernbert",
+    "mpnet",
+    "nomic_bert",
+    "roberta",
+    "xlm-roberta",
+}
+_ENCODER_HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification")
+
+
+def _check_decoder(cfg: Mapping[str, Any], origin: str) -> None:
+    """Refuse an encoder-only model (BERT and kin) with the reason, not a made-up KV cache."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    archs = cfg.get("architectures")
+    heads = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    by_head = bool(heads) and all(a.endswith(_ENCODER_HEADS) for a in heads)
+    if model_type in _ENCODER_ONLY or (by_head and not cfg.get("is_decoder")):
+        what = model_type or heads[0]
+        raise CtxlabError(
+            f"{origin}: {what!r} is an encoder-only model; it keeps no KV cache, so there is "
+            "nothing to plan (ctxlab plans decoders that generate)."
+        )
+
+
 def from_hf_config(
     path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
 ) -> ArchSpec:
     """Build an `ArchSpec` from a config.json path (or its folder, or the parsed dict)."""
     raw, origin, default_name = _load(path_or_dict)
+    _check_decoder(raw, origin)
     cfg = _text_config(raw, origin)
     r = _Reader(cfg, origin)
 

@@ -61,6 +61,9 @@ class Endpoint:
         return body
 
 
+TIMED_OUT = "no answer within the timeout"
+
+
 async def send(
     client: httpx.AsyncClient,
     ep: Endpoint,
@@ -68,17 +71,20 @@ async def send(
     max_tokens: int,
     result: RequestResult,
     t0: float,
+    timeout: float | None = None,
 ) -> RequestResult:
     """Stream one request into `result` (times relative to `t0`); never raises for a server
-    or network failure: the result says `success=False` and why."""
+    or network failure: the result says `success=False` and why. `timeout` overrides the
+    client's seconds of silence allowed (the test request waits less than a real one)."""
     clock = time.perf_counter
     st = clock()
     result.start = st - t0
     last = st
     text: list[str] = []
     try:
+        extra = {} if timeout is None else {"timeout": httpx.Timeout(timeout)}
         async with client.stream(
-            "POST", ep.url, json=ep.payload(prompt, max_tokens), headers=ep.headers()
+            "POST", ep.url, json=ep.payload(prompt, max_tokens), headers=ep.headers(), **extra
         ) as r:
             if r.status_code != 200:
                 body = (await r.aread()).decode(errors="replace")
@@ -116,6 +122,9 @@ async def send(
                     details = usage.get("prompt_tokens_details") or {}
                     if details.get("cached_tokens") is not None:
                         result.cached_tokens = int(details["cached_tokens"])
+    except httpx.TimeoutException as exc:
+        result.error = f"{TIMED_OUT} ({type(exc).__name__})"
+        return result
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         return result

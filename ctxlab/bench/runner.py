@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import httpx
 import numpy as np
 
-from ctxlab.bench.client import Endpoint, send
+from ctxlab.bench.client import TIMED_OUT, Endpoint, send
 from ctxlab.bench.metrics import RequestResult
 from ctxlab.bench.workloads import BenchRequest
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_positive
 
 
 @dataclass
@@ -49,19 +50,32 @@ def arrival_times(n: int, rate: float, burstiness: float, seed: int) -> list[flo
     return [0.0, *np.cumsum(gaps).tolist()][:n]
 
 
-async def check_server(client: httpx.AsyncClient, ep: Endpoint, first: BenchRequest) -> None:
+PROBE_TIMEOUT_S = 60.0  # the test request asks for one token; a live server answers sooner
+
+
+async def check_server(
+    client: httpx.AsyncClient, ep: Endpoint, first: BenchRequest, timeout: float
+) -> None:
     """One request with one output token before the clock starts (as `vllm bench serve`'s
     initial test run), so a wrong URL, model or key is one sentence, not N failures.
 
     Its prompt is as long as the first request's, because a server may refuse a toy one (a KV
     policy whose budget needs a longer prompt), but it starts with a word of its own: the
     first request then finds none of its blocks cached by the probe, and its TTFT and cached
-    tokens are its own (vLLM's test run sends the first prompt itself and warms the cache)."""
+    tokens are its own (vLLM's test run sends the first prompt itself and warms the cache).
+    It waits at most `PROBE_TIMEOUT_S` (or `timeout`, when shorter), so a server that accepts
+    and never answers is one sentence within a minute, not a silent wait."""
     probe = RequestResult(index=-1, prompt_len=first.prompt_len)
     words = first.prompt.split(" ")
     text = " ".join(["Ping", *words[:-1]]) if len(words) > 1 else f"Ping {first.prompt}"
     prompt = [{"role": "user", "content": text}] if first.turns else text
-    await send(client, ep, prompt, 1, probe, time.perf_counter())
+    wait = min(timeout, PROBE_TIMEOUT_S)
+    await send(client, ep, prompt, 1, probe, time.perf_counter(), timeout=wait)
+    if probe.error.startswith(TIMED_OUT):
+        raise CtxlabError(
+            f"the server at {ep.url} accepted the test request but sent nothing for {wait:g} s "
+            f"({probe.error.removeprefix(TIMED_OUT).strip(' ()')}); is it stuck or overloaded?"
+        )
     if not probe.success:
         raise CtxlabError(f"the server at {ep.url} did not answer a test request: {probe.error}")
 
@@ -77,13 +91,14 @@ async def run(
     """Send every request (each conversation's turns in order) at its arrival time."""
     if max_concurrency is not None and max_concurrency < 1:
         raise CtxlabError(f"--max-concurrency must be at least 1, got {max_concurrency}.")
+    check_positive(timeout, "--timeout")
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     tmo = httpx.Timeout(timeout, connect=min(30.0, timeout))
     slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     done: list[RequestResult] = []
     async with httpx.AsyncClient(limits=limits, timeout=tmo) as client:
         if requests:
-            await check_server(client, ep, requests[0])
+            await check_server(client, ep, requests[0], timeout)
         t0 = time.perf_counter()
 
         async def one(prompt, max_tokens: int, res: RequestResult) -> RequestResult:

@@ -20,6 +20,7 @@ from ctxlab.bench.metrics import RequestResult, summarize
 from ctxlab.bench.report import result_document, result_lines
 from ctxlab.bench.runner import arrival_times, run
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_positive
 from ctxlab.progress import progress
 
 DATASETS = ("random", "shared-prefix", "multi-turn", "trace")
@@ -56,6 +57,7 @@ class BenchConfig:
         """The requests and their arrival times."""
         if self.dataset not in DATASETS:
             raise CtxlabError(f"--dataset {self.dataset!r} is unknown; use {', '.join(DATASETS)}.")
+        check_positive(self.timeout, "--timeout")
         if self.num_prompts is not None and self.num_prompts < 1:
             raise CtxlabError(f"--num-prompts must be at least 1, got {self.num_prompts}.")
         n = self.num_prompts or 100
@@ -118,7 +120,8 @@ def run_bench(cfg: BenchConfig, show_progress: bool = True) -> BenchOutcome:
     ep = cfg.endpoint_for_run()
     requests, arrivals = cfg.workload()
     total = sum(1 + len(r.turns) for r in requests)
-    with progress(f"benchmarking {ep.url}", total, enabled=show_progress) as bar:
+    label = f"benchmarking {ep.url} (--timeout {cfg.timeout:g} s)"
+    with progress(label, total, enabled=show_progress) as bar:
         outcome = asyncio.run(
             run(ep, requests, arrivals, cfg.max_concurrency, cfg.timeout, lambda _r: bar.advance())
         )

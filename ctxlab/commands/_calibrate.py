@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 
 # The engine's own defaults (`LLMEngine`): the configuration calibration checks.
 POOL_TOKENS = 32768
@@ -161,7 +162,7 @@ def run_calibration(
 def _after_over_before(profile: Path) -> float | None:
     """Total time of the profile's steps measured after the replay over those before (the
     same design, so the same step shapes): how much the machine's speed moved."""
-    steps = json.loads(profile.read_text(encoding="utf-8"))["steps"]
+    steps = load_json(profile, "step profile")["steps"]  # type: ignore[index]
     before = sum(s["seconds"] for s in steps if s.get("phase") == "before")
     after = sum(s["seconds"] for s in steps if s.get("phase") == "after")
     return after / before if before > 0 and after > 0 else None

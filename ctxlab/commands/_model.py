@@ -12,8 +12,12 @@ from ctxlab.progress import progress
 
 
 def run_one(engine: Any, request: Any, params: Any, *, enabled: bool = True) -> Any:
-    """One request through the engine, with the prefill and the decode as progress bars."""
-    rid = engine.add_request(request, params)
+    """One request through the engine, with the prefill and the decode as progress bars.
+
+    The prompt's length plus `max_tokens` is checked against the model's positions first."""
+    ids = engine.encode(request)
+    engine.check_context(len(ids), params.max_tokens)
+    rid = engine.add_request(ids, params)
     seq = engine.seqs[rid]
     prompt = seq.num_prompt
     with progress(f"prefill of {prompt:,} tokens", total=prompt, enabled=enabled) as bar:

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from ctxlab.commands.options import JsonOpt, SeedOpt, output_dir
+from ctxlab.json_output import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
             None, "--trace", help="trace: a Mooncake .jsonl (timestamp ms, lengths, hash_ids)."
         ),
         trace_hash_block: int = typer.Option(
-            512, "--trace-hash-block", help="trace: tokens per hash id (Mooncake: 512)."
+            512, "--trace-hash-block", min=1, help="trace: tokens per hash id (Mooncake: 512)."
         ),
         trace_time_scale: float = typer.Option(
             1.0, "--trace-time-scale", help="trace: multiply the timestamps (0.5 = twice as fast)."
@@ -81,7 +82,11 @@ def register(app: typer.Typer) -> None:
         api_key: str = typer.Option(
             None, "--api-key", help="Bearer key (default: $OPENAI_API_KEY when set)."
         ),
-        timeout: float = typer.Option(600.0, "--timeout", help="Seconds per request."),
+        timeout: float = typer.Option(
+            600.0,
+            "--timeout",
+            help="Seconds of silence allowed per request (the test request waits at most 60).",
+        ),
         seed: SeedOpt = 0,
         out: Path = typer.Option(
             Path("out/bench"), "--out", help="Folder for result.json (created if missing)."
@@ -125,7 +130,7 @@ def register(app: typer.Typer) -> None:
         path.write_text(json.dumps(outcome.document, indent=1) + "\n", encoding="utf-8")
         if as_json:
             doc = {k: v for k, v in outcome.summary.items()}
-            typer.echo(json.dumps({**doc, "result_file": str(path)}))
+            typer.echo(dumps({**doc, "result_file": str(path)}))
         else:
             for line in outcome.lines:
                 typer.echo(line)

@@ -23,6 +23,7 @@ from ctxlab.commands.options import (
     output_dir,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
 
 eval_app = typer.Typer(
     help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity.",
@@ -95,8 +96,7 @@ def grid(
         raise CtxlabError(f"--samples must be positive, got {samples}")
     if depths is not None and depths <= 0:
         raise CtxlabError(f"--depths must be positive, got {depths}")
-    if threshold is not None and relative is not None:
-        raise CtxlabError("give --threshold or --relative-threshold, not both")
+    _check_thresholds(threshold, relative)
     if backend not in ("ctxlab", "openai"):
         raise CtxlabError(f"unknown backend {backend!r}; use ctxlab or openai")
     if backend == "openai" and not base_url:
@@ -115,16 +115,32 @@ def grid(
         seed=seed,
         runs=runs,
     )
-    folder = _out_dir(out, "eval")
     if backend == "ctxlab":
-        from ctxlab.model.registry import resolve_model_path
+        from ctxlab.model.registry import model_positions
 
-        resolve_model_path(model)  # a missing model is one sentence before anything runs
+        # A missing model, or a length beyond its positions, is one sentence before any work.
+        limit = model_positions(model)
+        if limit is not None and max(grid_lengths) > limit:
+            raise CtxlabError(
+                f"--lengths {max(grid_lengths):,} is beyond the model's {limit:,} positions; "
+                f"give lengths up to {limit:,}"
+            )
+    folder = _out_dir(out, "eval")
     from ctxlab.eval.harness import run_eval
 
     summary = run_eval(grid_spec, backend, base_url, model, folder, threshold, relative, as_json)
     if as_json:
-        typer.echo(json.dumps(summary, indent=2))
+        typer.echo(dumps(summary, indent=2))
+
+
+def _check_thresholds(threshold: float | None, relative: float | None) -> None:
+    """The effective-length bar: a score in (0, 100] or a fraction in (0, 1], not both."""
+    if threshold is not None and relative is not None:
+        raise CtxlabError("give --threshold or --relative-threshold, not both")
+    if threshold is not None and not 0 < threshold <= 100:
+        raise CtxlabError(f"--threshold is a score in (0, 100], got {threshold}")
+    if relative is not None and not 0 < relative <= 1:
+        raise CtxlabError(f"--relative-threshold is a fraction in (0, 1], got {relative}")
 
 
 @eval_app.command("summarize")
@@ -148,13 +164,12 @@ def summarize(
     from ctxlab.eval.summary import read_rows
 
     input_file(rows, "rows file", "rows.jsonl written by ctxlab eval")
-    if threshold is not None and relative is not None:
-        raise CtxlabError("give --threshold or --relative-threshold, not both")
+    _check_thresholds(threshold, relative)
     doc = summarize_rows(
         read_rows(rows), rows.parent, threshold, relative, as_json, per_cell=not compact
     )
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(dumps(doc, indent=2))
 
 
 @eval_app.command("perplexity")
@@ -210,7 +225,7 @@ def perplexity(
     }
     (folder / "streaming_perplexity.json").write_text(json.dumps(doc, indent=2))
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(dumps(doc, indent=2))
         return
     table = Table(
         title=f"perplexity per {segment}-token segment ({tokens} tokens, cache {cache} tokens, "
@@ -249,7 +264,7 @@ def lost_in_middle(
     resolve_model_path(model)
     doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json)
     if as_json:
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(dumps(doc, indent=2))
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,6 @@ policy and budget) runs before the model loads, so a typo costs a second, not a 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -31,6 +30,8 @@ from ctxlab.commands.options import (
     set_threads,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import SEED_MAX, check_text, read_text
+from ctxlab.json_output import dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -47,7 +48,12 @@ def register(app: typer.Typer) -> None:
         top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1 = off)."),
         top_k: int = typer.Option(0, "--top-k", help="Sample from the k likeliest (0 = off)."),
         seed: int = typer.Option(
-            None, "--seed", help="Sampling seed (temperature > 0).", show_default=False
+            None,
+            "--seed",
+            min=0,
+            max=SEED_MAX,
+            help="Sampling seed (temperature > 0).",
+            show_default=False,
         ),
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
@@ -63,9 +69,15 @@ def register(app: typer.Typer) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
         check_sampling(max_tokens, temperature, top_p, top_k)
         if file is not None:
-            prompt = input_file(file, "--file", "text file").read_text()
+            if prompt:
+                raise CtxlabError(
+                    "give the prompt as an argument or with --file, not both "
+                    f"({prompt[:20]!r} and {file})."
+                )
+            prompt = read_text(input_file(file, "--file", "text file"), "--file")
         if not prompt:
             raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
+        check_text(prompt, "the prompt")
         options = EngineOptions(
             model=model,
             policy=policy,
@@ -101,7 +113,7 @@ def register(app: typer.Typer) -> None:
                 "token_ids": out.token_ids,
                 "finish_reason": out.finish_reason,
                 **m.as_dict(),
-                "decode_tok_per_s": _rate(m),
+                "decode_tok_per_s": _rate(m),  # NaN -> null in dumps
                 "pool_bytes": stats.pool_bytes,
                 "dtype": dtype,
                 "policy": policy or "full",
@@ -111,7 +123,7 @@ def register(app: typer.Typer) -> None:
                 "weights": weights,
                 "weight_bytes": weight_bytes(loaded.model),
             }
-            typer.echo(json.dumps(doc))
+            typer.echo(dumps(doc))
             return
         typer.echo(out.text)
         typer.echo(

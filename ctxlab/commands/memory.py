@@ -26,6 +26,7 @@ from ctxlab.commands._app_options import (
 )
 from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
 
 memory_app = typer.Typer(
     help="Application memory: tiered memory, context strategies, compaction loss reports.",
@@ -101,6 +102,15 @@ def compact(
     )
     if answer_tokens > reserve:
         raise CtxlabError(f"--answer-tokens {answer_tokens} exceeds --reserve {reserve}.")
+    if backend == "ctxlab":  # the window against the model's positions, before it loads
+        from ctxlab.model.registry import model_positions
+
+        limit = model_positions(model)
+        if limit is not None and window > limit:
+            raise CtxlabError(
+                f"--window {window:,} is beyond the model's {limit:,} positions; "
+                f"give at most {limit:,}."
+            )
     if history is not None and facts is not None:
         messages, fact_list = load_fixture_files(history, facts)
         source = f"{history} + {facts}"
@@ -153,7 +163,7 @@ def compact(
 
     plot_compaction(reports, ceiling, folder / "compaction.png")
     if as_json:
-        typer.echo(json.dumps(doc))
+        typer.echo(dumps(doc))
         return
     _print_compaction(doc, reports)
     typer.echo(f"results: {folder / 'compaction.json'}, {folder / 'compaction.png'}")
@@ -230,7 +240,8 @@ def import_history(
     db: DbOpt = None,
     agent: str = typer.Option("default", "--agent", help="Agent whose recall memory to fill."),
 ) -> None:
-    """Store every message of a history in recall memory (one transaction)."""
+    """Store a history's messages in recall memory (one transaction); importing the same
+    history again stores nothing twice, and a grown history adds only its new messages."""
     from ctxlab.memory.embed import WordLlamaEmbedder
     from ctxlab.memory.messages import read_history
     from ctxlab.memory.recall import RecallMemory
@@ -238,8 +249,9 @@ def import_history(
 
     messages = read_history(history)
     with open_store(db) as store:
-        stored = RecallMemory(store, WordLlamaEmbedder(), agent).add(messages)
-        typer.echo(f"stored {len(stored)} messages for agent {agent!r} in {store.path}")
+        stored, already = RecallMemory(store, WordLlamaEmbedder(), agent).import_history(messages)
+        there = f" ({already} already stored, skipped)" if already else ""
+        typer.echo(f"stored {len(stored)} messages for agent {agent!r} in {store.path}{there}")
 
 
 @memory_app.command("search")
@@ -265,6 +277,8 @@ def search(
     from ctxlab.rag.readers import check_date
 
     check_retriever(retriever)
+    if not query.strip():
+        raise CtxlabError("the query is empty; give words to search for.")
     if k < 1:
         raise CtxlabError(f"--k must be at least 1, got {k}.")
     if tier not in ("recall", "archival"):
@@ -272,7 +286,7 @@ def search(
     for flag, value in (("--since", since), ("--until", until)):
         if value:
             check_date(value, flag)
-    with open_store(db) as store:
+    with open_store(db, must_exist=True, write=False) as store:
         if tier == "recall":
             roles = parse_list(role, "--role") if role else None
             hits = RecallMemory(store, WordLlamaEmbedder(), agent).search(
@@ -291,7 +305,7 @@ def search(
                 for p in found
             ]
     if as_json:
-        typer.echo(json.dumps(rows))
+        typer.echo(dumps(rows))
         return
     if not rows:
         typer.echo("no matches")
@@ -315,7 +329,7 @@ def core(
     from ctxlab.memory.core import CoreMemory
     from ctxlab.memory.store import open_store
 
-    with open_store(db) as store:
+    with open_store(db, must_exist=set_ is None, write=set_ is not None) as store:
         memory = CoreMemory(store, agent)
         if set_ is not None:
             if "=" not in set_:
@@ -324,7 +338,7 @@ def core(
             memory.set(label.strip(), value, limit, read_only)
         blocks = memory.blocks()
     if as_json:
-        typer.echo(json.dumps([asdict(b) for b in blocks]))
+        typer.echo(dumps([asdict(b) for b in blocks]))
         return
     if not blocks:
         typer.echo("no core memory blocks")
@@ -338,7 +352,7 @@ def tools() -> None:
     """Print the OpenAI tool schemas of the memory tools (Letta's names and arguments)."""
     from ctxlab.memory.tools import TOOL_SCHEMAS
 
-    typer.echo(json.dumps(TOOL_SCHEMAS, indent=1))
+    typer.echo(dumps(TOOL_SCHEMAS, indent=1))
 
 
 @memory_app.command("strategies")
@@ -347,7 +361,7 @@ def strategies(as_json: JsonOpt = False) -> None:
     from ctxlab.memory.strategies import DESCRIPTIONS
 
     if as_json:
-        typer.echo(json.dumps(DESCRIPTIONS))
+        typer.echo(dumps(DESCRIPTIONS))
         return
     for name, text in DESCRIPTIONS.items():
         typer.echo(f"{name:20} {text}")

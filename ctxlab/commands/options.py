@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import SEED_MAX
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
@@ -158,7 +159,10 @@ def set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed: the same seed gives the same data.")]
+SeedOpt = Annotated[
+    int,
+    typer.Option("--seed", min=0, max=SEED_MAX, help="Seed: the same seed gives the same data."),
+]
 
 
 def output_dir(path: Path, flag: str = "--out") -> Path:

@@ -6,7 +6,6 @@ its arguments and prints tables, JSON or a plot. Nothing here imports torch.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from ctxlab.commands.options import (
     plot_path,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
 
 
 def print_catalogue() -> None:
@@ -205,7 +205,7 @@ def plan(
         out: dict[str, Any] = (
             plans[0] if len(plans) == 1 else {"schema": "ctxlab.plan-set/1", "plans": plans}
         )
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(dumps(out, indent=2))
         if plot_file is not None:
             typer.echo(f"plot written to {plot_file}", err=True)
         return

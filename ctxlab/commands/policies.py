@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from ctxlab.commands.options import JsonOpt
+from ctxlab.json_output import dumps
 
 
 def _fmt(value: object) -> str:
@@ -21,7 +20,7 @@ def policies(
 
     rows = describe_policies()
     if as_json:
-        typer.echo(json.dumps({"policies": rows}, indent=2, default=str))
+        typer.echo(dumps({"policies": rows}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table

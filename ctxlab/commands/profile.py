@@ -25,6 +25,8 @@ from ctxlab.commands.options import (
     output_file,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
+from ctxlab.json_output import dumps
 
 DEFAULT_OUT = Path("out/profile/step-profile.json")
 
@@ -119,7 +121,7 @@ def fit_summary(path: Path) -> dict[str, float]:
     from ctxlab.sim.steptime import ProfileStepTime
 
     model = ProfileStepTime(path)
-    steps = json.loads(path.read_text(encoding="utf-8"))["steps"]
+    steps = load_json(path, "step profile")["steps"]  # type: ignore[index]
     self_fit = step_prediction(str(path), steps)
     c = model.coef
     return {
@@ -229,8 +231,6 @@ def register(app: typer.Typer) -> None:
         fit = fit_summary(out)
         if as_json:
             meta = {k: v for k, v in doc.items() if k != "steps"}
-            typer.echo(
-                json.dumps({**meta, "steps": len(doc["steps"]), "fit": fit, "out": str(out)})
-            )
+            typer.echo(dumps({**meta, "steps": len(doc["steps"]), "fit": fit, "out": str(out)}))
             return
         print_profile(console, doc, fit, out)

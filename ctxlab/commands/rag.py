@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -27,6 +27,10 @@ from ctxlab.commands._app_options import (
 )
 from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
 from ctxlab.errors import CtxlabError
+from ctxlab.json_output import dumps
+
+if TYPE_CHECKING:
+    from ctxlab.memory.store import Store
 
 rag_app = typer.Typer(
     help="Retrieval with citations: ingest, ask, evaluate (recall@k, accuracy, cost).",
@@ -59,18 +63,19 @@ def ingest(
 
     check_sizes(chunk_tokens, overlap_tokens)
     docs = collect(list(paths))  # every file read and checked before anything is written
-    tokenizer = EngineBackend(model)
-    embedder = WordLlamaEmbedder()
     results = []
-    with open_store(db) as store, progress("ingesting", len(docs)) as bar:
-        for doc in docs:
-            results.append(
-                ingest_one(store, doc, tokenizer, embedder, chunk_tokens, overlap_tokens, model)
-            )
-            bar.advance()
+    with open_store(db) as store:  # a read-only store is refused before the tokenizer loads
+        tokenizer = EngineBackend(model)
+        embedder = WordLlamaEmbedder()
+        with progress("ingesting", len(docs)) as bar:
+            for doc in docs:
+                results.append(
+                    ingest_one(store, doc, tokenizer, embedder, chunk_tokens, overlap_tokens, model)
+                )
+                bar.advance()
         where = store.path
     if as_json:
-        typer.echo(json.dumps([r.__dict__ for r in results]))
+        typer.echo(dumps([r.__dict__ for r in results]))
         return
     for r in results:
         typer.echo(f"{r.doc_id} v{r.version} ({r.date}): {r.status}, {r.chunks} chunks")
@@ -87,10 +92,10 @@ def docs(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     from ctxlab.memory.store import open_store
     from ctxlab.rag.documents import documents
 
-    with open_store(db) as store:
+    with open_store(db, must_exist=True, write=False) as store:
         rows = documents(store)
     if as_json:
-        typer.echo(json.dumps([r.__dict__ for r in rows]))
+        typer.echo(dumps([r.__dict__ for r in rows]))
         return
     if not rows:
         typer.echo("no documents")
@@ -130,16 +135,22 @@ def ask(
         check_date(as_of, "--as-of")
     if k < 1 or max_tokens < 1:
         raise CtxlabError("--k and --max-tokens must be at least 1.")
+    if not question.strip():
+        raise CtxlabError("the question is empty; ask something.")
+    with open_store(db, must_exist=True, write=False) as store:
+        _check_something_to_retrieve(store, as_of)
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
-    with open_store(db) as store, progress("answering"):
+    with open_store(db, must_exist=True, write=False) as store, progress("answering"):
         answer = ask_question(engine, store, question, k, retriever, order, as_of, max_tokens)
+    if not answer.passages:
+        typer.echo("note: nothing was retrieved, so the answer cites no passage.", err=True)
     passages = [
         {"key": p.key, "version": p.version, "date": p.date, "rank": p.rank, "text": p.text}
         for p in answer.passages
     ]
     if as_json:
         typer.echo(
-            json.dumps(
+            dumps(
                 {
                     "question": question,
                     "answer": answer.text,
@@ -156,6 +167,23 @@ def ask(
     typer.echo(f"citations: {cites} ({answer.cited_by})")
     for p in passages:
         typer.echo(f"  [{p['key']}] v{p['version']} {p['date']}: {p['text'][:100]}")
+
+
+def _check_something_to_retrieve(store: Store, as_of: str | None) -> None:
+    """Refuse a question no stored version can answer (an empty store, or --as-of before
+    every document's date) before the model loads, with the sentence that says why."""
+    from ctxlab.rag.documents import documents
+
+    dates = sorted(d.date for d in documents(store))
+    if not dates:
+        raise CtxlabError(
+            f"{store.path} holds no documents; ingest some first (ctxlab rag ingest)."
+        )
+    if as_of is not None and as_of < dates[0]:
+        raise CtxlabError(
+            f"no document version is dated on or before --as-of {as_of} (the oldest is "
+            f"{dates[0]}), so nothing can be retrieved."
+        )
 
 
 @rag_app.command("eval")
@@ -258,7 +286,7 @@ def evaluate(
 
     plot_eval(report, folder / "rag_eval.png")
     if as_json:
-        typer.echo(json.dumps(doc))
+        typer.echo(dumps(doc))
         return
     print_report(report)
     typer.echo(f"results: {folder / 'rag_eval.json'}, {folder / 'rag_eval.png'}")

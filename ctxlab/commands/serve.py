@@ -83,6 +83,11 @@ def register(app: typer.Typer) -> None:
             weights=weights,
         ).check()
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
+        from ctxlab.model.registry import model_positions
+        from ctxlab.serve.server import check_log_level
+
+        check_log_level(log_level)
+        _check_max_model_len(max_model_len, model_positions(model))  # before the model loads
         set_threads(threads)
         if metrics_prefix not in ("ctxlab", "vllm"):
             raise CtxlabError(
@@ -106,6 +111,7 @@ def register(app: typer.Typer) -> None:
                 max_model_len=max_model_len,
             )
             _ = llm.tokenizer  # built now, not on the first request
+        _check_max_model_len(max_model_len, int(llm.engine.config.max_position))
         from ctxlab.serve import ServeSettings, create_app
         from ctxlab.serve.server import serve as run
 
@@ -119,6 +125,17 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"ready {url}", err=False)
 
         run(app_, sock, log_level, on_ready=ready)
+
+
+def _check_max_model_len(max_model_len: int | None, trained: int | None) -> None:
+    """Serving past the model's trained positions would answer with garbage: refuse it."""
+    if max_model_len is not None and max_model_len < 1:
+        raise CtxlabError(f"--max-model-len must be at least 1, got {max_model_len}.")
+    if max_model_len is not None and trained is not None and max_model_len > trained:
+        raise CtxlabError(
+            f"--max-model-len {max_model_len:,} is beyond the model's {trained:,} positions; "
+            f"give at most {trained:,} (or leave it out)."
+        )
 
 
 def _check(

@@ -5,7 +5,6 @@ Nothing here imports torch; matplotlib is imported only when plots are written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -32,6 +31,8 @@ from ctxlab.commands.options import (
     output_dir,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_positive
+from ctxlab.json_output import dumps
 from ctxlab.progress import progress
 
 _HEADLINE = (
@@ -142,7 +143,7 @@ def register(app: typer.Typer) -> None:
             None, "--profile", help="Measured step-time profile JSON (from ctxlab profile)."
         ),
         hash_block: int = typer.Option(
-            512, "--hash-block", help="Tokens per trace hash id (Mooncake: 512)."
+            512, "--hash-block", min=1, help="Tokens per trace hash id (Mooncake: 512)."
         ),
         sweep: str | None = typer.Option(
             None,
@@ -179,6 +180,8 @@ def register(app: typer.Typer) -> None:
         from ctxlab.sim.trace import load_trace
 
         if calibrate:
+            if rate is not None:
+                check_positive(rate, "--rate")
             _calibrate(requests, seed, profile, model, threads, rate, out, as_json)
             return
         if trace is None:
@@ -268,7 +271,7 @@ def register(app: typer.Typer) -> None:
                 }
             else:
                 payload.update(results[0][1].metrics)
-            typer.echo(json.dumps(payload, default=float))
+            typer.echo(dumps(payload))
             return
         from rich.console import Console
 
@@ -290,7 +293,7 @@ def _calibrate(requests, seed, profile, model, threads, rate, out, as_json) -> N
     folder = output_dir(out if out != Path("out/simulate") else Path("out/calibrate"))
     payload = run_calibration(requests, seed, profile, model, threads, rate, folder, console)
     if as_json:
-        typer.echo(json.dumps(payload, default=float))
+        typer.echo(dumps(payload))
         return
     print_calibration(console, payload)
 

@@ -29,7 +29,8 @@ def parse_only(text: str | None) -> set[int] | None:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        if not part.isdigit() or int(part) not in BY_NUMBER:
+        # isdecimal, not isdigit: '²' is a digit to Python but no number int() reads
+        if not (part.isascii() and part.isdecimal()) or int(part) not in BY_NUMBER:
             raise CtxlabError(
                 f"--only {text!r}: {part!r} is not a demonstration number (1 to {len(BY_NUMBER)})."
             )

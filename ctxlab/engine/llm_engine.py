@@ -161,6 +161,19 @@ class LLMEngine:
         self.scheduler.add(seq)
         return rid
 
+    def check_context(self, prompt_len: int, max_tokens: int) -> None:
+        """Refuse a request whose prompt plus max_tokens exceeds the model's positions, before
+        any work: serve answers 400 with this sentence and `generate` exits with it, rather
+        than decoding thousands of tokens into the position limit. A policy with unbounded
+        positions (streaming) has no such limit."""
+        if self.runtime.unbounded_positions or prompt_len + max_tokens <= self.max_position:
+            return
+        raise CtxlabError(
+            f"this model's maximum context length is {self.max_position} tokens, but "
+            f"{prompt_len + max_tokens} were requested ({prompt_len} in the prompt, "
+            f"{max_tokens} in max_tokens); reduce the prompt or max_tokens."
+        )
+
     def _check_policy_floor(self, prompt_len: int) -> None:
         """Refuse a prompt whose budget (a share of it) falls under what the policy always
         keeps (sinks, observation window): the policy would raise at the end of prefill.

@@ -6,11 +6,13 @@ not depend on what else shares the batch. Temperature 0 is greedy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_seed
 
 
 @dataclass(frozen=True)
@@ -29,12 +31,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
             raise CtxlabError(f"max_tokens must be a positive integer, got {self.max_tokens!r}.")
-        if self.temperature < 0:
-            raise CtxlabError(f"temperature must be >= 0, got {self.temperature}.")
+        if not 0 <= self.temperature < math.inf:
+            raise CtxlabError(f"temperature must be >= 0 and finite, got {self.temperature}.")
         if not 0 < self.top_p <= 1:
             raise CtxlabError(f"top_p must be in (0, 1], got {self.top_p}.")
         if self.top_k < -1:
             raise CtxlabError(f"top_k must be -1, 0 (off) or a positive integer, got {self.top_k}.")
+        if self.seed is not None:
+            check_seed(self.seed, "seed")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         else:

@@ -14,7 +14,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ctxlab.errors import CtxlabError
 from ctxlab.eval.runner import Grid, PolicyRun, run_grid
+from ctxlab.eval.sample import TokenCounter
 from ctxlab.eval.scoring import RULER_THRESHOLD
 from ctxlab.eval.summary import (
     Row,
@@ -167,6 +169,23 @@ def _length_means_table(rows: Sequence[Row]) -> Table:
     return table
 
 
+def _check_documents_fit(documents: int, seed: int, count: TokenCounter, limit: int) -> None:
+    """Refuse k documents whose prompt would pass the model's positions, before building any
+    of the k prompts of k documents (k squared work): the prompt grows by about one
+    document's tokens per document, measured here on prompts of two and three."""
+    from ctxlab.eval.lost_in_middle import lost_in_middle_samples
+
+    two, three = (lost_in_middle_samples(n, seed, count)[0] for n in (2, 3))
+    per_doc = max(1, three.prompt_tokens - two.prompt_tokens)
+    need = two.prompt_tokens + (documents - 2) * per_doc + two.max_new_tokens
+    if need > limit:
+        most = 2 + max(0, limit - two.prompt_tokens - two.max_new_tokens) // per_doc
+        raise CtxlabError(
+            f"--documents {documents:,} makes prompts of about {need:,} tokens, beyond the "
+            f"model's {limit:,} positions; give at most about {most} documents."
+        )
+
+
 def run_lost_in_middle(
     model: str, documents: int, samples: int, seed: int, out_dir: Path, quiet: bool
 ) -> dict[str, Any]:
@@ -185,6 +204,7 @@ def run_lost_in_middle(
     console = Console(stderr=quiet)
     loaded = open_model(model)
     count = token_counter(loaded.tokenizer)
+    _check_documents_fit(documents, seed, count, int(loaded.config.max_position))
     all_samples = [
         s for k in range(samples) for s in lost_in_middle_samples(documents, seed + k, count)
     ]

@@ -7,7 +7,6 @@ that scores well by keeping everything is seen to cost what it keeps.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from statistics import fmean
 
 from ctxlab.errors import CtxlabError
 from ctxlab.eval.scoring import RULER_THRESHOLD, EffectiveLength, effective_length
+from ctxlab.inputs import loads_json, read_text
 
 Row = dict[str, object]
 
@@ -27,26 +27,14 @@ _ROW_FIELDS = {"task": str, "length": int, "policy": str, "score": (int, float)}
 def read_rows(path: Path) -> list[Row]:
     """The rows of a rows.jsonl, each checked; an empty file or a bad line is one sentence."""
     rows = []
-    try:
-        fh = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise CtxlabError(f"cannot read rows file {path}: {exc.strerror}") from None
-    with fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CtxlabError(f"{path}: line {number} is not JSON ({exc.msg})") from None
-            except UnicodeDecodeError:
-                raise CtxlabError(f"{path}: line {number} is not UTF-8 text") from None
-            why = _row_problem(row)
-            if why:
-                raise CtxlabError(
-                    f"{path}: line {number} {why}; is it a rows.jsonl of ctxlab eval?"
-                )
-            rows.append(row)
+    for number, line in enumerate(read_text(path, "rows file").splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = loads_json(line, f"{path}: line {number}")
+        why = _row_problem(row)
+        if why:
+            raise CtxlabError(f"{path}: line {number} {why}; is it a rows.jsonl of ctxlab eval?")
+        rows.append(row)
     if not rows:
         raise CtxlabError(f"rows file {path} holds no rows; run ctxlab eval to write one")
     return rows

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import loads_json
 from ctxlab.lab.api import lab_meta, plan_response
 
 STATIC_TYPES: dict[str, str] = {
@@ -118,9 +119,9 @@ class LabHandler(BaseHTTPRequestHandler):
             return
         raw = self.rfile.read(length)
         try:
-            data = json.loads(raw or b"{}")
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            self._error(HTTPStatus.BAD_REQUEST, "the request body is not valid JSON")
+            data = loads_json(raw or b"{}", "the request body")
+        except CtxlabError as exc:  # bad JSON, nested too deep, a non-finite number, not text
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
             return
         if not isinstance(data, dict):
             self._error(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 from ctxlab.memory.messages import Message, read_history, write_history
 
 _SYLLABLES = (
@@ -232,10 +233,7 @@ def read_facts(path: Path, history: Sequence[Message]) -> list[Fact]:
     """A facts file: a JSON list of {id, question, answer, message[, superseded]}."""
     if not path.is_file():
         raise CtxlabError(f"facts file {path} does not exist.")
-    try:
-        items = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError as exc:
-        raise CtxlabError(f"facts file {path} is not JSON (line {exc.lineno}).") from None
+    items = load_json(path, "facts file")
     if not isinstance(items, list) or not items:
         raise CtxlabError(f"facts file {path} must hold a non-empty JSON list of facts.")
     facts = []

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import loads_json, read_text
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -46,20 +47,26 @@ def read_history(path: Path) -> list[Message]:
     """
     if not path.is_file():
         raise CtxlabError(f"history file {path} does not exist.")
-    text = path.read_text(encoding="utf-8", errors="replace").strip()
+    text = read_text(path, "history file").strip()
     if not text:
         raise CtxlabError(f"history file {path} is empty.")
-    try:
-        items = json.loads(text) if text.startswith("[") else _json_lines(text)
-    except json.JSONDecodeError as exc:
-        raise CtxlabError(
-            f"history file {path} is not JSON lines or a JSON list (line {exc.lineno})."
-        ) from None
+    if text.startswith("["):
+        items = loads_json(text, f"history file {path}")
+        if not isinstance(items, list):
+            raise CtxlabError(f"history file {path} is not JSON lines or a JSON list.")
+    else:
+        items = _json_lines(text, path)
+    if not items:
+        raise CtxlabError(f"history file {path} holds no messages.")
     return [_message(item, path, i) for i, item in enumerate(items)]
 
 
-def _json_lines(text: str) -> list[object]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+def _json_lines(text: str, path: Path) -> list[object]:
+    return [
+        loads_json(line, f"history file {path} line {number}")
+        for number, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
 
 
 def _message(item: object, path: Path, index: int) -> Message:

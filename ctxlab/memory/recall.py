@@ -3,10 +3,18 @@
 Messages are written as they happen (one transaction per batch) whatever the context
 strategy does with them, so the full record survives compaction. Search filters by agent,
 role, session and date range, and returns the messages ranked by the chosen retriever.
+
+Importing a history (`import_history`) is idempotent: a message already stored for the agent
+(same session, role and text, and the same date when the file gives one) is not stored
+again, counted as a multiset so a history that says "ok" twice keeps both, and a history
+that grew since the last import adds only its new messages. The comparison runs again
+inside the write transaction, so two imports at once store each message once.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -45,6 +53,66 @@ class RecallMemory:
                 )
                 stored.append(replace(m, id=int(cur.lastrowid or 0), created_at=created))
         return stored
+
+    def import_history(self, messages: Sequence[Message]) -> tuple[list[Message], int]:
+        """Store the messages not stored yet; (the stored ones, how many were already there)."""
+        new = self._not_stored(self.store.conn, messages)
+        vectors = self._embed(new)
+        with self.store.transaction() as conn:
+            again = self._not_stored(conn, messages)  # under the write lock
+            if again != new:  # another writer stored some meanwhile
+                new, vectors = again, self._embed(again)
+            stored = self._insert(conn, new, vectors)
+        return stored, len(messages) - len(stored)
+
+    def _embed(self, messages: Sequence[Message]) -> list | None:
+        if not messages or self.embedder is None:
+            return None
+        return list(self.embedder.embed([m.content for m in messages]))
+
+    def _insert(
+        self, conn: sqlite3.Connection, messages: Sequence[Message], vectors: list | None
+    ) -> list[Message]:
+        stored = []
+        for i, m in enumerate(messages):
+            created = m.created_at or now_iso()
+            cur = conn.execute(
+                "INSERT INTO messages(agent, session, role, content, created_at, embedding) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    self.agent,
+                    m.session,
+                    m.role,
+                    m.content,
+                    created,
+                    None if vectors is None else to_blob(vectors[i]),
+                ),
+            )
+            stored.append(replace(m, id=int(cur.lastrowid or 0), created_at=created))
+        return stored
+
+    def _not_stored(self, conn: sqlite3.Connection, messages: Sequence[Message]) -> list[Message]:
+        """The messages of `messages` beyond those the agent has stored (a multiset match)."""
+        exact: Counter[tuple[str, str, str, str]] = Counter()
+        loose: Counter[tuple[str, str, str]] = Counter()
+        rows = conn.execute(
+            "SELECT session, role, content, created_at FROM messages WHERE agent = ?",
+            (self.agent,),
+        )
+        for session, role, content, created in rows:
+            exact[(session, role, content, created)] += 1
+            loose[(session, role, content)] += 1
+        new = []
+        for m in messages:
+            key = (m.session, m.role, m.content)
+            if m.created_at and exact[(*key, m.created_at)] > 0:
+                exact[(*key, m.created_at)] -= 1
+                loose[key] -= 1
+            elif not m.created_at and loose[key] > 0:
+                loose[key] -= 1  # an undated message matches a stored one of any date
+            else:
+                new.append(m)
+        return new
 
     def count(self) -> int:
         row = self.store.conn.execute(

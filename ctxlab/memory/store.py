@@ -4,7 +4,10 @@ WAL mode lets readers read while one writer writes; `synchronous=FULL` makes a c
 before it returns, so a writer killed at any point loses only its open transaction. Every
 batch a caller writes goes through `transaction()`, which commits all of it or none. A file
 that is not a database, a database of another application, a newer schema, a directory or
-a path that cannot be written is one sentence (CtxlabError), never a traceback.
+a path that cannot be written is one sentence (CtxlabError), never a traceback. A command
+that only reads opens with `must_exist` (a typo in --db is a sentence, not a new empty
+database); one that writes opens with `write` (the default), which checks that the file and
+its folder (WAL's -wal and -shm files live beside it) are writable before SQLite is touched.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ class Store:
             raise _explain(self.path, exc) from None
         try:
             yield self.conn
+        except sqlite3.OperationalError as exc:
+            self.conn.execute("ROLLBACK")
+            problem = _file_problem(self.path, exc)
+            if problem is None:
+                raise
+            raise problem from None
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
@@ -80,11 +89,27 @@ class Store:
         self.close()
 
 
-def open_store(path: str | Path | None = None, flag: str = "--db") -> Store:
-    """Open (creating if needed) the store at `path`, or the default one under the data dir."""
+def open_store(
+    path: str | Path | None = None,
+    flag: str = "--db",
+    *,
+    must_exist: bool = False,
+    write: bool = True,
+) -> Store:
+    """Open (creating if needed) the store at `path`, or the default one under the data dir.
+
+    `must_exist`: a command that only reads (search, docs, ask) refuses a missing file rather
+    than creating an empty one. `write`: the file and its folder must be writable.
+    """
     db = Path(path).expanduser() if path is not None else default_db_path()
     if db.is_dir():
         raise CtxlabError(f"{flag} {db} is a directory; give the path of a database file.")
+    if must_exist and not db.exists():
+        raise CtxlabError(
+            f"{flag} {db} does not exist; nothing has been stored there yet (check the path)."
+        )
+    if write:
+        _check_writable(db, flag)
     if path is None or not db.parent.exists():
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +190,29 @@ def _statements(script: str) -> list[str]:
     if current.strip():
         out.append(current.strip())
     return out
+
+
+def _check_writable(db: Path, flag: str) -> None:
+    """Refuse a read-only database (or folder) before SQLite is asked to write to it."""
+    if db.exists() and not os.access(db, os.W_OK):
+        raise CtxlabError(f"{flag} {db} is read-only; writing needs a writable database file.")
+    folder = db.parent
+    if folder.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        raise CtxlabError(
+            f"{flag} {db} cannot be written: its folder {folder} is read-only (SQLite keeps "
+            "its journal beside the database)."
+        )
+
+
+def _file_problem(db: Path, exc: sqlite3.OperationalError) -> CtxlabError | None:
+    """The sentence for a write that failed because of the file (read-only, locked, full),
+    or None when the failure is the query's (a bug, raised as it is)."""
+    text = str(exc).lower()
+    if any(
+        w in text for w in ("readonly", "read-only", "locked", "busy", "disk", "unable to open")
+    ):
+        return _explain(db, exc)
+    return None
 
 
 def _explain(db: Path, exc: sqlite3.Error, flag: str = "--db") -> CtxlabError:

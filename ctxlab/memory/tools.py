@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import loads_json
 from ctxlab.memory.archival import ArchivalMemory
 from ctxlab.memory.core import CoreMemory
 from ctxlab.memory.recall import RecallMemory
@@ -157,10 +158,14 @@ class MemoryTools:
         """Run one tool call; every failure is an 'Error: ...' sentence for the model."""
         if name not in TOOL_NAMES:
             return f"Error: there is no tool {name!r}; the tools are {', '.join(TOOL_NAMES)}."
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-        except json.JSONDecodeError:
-            return f"Error: the arguments of {name} are not valid JSON."
+        try:  # the model's JSON goes through the bounded loader too (depth, NaN, surrogates)
+            args = (
+                loads_json(arguments, f"the arguments of {name}")
+                if isinstance(arguments, str)
+                else dict(arguments)
+            )
+        except CtxlabError as exc:
+            return f"Error: {exc}"
         if not isinstance(args, dict):
             return f"Error: the arguments of {name} must be a JSON object."
         try:

@@ -119,19 +119,29 @@ class ModelConfig:
 
     @classmethod
     def from_gguf_fields(
-        cls, meta: dict[str, Any], tensor_names: set[str], vocab_size: int
+        cls,
+        meta: dict[str, Any],
+        tensor_names: set[str],
+        vocab_size: int,
+        origin: str = "the GGUF file",
     ) -> ModelConfig:
-        """Read llama.cpp metadata (`{arch}.block_count`, ...) already parsed to Python values."""
+        """Read llama.cpp metadata (`{arch}.block_count`, ...) already parsed to Python values;
+        `origin` (the file) starts every message."""
         arch = str(meta.get("general.architecture", ""))
+        if not arch:
+            raise CtxlabError(
+                f"{origin}: GGUF key 'general.architecture' is missing, so it names no model "
+                "(a header-only or corrupt file?)."
+            )
         if arch not in SUPPORTED_ARCHS:
             raise CtxlabError(
-                f"GGUF architecture {arch!r} is not supported; ctxlab runs {_ARCH_LIST}."
+                f"{origin}: GGUF architecture {arch!r} is not supported; ctxlab runs {_ARCH_LIST}."
             )
 
         def get(key: str, default: Any = None) -> Any:
             value = meta.get(f"{arch}.{key}", default)
             if value is None:
-                raise CtxlabError(f"the GGUF metadata lacks {arch}.{key}.")
+                raise CtxlabError(f"{origin}: the GGUF metadata lacks {arch}.{key}.")
             return value
 
         hidden = int(get("embedding_length"))

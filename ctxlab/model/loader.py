@@ -8,7 +8,6 @@ rotation (as in transformers) applies, the same correction transformers' GGUF lo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.gguf_blocks import unpermute_qk
 from ctxlab.model.gguf_file import read_gguf_file
@@ -131,7 +131,9 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.T
     parsed = read_gguf_file(path)
     names = {t.name for t in parsed.tensors}
     vocab = parsed.metadata.get("tokenizer.ggml.tokens", 0)
-    cfg = ModelConfig.from_gguf_fields(parsed.metadata, names, int(vocab))
+    if not parsed.tensors:
+        raise CtxlabError(f"{path} holds a GGUF header but no tensors, so no weights to run.")
+    cfg = ModelConfig.from_gguf_fields(parsed.metadata, names, int(vocab), str(path))
     tensors: dict[str, torch.Tensor] = {}
     freq_factors = None
     for t in parsed.tensors:
@@ -169,10 +171,10 @@ def _read_hf_folder(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], N
     files = sorted(path.glob("*.safetensors"))
     if not config_file.is_file() or not files:
         raise CtxlabError(f"{path} needs a config.json and at least one *.safetensors file.")
-    try:
-        cfg = ModelConfig.from_hf_dict(json.loads(config_file.read_text()))
-    except json.JSONDecodeError as exc:
-        raise CtxlabError(f"{config_file} is not valid JSON (line {exc.lineno}).") from exc
+    doc = load_json(config_file, "config")
+    if not isinstance(doc, dict):
+        raise CtxlabError(f"config {config_file}: the top level must be a JSON object.")
+    cfg = ModelConfig.from_hf_dict(doc)
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         try:

@@ -76,3 +76,18 @@ def resolve_model_path(model: str) -> Path:
             f"model {model!r} is neither a known name ({known}) nor an existing file or folder."
         )
     return path
+
+
+def model_positions(model: str) -> int | None:
+    """The model's trained positions from its header or config alone (no torch, no weights),
+    so a command can refuse a length beyond them before the model loads; None if unknown."""
+    from ctxlab.arch import resolve_arch
+
+    path = resolve_model_path(model)
+    if path.suffix.lower() == ".gguf":
+        spec = resolve_arch(gguf=path)
+    elif path.is_dir():
+        spec = resolve_arch(config=path)
+    else:
+        return None
+    return int(spec.max_position) or None

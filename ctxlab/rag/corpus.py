@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import loads_json, read_text
 from ctxlab.rag.readers import SourceDoc
 
 _SYL = (
@@ -287,11 +288,11 @@ def read_questions(path: Path) -> list[GoldQuestion]:
     if not path.is_file():
         raise CtxlabError(f"questions file {path} does not exist.")
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(read_text(path, "questions file").splitlines(), 1):
         if not line.strip():
             continue
+        item = loads_json(line, f"line {n} of {path}")
         try:
-            item = json.loads(line)
             out.append(
                 GoldQuestion(
                     str(item["id"]),
@@ -303,7 +304,7 @@ def read_questions(path: Path) -> list[GoldQuestion]:
                     str(item.get("note", "")),
                 )
             )
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise CtxlabError(
                 f"line {n} of {path} needs id, question, answer, doc_id and evidence."
             ) from None

@@ -4,11 +4,15 @@ Ingesting a text that is already stored as a version of its document does nothin
 new text adds version n+1 with its own chunks (older versions stay, for `--as-of`
 questions and for audit), so the same document is never stored twice. A document and all
 its chunks are written in one transaction: a crash leaves the old version or the new one.
+The "already stored?" check and the version number are read again inside that write
+transaction, so two processes ingesting the same folder at once never collide: the second
+finds the first's version and reports it unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,20 +53,20 @@ def ingest(
 ) -> IngestResult:
     check_sizes(chunk_tokens, overlap_tokens)
     sha = hashlib.sha256(doc.text.encode()).hexdigest()
-    same = store.conn.execute(
-        "SELECT d.version, d.date, COUNT(c.id) FROM documents d LEFT JOIN chunks c "
-        "ON c.document = d.id WHERE d.doc_id = ? AND d.sha256 = ? GROUP BY d.id",
-        (doc.doc_id, sha),
-    ).fetchone()
+    same = _stored(store.conn, doc.doc_id, sha)
     if same is not None:  # this exact text is stored already: never a duplicate
-        return IngestResult(doc.doc_id, int(same[0]), "unchanged", int(same[2]), str(same[1]))
-    latest = store.conn.execute(
-        "SELECT MAX(version) FROM documents WHERE doc_id = ?", (doc.doc_id,)
-    ).fetchone()[0]
+        return same
     chunks = chunk_text(doc.text, tokenizer.spans(doc.text), chunk_tokens, overlap_tokens)
     vectors = embedder.embed([c.text for c in chunks]) if embedder is not None else None
-    version = 1 if latest is None else int(latest) + 1
     with store.transaction() as conn:
+        # Again under the write lock: another process may have stored it since the check above.
+        same = _stored(conn, doc.doc_id, sha)
+        if same is not None:
+            return same
+        latest = conn.execute(
+            "SELECT MAX(version) FROM documents WHERE doc_id = ?", (doc.doc_id,)
+        ).fetchone()[0]
+        version = 1 if latest is None else int(latest) + 1
         cur = conn.execute(
             "INSERT INTO documents(doc_id, version, date, title, source, sha256, ingested_at, "
             "chunk_tokens, overlap_tokens, tokenizer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -98,6 +102,18 @@ def ingest(
         )
     status = "new" if latest is None else "new version"
     return IngestResult(doc.doc_id, version, status, len(chunks), doc.date)
+
+
+def _stored(conn: sqlite3.Connection, doc_id: str, sha: str) -> IngestResult | None:
+    """The stored version holding exactly this text, as an "unchanged" result, if any."""
+    same = conn.execute(
+        "SELECT d.version, d.date, COUNT(c.id) FROM documents d LEFT JOIN chunks c "
+        "ON c.document = d.id WHERE d.doc_id = ? AND d.sha256 = ? GROUP BY d.id",
+        (doc_id, sha),
+    ).fetchone()
+    if same is None:
+        return None
+    return IngestResult(doc_id, int(same[0]), "unchanged", int(same[2]), str(same[1]))
 
 
 def ingest_all(

@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import read_text
 
 SUFFIXES = (".txt", ".md", ".markdown", ".pdf")
 _FRONT = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
@@ -88,12 +89,7 @@ def collect(paths: list[Path]) -> list[SourceDoc]:
 
 
 def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise CtxlabError(f"{path} is not UTF-8 text.") from None
-    except OSError as exc:
-        raise CtxlabError(f"{path} cannot be read ({exc.strerror}).") from None
+    return read_text(path, "document")
 
 
 def _pdf_text(path: Path) -> str:

@@ -11,7 +11,6 @@ plain request waits) aborts its prompts; their blocks go back to the pool.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,7 +23,9 @@ from pydantic import BaseModel, ValidationError
 
 from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.request import RequestOutput
-from ctxlab.serve.engine_loop import EngineLoop, QueueFull, Ticket, Update
+from ctxlab.errors import CtxlabError
+from ctxlab.inputs import loads_json
+from ctxlab.serve.engine_loop import EngineLoop, QueueFull, Ticket, TooManyPrompts, Update
 from ctxlab.serve.errors import APIError, error_body, install_handlers, validation_error
 from ctxlab.serve.metrics import ServeMetrics
 from ctxlab.serve.protocol import ChatCompletionRequest, CompletionRequest
@@ -110,9 +111,9 @@ async def _parse(request: Request, cls: type[BaseModel]) -> Any:
     if len(raw) > MAX_BODY_BYTES:
         raise APIError(400, f"the body is over {MAX_BODY_BYTES // 2**20} MiB.")
     try:
-        doc = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise APIError(400, f"the body is not valid JSON ({exc}).", code="json_invalid") from None
+        doc = loads_json(raw, "the body")
+    except CtxlabError as exc:  # bad JSON, nested too deep, a non-finite number, not text
+        raise APIError(400, str(exc), code="json_invalid") from None
     if not isinstance(doc, dict):
         raise APIError(400, "the body must be a JSON object.")
     try:
@@ -144,14 +145,10 @@ async def _answer(request: Request, loop: EngineLoop, settings: ServeSettings, c
     ]
     try:
         loop.submit(tickets)
-    except QueueFull:
-        raise APIError(
-            429,
-            f"the server is busy: {loop.waiting} requests are waiting (at most "
-            f"{loop.max_waiting}); retry later.",
-            code="queue_full",
-            headers={"Retry-After": "1"},
-        ) from None
+    except TooManyPrompts as exc:
+        raise APIError(400, str(exc), param="prompt") from None
+    except QueueFull as exc:
+        raise APIError(429, str(exc), code="queue_full", headers={"Retry-After": "1"}) from None
     reply = Reply(req.model, chat, req.include_usage)
     texts = [""] * len(tickets)
     try:

@@ -5,8 +5,11 @@ engine thread drains submissions and aborts between steps, runs `LLMEngine.step`
 each step's updates back to the event loop in one thread-safe call. Nothing else touches
 the engine (nor its tokenizer), so the engine needs no locks.
 
-- A full waiting queue (`max_waiting` requests not yet admitted) refuses at once (`QueueFull`,
-  which the app answers with 429 and Retry-After).
+- The server holds at most `max_num_seqs` running plus `max_waiting` waiting requests: a
+  request whose prompts would pass that refuses at once (`QueueFull`, which the app answers
+  with 429 and Retry-After), and one with more prompts than the server ever holds is
+  `TooManyPrompts` (400: retrying cannot help). An idle server admits a burst of up to
+  `max_num_seqs + max_waiting` prompts, so only the prompts that really wait count as waiting.
 - A request past its deadline is aborted by the engine thread (its blocks freed) and its
   handler told so.
 - A request the engine refuses (`CtxlabError` at add time: prompt too long, over the
@@ -71,7 +74,11 @@ class _Commands:
 
 
 class QueueFull(Exception):
-    """More requests are waiting than the server allows."""
+    """Admitting these prompts would leave more waiting than the server allows (429)."""
+
+
+class TooManyPrompts(QueueFull):
+    """One request has more prompts than the server ever holds at once (400)."""
 
 
 class EngineLoop:
@@ -87,6 +94,7 @@ class EngineLoop:
         self.max_waiting = max_waiting
         self.request_timeout = request_timeout
         self.max_model_len = engine.max_position
+        self.max_running = engine.scheduler.max_num_seqs
         self._cmd = _Commands()
         self._cond = threading.Condition()
         self._stop = False
@@ -94,6 +102,7 @@ class EngineLoop:
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._tickets: dict[int, Ticket] = {}  # engine request id -> ticket (engine thread)
         self._waiting = 0  # engine's waiting count after the last step (read by handlers)
+        self._running = 0  # and its running count
 
     # -- the event-loop side ----------------------------------------------------------------
     def start(self, aloop: asyncio.AbstractEventLoop) -> None:
@@ -132,11 +141,32 @@ class EngineLoop:
             index, prompt, max_tokens, make_params, salt, queue, now, now + self.request_timeout
         )
 
+    @property
+    def running(self) -> int:
+        """Requests admitted and running (the engine's count after the last step)."""
+        return self._running
+
     def submit(self, tickets: list[Ticket]) -> None:
-        """Hand prompts to the engine thread, or raise QueueFull (nothing is submitted)."""
+        """Hand prompts to the engine thread, or raise QueueFull (nothing is submitted).
+
+        The rule counts running and waiting together against `max_running + max_waiting`:
+        after admission, at most `max_waiting` of them are left without a running slot.
+        """
+        capacity = self.max_running + self.max_waiting
+        asked = len(tickets)
+        if asked > capacity:
+            raise TooManyPrompts(
+                f"this request has {asked} prompts, more than the server ever holds at once "
+                f"({self.max_running} running + {self.max_waiting} waiting); split it."
+            )
         with self._cond:
-            if self.waiting + len(tickets) > self.max_waiting:
-                raise QueueFull
+            running, waiting = self.running, self.waiting
+            if running + waiting + asked > capacity:
+                raise QueueFull(
+                    f"the server is busy: {running} requests are running and {waiting} waiting, "
+                    f"and {asked} more would pass its limit of {self.max_running} running + "
+                    f"{self.max_waiting} waiting; retry later."
+                )
             self._cmd.submit.extend(tickets)
             self._cond.notify()
 
@@ -181,6 +211,7 @@ class EngineLoop:
                 for ev in events:
                     self._on_event(ev, out)
             self._waiting = engine.num_waiting
+            self._running = engine.num_running
             self.metrics.observe_engine(engine)
             self._deliver(out)
         for t in list(self._tickets.values()):  # shutting down: stop what is left
@@ -205,12 +236,7 @@ class EngineLoop:
                 max_tokens = max(1, min(room, engine.kv.pool_tokens - len(ids)))
             else:
                 max_tokens = t.max_tokens
-                if len(ids) + max_tokens > self.max_model_len:
-                    raise CtxlabError(
-                        f"this model's maximum context length is {self.max_model_len} tokens, "
-                        f"but {len(ids) + max_tokens} were requested ({len(ids)} in the prompt, "
-                        f"{max_tokens} in max_tokens); reduce the prompt or max_tokens."
-                    )
+                engine.check_context(len(ids), max_tokens)
             rid = engine.add_request(ids, t.make_params(max_tokens), t.salt)
         except CtxlabError as exc:
             out.append((t, Update("refused", t.index, message=str(exc))))

@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from ctxlab.engine.sampling import SamplingParams
+from ctxlab.inputs import SEED_MAX
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -34,7 +42,7 @@ class _Common(BaseModel):
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     top_k: Annotated[int, Field(ge=-1)] = 0
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0, le=SEED_MAX)] | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -86,13 +94,42 @@ class _Common(BaseModel):
         )
 
 
-TokenIds = list[Annotated[int, Field(ge=0)]]
+TokenIds = list[int]
+PromptField = str | TokenIds | list[str] | list[TokenIds]
+
+
+def _is_id(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _prompt_shape(v: object) -> object:
+    """Read the prompt by its shape before pydantic tries the union's members, so `[5, -1]`
+    is "token id -1 is out of range", not the str member's "Input should be a valid string".
+    Token ids above the vocabulary are the engine's to refuse (it knows the vocabulary)."""
+    if isinstance(v, str):
+        return v
+    shape = "the prompt must be text, a list of token ids, or a list of either"
+    if not isinstance(v, list):
+        raise ValueError(shape)
+    if all(isinstance(p, str) for p in v):
+        return v
+    batch = v if v and isinstance(v[0], list) else [v]
+    for b, ids in enumerate(batch):
+        if not isinstance(ids, list) or not all(_is_id(t) for t in ids):
+            raise ValueError(shape)
+        where = f"prompt[{b}]" if batch is v else "prompt"
+        bad = next((i for i, t in enumerate(ids) if t < 0), None)
+        if bad is not None:
+            raise ValueError(
+                f"token id {ids[bad]} at {where}[{bad}] is out of range (ids are 0 or more)"
+            )
+    return v
 
 
 class CompletionRequest(_Common):
     """`POST /v1/completions`: one prompt (text or token ids) or a batch of them."""
 
-    prompt: str | TokenIds | list[str] | list[TokenIds]
+    prompt: Annotated[PromptField, BeforeValidator(_prompt_shape)]
     echo: Literal[False] = False
     logprobs: None = None
     best_of: Literal[1] | None = None

@@ -35,7 +35,19 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def check_log_level(log_level: str) -> str:
+    """uvicorn's level names, checked before the model loads and before `ready` is printed."""
+    from uvicorn.config import LOG_LEVELS
+
+    if log_level not in LOG_LEVELS:
+        raise CtxlabError(
+            f"--log-level {log_level!r} is unknown; use one of {', '.join(LOG_LEVELS)}."
+        )
+    return log_level
+
+
 def _server(app: FastAPI, log_level: str) -> uvicorn.Server:
+    check_log_level(log_level)
     config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
     return uvicorn.Server(config)
 
@@ -46,10 +58,12 @@ def serve(
     log_level: str = "warning",
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
-    """Serve on a socket from `bind` until interrupted; `on_ready(url)` is called first."""
+    """Serve on a socket from `bind` until interrupted; `on_ready(url)` is called once the
+    server is configured (a bad option fails before `ready` is printed)."""
+    server = _server(app, log_level)
     if on_ready is not None:
         on_ready(url_of(sock))
-    _server(app, log_level).run(sockets=[sock])
+    server.run(sockets=[sock])
 
 
 def start_in_thread(app: FastAPI, host: str = "127.0.0.1", timeout: float = 60.0):

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import hmac
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_toml
 from ctxlab.serve.errors import APIError
 
 
@@ -34,12 +34,7 @@ class Tenants:
     @classmethod
     def load(cls, path: Path) -> Tenants:
         """Read and check a key file; a bad one is one sentence naming what is wrong."""
-        try:
-            doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise CtxlabError(f"--api-keys {path} cannot be read: {exc.strerror}.") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise CtxlabError(f"--api-keys {path} is not valid TOML: {exc}.") from None
+        doc = load_toml(path, "--api-keys")
         keys = doc.get("keys")
         extra = sorted(set(doc) - {"keys"})
         if extra:

@@ -23,7 +23,6 @@ including the new token. At least five steps with both prefill and decode load a
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 from ctxlab.plan.compute import attended_keys, decode_weight_bytes
 from ctxlab.plan.devices import Device
 from ctxlab.plan.parallel import replication
@@ -201,12 +201,7 @@ class ProfileStepTime:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise CtxlabError(f"cannot read step profile {path}: {exc.strerror}") from None
-        except json.JSONDecodeError:
-            raise CtxlabError(f"step profile {path} is not valid JSON") from None
+        data = load_json(path, "step profile")
         if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT:
             raise CtxlabError(f"step profile {path} must have format {PROFILE_FORMAT!r}")
         steps = data.get("steps")

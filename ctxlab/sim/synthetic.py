@@ -27,7 +27,8 @@ import numpy as np
 
 from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
-from ctxlab.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace
+from ctxlab.inputs import check_seed
+from ctxlab.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace, check_block_tokens
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ MAX_REQUESTS = 1_000_000  # requests in one synthetic trace (a real hour holds ~
 def _validate(spec: SyntheticSpec) -> None:
     if spec.n <= 0 or spec.turns <= 0:
         raise CtxlabError("synthetic n and turns must be positive")
+    check_seed(spec.seed, "synthetic seed")
     if spec.n * spec.turns > MAX_REQUESTS or spec.groups > MAX_REQUESTS:
         raise CtxlabError(
             f"synthetic n x turns ({spec.n * spec.turns:,}) or groups is absurdly large; "
@@ -166,6 +168,7 @@ class _BlockIds:
 
 def generate(spec: SyntheticSpec, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
     """Build the trace the spec describes; the same spec and seed give the same trace."""
+    check_block_tokens(block_tokens)
     rng = np.random.default_rng(spec.seed)
     draw_in = _sampler(spec.input, "input")
     draw_out = _sampler(spec.output, "output")

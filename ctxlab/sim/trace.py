@@ -9,13 +9,14 @@ Readers check every line before anything is simulated, and report bad lines by n
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import loads_json, read_text
 
 DEFAULT_BLOCK_TOKENS = 512  # Mooncake's hash block size
 _MAX_REPORTED = 5
@@ -56,6 +57,12 @@ class Trace:
 def _positive_int(value: object) -> bool:
     """A whole number of tokens from 1 up to MAX_TOKENS (more is absurd, not a request)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
+
+
+def check_block_tokens(block_tokens: int) -> None:
+    """The hash block divides every input length: a whole number of tokens, at least 1."""
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+        raise CtxlabError(f"the hash block size must be at least 1 token, got {block_tokens}.")
 
 
 def _bad_lines_error(path: Path, bad: list[tuple[int, str]], total_bad: int) -> CtxlabError:
@@ -100,40 +107,34 @@ def _check_mooncake(rec: object, block_tokens: int) -> str | None:
 def read_mooncake(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
     """Read a Mooncake JSONL trace (timestamp in ms); every line is checked first."""
     path = Path(path)
-    if block_tokens <= 0:
-        raise CtxlabError(f"hash block size must be positive, got {block_tokens}")
+    check_block_tokens(block_tokens)
     requests: list[Request] = []
     bad: list[tuple[int, str]] = []
     total_bad = 0
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise CtxlabError(f"cannot read trace {path}: {exc.strerror}") from None
-    with handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError:
-                why: str | None = "not valid JSON"
-            else:
-                why = _check_mooncake(rec, block_tokens)
-            if why is not None:
-                total_bad += 1
-                if len(bad) < _MAX_REPORTED:
-                    bad.append((number, why))
-                continue
-            requests.append(
-                Request(
-                    index=len(requests),
-                    arrival=rec["timestamp"] / 1000.0,
-                    input_len=rec["input_length"],
-                    output_len=rec["output_length"],
-                    hash_ids=tuple(rec["hash_ids"]),
-                    line=number,
-                )
+    for number, text in enumerate(read_text(path, "trace").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            rec = loads_json(text, "@")
+        except CtxlabError as exc:  # why, without the origin: "not valid JSON (...)"
+            why: str | None = str(exc).removeprefix("@ ").removeprefix("is ").rstrip(".")
+        else:
+            why = _check_mooncake(rec, block_tokens)
+        if why is not None:
+            total_bad += 1
+            if len(bad) < _MAX_REPORTED:
+                bad.append((number, why))
+            continue
+        requests.append(
+            Request(
+                index=len(requests),
+                arrival=rec["timestamp"] / 1000.0,
+                input_len=rec["input_length"],
+                output_len=rec["output_length"],
+                hash_ids=tuple(rec["hash_ids"]),
+                line=number,
             )
+        )
     if total_bad:
         raise _bad_lines_error(path, bad, total_bad)
     return _finish(path.name, requests, block_tokens)
@@ -147,10 +148,8 @@ def read_csv(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trac
     """
     path = Path(path)
     need = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-    try:
-        handle = path.open(encoding="utf-8", newline="")
-    except OSError as exc:
-        raise CtxlabError(f"cannot read trace {path}: {exc.strerror}") from None
+    check_block_tokens(block_tokens)
+    handle = io.StringIO(read_text(path, "trace"), newline="")
     requests: list[Request] = []
     bad: list[tuple[int, str]] = []
     total_bad = 0

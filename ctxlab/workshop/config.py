@@ -14,11 +14,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxlab.arch.spec import ArchSpec
+from ctxlab.inputs import SEED_MAX
 from ctxlab.workshop.catalog import BY_KEY, metric_ref
 
 Pos = Annotated[int, Field(ge=1)]
 NonNeg = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
 
 
 def arch_from(source: str) -> ArchSpec:
@@ -44,7 +46,8 @@ def arch_from(source: str) -> ArchSpec:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # allow_inf_nan: every number of the contract is finite (TOML's inf would pass gt=0).
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(_Strict):
@@ -54,7 +57,7 @@ class ModelSection(_Strict):
     threads: NonNeg
     max_model_len: Annotated[int, Field(ge=16)]
     reserved_output_tokens: Pos
-    seed: NonNeg
+    seed: Seed
 
     @field_validator("arch")
     @classmethod
@@ -212,7 +215,7 @@ class CompactionSection(_Strict):
     retriever: Literal["bm25", "dense", "hybrid"]
     answer_tokens: Pos
     ceiling: bool
-    fixture_seed: NonNeg
+    fixture_seed: Seed
 
     @field_validator("strategies")
     @classmethod
@@ -244,7 +247,7 @@ class RetrievalSection(_Strict):
     answer_tokens: Pos
     order: Literal["relevance", "edges"]
     gold_row: bool
-    fixture_seed: NonNeg
+    fixture_seed: Seed
 
     @model_validator(mode="after")
     def _shape(self) -> RetrievalSection:

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_toml
 from ctxlab.workshop.config import WorkshopConfig
 from ctxlab.workshop.default_config import DEFAULT_TOML
 
@@ -85,12 +86,7 @@ def load_config(path: Path | None = None, quick: bool = False) -> WorkshopConfig
     if path is not None:
         if not path.is_file():
             raise CtxlabError(f"workshop config {path} does not exist or is not a file.")
-        try:
-            user = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise CtxlabError(f"{path} is not valid TOML ({exc}).") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CtxlabError(f"workshop config {path} cannot be read ({exc}).") from None
+        user = load_toml(path, "workshop config")
     doc = merge(default_document(), user)
     quick_table = doc.pop("quick", {})
     user_quick = user.get("quick") if isinstance(user.get("quick"), dict) else None

@@ -236,7 +236,7 @@ def test_bad_field_is_named_with_the_file(tmp_path: Path, mutate, field: str) ->
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
-    with pytest.raises(CtxlabError, match="not found"):
+    with pytest.raises(CtxlabError, match=r"nope\.json does not exist"):
         from_hf_config(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")

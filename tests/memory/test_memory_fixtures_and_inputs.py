@@ -41,7 +41,7 @@ def test_fixture_files_round_trip(tmp_path):
     ("content", "phrase"),
     [
         ("", "is empty"),
-        ("{not json", "not JSON lines"),
+        ("{not json", "h.jsonl line 1 is not valid JSON"),
         ('{"role": "user"}', "needs a role and a content"),
         ('{"role": "wizard", "content": "x"}', "has role 'wizard'"),
         ('{"role": "user", "content": 5}', "not text"),
@@ -57,7 +57,7 @@ def test_bad_history_files(tmp_path, content, phrase):
 @pytest.mark.parametrize(
     ("content", "phrase"),
     [
-        ("{", "not JSON"),
+        ("{", r"f\.json is not valid JSON"),
         ("[]", "non-empty JSON list"),
         ('[{"question": "q"}]', "needs question, answer and message"),
         ('[{"question": "q", "answer": "a", "message": 9}]', "points at message 9"),

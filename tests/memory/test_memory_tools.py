@@ -107,6 +107,8 @@ def test_conversation_search_filters_roles_and_dates(tools):
 def test_bad_calls_come_back_as_errors(tools):
     assert tools.call("delete_everything", "{}").startswith("Error: there is no tool")
     assert "not valid JSON" in tools.call("conversation_search", "{oops")
+    deep = "[" * 5000 + "]" * 5000  # a model's runaway output: a sentence, not RecursionError
+    assert "nests deeper than 64 levels" in tools.call("conversation_search", deep)
     assert "wrong arguments" in tools.call("conversation_search", {"q": "x"})
 
 

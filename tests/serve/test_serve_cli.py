@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (["--max-waiting", "0"], "--max-waiting must be at least 1"),
         (["--request-timeout", "0"], "--request-timeout must be positive"),
         (["--metrics-prefix", "prom"], "--metrics-prefix 'prom' is unknown"),
-        (["--api-keys", "/nonexistent/keys.toml"], "cannot be read"),
+        (["--api-keys", "/nonexistent/keys.toml"], "does not exist"),
     ],
 )
 def test_bad_options_fail_before_the_model_loads(args, needle):

@@ -202,3 +202,69 @@ def test_cache_salt_without_keys_and_vllm_metric_names(loaded):
         assert 'vllm:num_requests_running{model_name="m"}' in text
         assert metric(text, "vllm:request_success_total", finished_reason="length") == 4
         assert "ctxlab:kv_resident_bytes" in text  # ctxlab's own series keep their prefix
+
+
+def test_half_of_64_streams_disconnect_on_a_tiny_pool_and_the_rest_finish(loaded):
+    """64 streaming requests on a pool of about 10 % of their demand, every other client
+    leaving after its first chunk: 32 finish with all 16 tokens, 32 are aborted, none
+    errs, and every block is back in the pool (the second tour's fault case, kept)."""
+    prompt = "A lighthouse keeper and a storm:"
+    n_prompt = len(loaded.tokenizer.encode(prompt))
+    demand = 64 * (-(-(n_prompt + 16) // 16) * 16)
+    llm = LLM(loaded, kv_pool_tokens=max(64, demand // 10 // 16 * 16))
+    usage = {"include_usage": True}
+    body = {"model": "m", "prompt": prompt, "max_tokens": 16, "ignore_eos": True,
+            "temperature": 0, "stream": True, "stream_options": usage}  # fmt: skip
+
+    async def one(c: httpx.AsyncClient, url: str, leave: bool) -> tuple[int, str | None]:
+        tokens, reason = 0, None
+        async with c.stream("POST", f"{url}/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                doc = json.loads(line[6:])
+                assert "error" not in doc, doc
+                if doc.get("usage"):
+                    tokens = doc["usage"]["completion_tokens"]
+                if doc.get("choices"):
+                    reason = doc["choices"][0].get("finish_reason") or reason
+                if leave:
+                    return tokens, "left"
+        return tokens, reason
+
+    with in_process(llm.engine) as url:
+
+        async def run() -> list[tuple[int, str | None]]:
+            async with httpx.AsyncClient(timeout=120) as c:
+                return await asyncio.gather(*(one(c, url, i % 2 == 1) for i in range(64)))
+
+        results = asyncio.run(run())
+        end = time.monotonic() + 20
+        while not pool_is_free(url) and time.monotonic() < end:
+            time.sleep(0.05)
+        m = httpx.get(f"{url}/metrics").text
+        assert pool_is_free(url)
+        assert metric(m, "ctxlab:num_requests_running", model_name="m") == 0
+    stayed = [r for i, r in enumerate(results) if i % 2 == 0]
+    assert all(r == (16, "length") for r in stayed), stayed
+    assert metric(m, "ctxlab:request_success_total", finished_reason="length") == 32
+    assert metric(m, "ctxlab:request_success_total", finished_reason="abort") == 32
+    assert metric(m, "ctxlab:request_success_total", finished_reason="error") == 0
+
+
+def test_a_burst_larger_than_the_waiting_queue_is_admitted_when_it_fits(loaded):
+    """An idle server with 2 running slots and 3 waiting places admits a 5-prompt request
+    (the old rule counted all 5 as waiting and answered 429 forever), and a 6-prompt one
+    can never fit, so it is a 400 that says so rather than a 429 to retry."""
+    llm = LLM(loaded, kv_pool_tokens=2048, max_num_seqs=2)
+    with in_process(llm.engine, max_waiting=3) as url:
+        fits = post(url, {"prompt": ["One", "Two", "Three", "Four", "Five"], "max_tokens": 2})
+        assert fits.status_code == 200, fits.text
+        assert len(fits.json()["choices"]) == 5
+        never = post(url, {"prompt": ["a", "b", "c", "d", "e", "f"], "max_tokens": 2})
+        assert never.status_code == 400
+        assert (
+            "6 prompts, more than the server ever holds at once (2 running + 3 waiting)"
+            in (never.json()["error"]["message"])
+        )

@@ -156,12 +156,19 @@ BAD = [
     ({"model": MODEL, "prompt": list(range(1000, 10000))}, "9000 in the prompt"),
     ({"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}}, "stream"),
     ({"model": MODEL, "prompt": [99999999]}, "outside the model's vocabulary"),
+    # the second tour's classes: nesting, non-finite numbers, text, ids, seeds
+    (b'{"model": "smollm2-135m", "prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests deeper"),
+    (b'{"model": "smollm2-135m", "prompt": "hi", "temperature": NaN}', "NaN"),
+    ({"model": MODEL, "prompt": "hi \ud800 there"}, "lone surrogate"),
+    ({"model": MODEL, "prompt": [5, -1]}, "token id -1 at prompt[1] is out of range"),
+    ({"model": MODEL, "prompt": "hi", "seed": 2**64}, "seed"),
 ]
 BAD_CHAT = [
     ({"model": MODEL, "messages": []}, "messages is empty"),
     ({"model": MODEL, "messages": [{"role": "robot", "content": "x"}]}, "role"),
     ({"model": MODEL, "messages": [{"role": "user"}]}, "content is required"),
     ({"model": MODEL, "messages": "hello"}, "messages"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": "a\udc00"}]}, "messages[0].content"),
 ]
 
 
