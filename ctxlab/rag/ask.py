@@ -7,7 +7,7 @@ from ctxlab.memory.backend import Backend
 from ctxlab.memory.embed import Embedder, WordLlamaEmbedder
 from ctxlab.memory.store import Store
 from ctxlab.rag.answer import Answer, answer_questions
-from ctxlab.rag.retriever import CorpusRetriever, order_passages
+from ctxlab.rag.retriever import DEFAULT_RETRIEVER, CorpusRetriever, order_passages
 
 
 def ask(
@@ -15,7 +15,7 @@ def ask(
     store: Store,
     question: str,
     k: int = 4,
-    retriever: str = "hybrid",
+    retriever: str = DEFAULT_RETRIEVER,
     order: str = "relevance",
     as_of: str | None = None,
     max_tokens: int = 32,

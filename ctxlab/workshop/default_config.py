@@ -104,7 +104,7 @@ fixture_seed = 0
 # -- 6: retrieval depth k --------------------------------------------------------------------
 [retrieval_depth]
 k_values = [1, 2, 4, 8]
-retriever = "hybrid"          # bm25, dense or hybrid
+retriever = "bm25"            # bm25, dense or hybrid (bm25: see docs/statistics.md)
 questions = 100               # gold questions of the seeded corpus: recall, tokens and cost over
                               # all of them at every k
 answer_questions = 16         # a seeded subset answered by the model at every k (each answer
