@@ -43,6 +43,12 @@ rag_app = typer.Typer(
 )
 ChunkOpt = typer.Option(64, "--chunk-tokens", help="Tokens per chunk (the model's tokens).")
 OverlapOpt = typer.Option(8, "--overlap-tokens", help="Tokens shared by consecutive chunks.")
+MetadataOpt = typer.Option(
+    "auto",
+    "--metadata",
+    help="Passage dates in the prompt: auto (only for questions about versions or time), "
+    "always, never.",
+)
 OrderOpt = typer.Option(
     "relevance", "--order", help="Passage order: relevance, or edges (against lost-in-the-middle)."
 )
@@ -113,6 +119,7 @@ def ask(
     k: int = typer.Option(4, "--k", help="Passages to retrieve."),
     retriever: RetrieverOpt = "bm25",
     order: str = OrderOpt,
+    metadata: str = MetadataOpt,
     as_of: str = typer.Option(None, "--as-of", help="Answer from versions dated on or before."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens of the answer."),
     db: DbOpt = None,
@@ -130,12 +137,14 @@ def ask(
     from ctxlab.memory.search import check_retriever
     from ctxlab.memory.store import open_store
     from ctxlab.progress import progress
+    from ctxlab.rag.answer import check_metadata
     from ctxlab.rag.ask import ask as ask_question
     from ctxlab.rag.readers import check_date
     from ctxlab.rag.retriever import order_passages
 
     check_retriever(retriever)
     order_passages([], order)
+    check_metadata(metadata)
     if as_of:
         check_date(as_of, "--as-of")
     if k < 1 or max_tokens < 1:
@@ -143,7 +152,9 @@ def ask(
     set_threads(threads)
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
     with open_store(db) as store, progress("answering"):
-        answer = ask_question(engine, store, question, k, retriever, order, as_of, max_tokens)
+        answer = ask_question(
+            engine, store, question, k, retriever, order, as_of, max_tokens, metadata=metadata
+        )
     passages = [
         {"key": p.key, "version": p.version, "date": p.date, "rank": p.rank, "text": p.text}
         for p in answer.passages
@@ -193,6 +204,7 @@ def evaluate(
     ),
     limit: int = typer.Option(None, "--limit", help="Only the first N of the 100 questions."),
     order: str = OrderOpt,
+    metadata: str = MetadataOpt,
     answer_tokens: int = typer.Option(16, "--answer-tokens", help="Tokens per answer."),
     cost_samples: int = typer.Option(
         4, "--cost-samples", help="Questions whose prefill is timed, per k."
@@ -241,6 +253,7 @@ def evaluate(
         answer_retrievers=tuple(parse_list(answer_retriever, "--answer-retriever")),
         closed_book=closed_book,
         order=order,
+        metadata=metadata,
         answer_tokens=answer_tokens,
         cost_samples=cost_samples,
         prices=HostedPrices(price_input, price_output),

@@ -20,6 +20,7 @@ def ask(
     as_of: str | None = None,
     max_tokens: int = 32,
     embedder: Embedder | None = None,
+    metadata: str = "auto",
 ) -> Answer:
     if not question.strip():
         raise CtxlabError("the question is empty.")
@@ -29,4 +30,4 @@ def ask(
             f"{store.path} holds no documents; add some with `ctxlab rag ingest PATH`."
         )
     passages = order_passages(search.search(question, k, retriever, as_of), order)
-    return answer_questions(backend, [question], [passages], max_tokens)[0]
+    return answer_questions(backend, [question], [passages], max_tokens, metadata)[0]

@@ -26,7 +26,7 @@ from ctxlab.memory.search import RETRIEVERS, check_retriever
 from ctxlab.memory.store import Store, open_store
 from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import progress
-from ctxlab.rag.answer import Answer, answer_chat, answer_questions
+from ctxlab.rag.answer import Answer, answer_chat, answer_questions, check_metadata
 from ctxlab.rag.chunking import check_sizes
 from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture, read_questions
 from ctxlab.rag.documents import chunks_of, ingest_all
@@ -115,6 +115,7 @@ class EvalOptions:
     overlap_tokens: int = 8
     limit: int | None = None  # only the first n questions
     answers: bool = True  # False: retrieval and token counts only, no model
+    metadata: str = "auto"  # passage dates in the prompt: auto (version questions), always, never
 
     def check(self) -> EvalOptions:
         if not self.ks or min(self.ks) < 1:
@@ -128,6 +129,7 @@ class EvalOptions:
         if self.limit is not None and self.limit < 1:
             raise CtxlabError(f"--limit must be at least 1, got {self.limit}.")
         order_passages([], self.order)
+        check_metadata(self.metadata)
         check_sizes(self.chunk_tokens, self.overlap_tokens)
         return replace(self, ks=tuple(sorted(set(self.ks))))
 
@@ -280,6 +282,7 @@ class _Run:
                         [q.question for q in part],
                         passages[start : start + BATCH],
                         o.answer_tokens,
+                        o.metadata,
                     )
                     bar.advance(len(part))
                 self.report.task.append(_task_row(setting, qs, got, self.evidence))
@@ -298,6 +301,7 @@ class _Run:
                     answer_chat(
                         q.question,
                         order_passages(self.retriever.search(q.question, k, name), o.order),
+                        o.metadata,
                     )
                     for q in self.questions
                 ]

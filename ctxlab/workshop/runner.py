@@ -26,7 +26,7 @@ from ctxlab.workshop.context_numbers import context_numbers
 from ctxlab.workshop.measure import Timer, load_average
 from ctxlab.workshop.result import DemoResult
 from ctxlab.workshop.session import Session
-from ctxlab.workshop.verdicts import judge
+from ctxlab.workshop.verdicts import VERDICT_KINDS, judge
 
 SCHEMA = "ctxlab.workshop/1"
 COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
@@ -83,10 +83,7 @@ def run_workshop(
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
         results["verdicts"] = [v.to_json() for v in verdicts]
-        counts = {
-            k: sum(1 for v in verdicts if v.verdict == k)
-            for k in ("held", "failed", "not measurable")
-        }
+        counts = {k: sum(1 for v in verdicts if v.verdict == k) for k in VERDICT_KINDS}
         results["verdict_counts"] = counts
         results["required_metrics"] = _required(cfg, demos, only)
         results["checklist"] = checklist.evaluate(results)
