@@ -46,6 +46,19 @@ class RecallMemory:
                 stored.append(replace(m, id=int(cur.lastrowid or 0), created_at=created))
         return stored
 
+    def forget(self, ids: Sequence[int]) -> int:
+        """Delete messages from the log for good (their index rows go with them); returns
+        how many were deleted. Only a strategy that discards history calls this."""
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM messages WHERE agent = ? AND id IN ({marks})",
+                (self.agent, *ids),
+            )
+        return int(cur.rowcount)
+
     def count(self) -> int:
         row = self.store.conn.execute(
             "SELECT COUNT(*) FROM messages WHERE agent = ?", (self.agent,)
