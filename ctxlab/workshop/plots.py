@@ -153,13 +153,27 @@ def plot_retrieval_depth(rows: list[dict[str, Any]], path: Path) -> Path:
     plt, (fig, (left, right)) = _figure()
     ks = [r["k"] for r in rows]
     for key, label, marker in (
-        ("recall_pct", "recall@k (all questions)", "o"),
-        ("accuracy_pct", "accuracy (answered subset)", "s"),
-        ("citation_precision_pct", "citation precision (subset)", "^"),
+        ("recall_pct", "recall@k", "o"),
+        ("accuracy_pct", "accuracy", "s"),
+        ("citation_precision_pct", "citation precision", "^"),
     ):
-        pairs = [(r["k"], r[key]) for r in rows if r[key] is not None]
-        if pairs:
-            left.plot(*zip(*pairs, strict=True), marker=marker, label=label)
+        got = [r for r in rows if r[key] is not None]
+        if not got:
+            continue
+        stem = key.removesuffix("_pct")
+        low, high = f"{stem}_low_pct", f"{stem}_high_pct"
+        if all(r.get(low) is not None and r.get(high) is not None for r in got):
+            err = [[r[key] - r[low] for r in got], [r[high] - r[key] for r in got]]
+            left.errorbar(
+                [r["k"] for r in got],
+                [r[key] for r in got],
+                yerr=err,
+                marker=marker,
+                capsize=3,
+                label=f"{label} (95 % interval)",
+            )
+        else:
+            left.plot([r["k"] for r in got], [r[key] for r in got], marker=marker, label=label)
     left.set_xscale("log", base=2)
     left.set_xticks(ks, [str(k) for k in ks])
     left.set_ylim(0, 100)
