@@ -153,7 +153,9 @@ def judge(
     elif noise is not None and obs.noise is not None:
         half = obs.noise * abs(base)
         interval = Interval(delta, delta - half, delta + half, 0, "spread")
-        how = f"the baseline's repeats scatter by {fmt(noise, 1)}%, read as the change's noise"
+        how = obs.test or (
+            f"the baseline's repeats scatter by {fmt(noise, 1)}%, read as the change's noise"
+        )
     else:
         interval, how = exact(delta), ""
     kind: VerdictKind = verdict_of(interval, p.direction, band)

@@ -86,3 +86,24 @@ def test_a_sampled_change_is_read_against_its_interval(direction, low, high, exp
 def test_with_no_tolerance_exactly_one_direction_holds(base: float, seen: float) -> None:
     held = [verdict(d, base, seen) == "held" for d in ("down", "up", "unchanged")]
     assert sum(held) == 1
+
+
+def test_a_timing_without_repeats_is_read_against_the_runs_largest_scatter() -> None:
+    from ctxlab.workshop.catalog import BY_KEY
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.result import DemoResult
+    from ctxlab.workshop.runner import _verdicts
+
+    cfg = load_config()
+    demos = {
+        key: DemoResult(BY_KEY[key].number, key, "t", "not selected") for key in cfg.predictions
+    }
+    demos["warm_prefix"].status = "run"
+    demos["warm_prefix"].observe("tpot_ms", 80.0, 81.0, 2, noise=0.3)  # repeats: 30 % scatter
+    demos["page_size"].status = "run"
+    demos["page_size"].observe("ttft_ms_after_divergence", 1494.1, 1547.6, 1)  # +3.6 %, once
+    got = {(v.key, v.metric): v for v in _verdicts(cfg, demos)}
+    once = got["page_size", "ttft_ms_after_divergence"]
+    assert once.verdict == "within noise"  # +3.6 % against 30 % scatter is never "held"
+    assert "timed without repeats" in once.reason and "30.0%" in once.reason
+    assert got["page_size", "waste_tokens"].verdict == "not measurable"  # not observed
