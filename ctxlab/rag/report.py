@@ -101,7 +101,15 @@ def verdict(report: EvalReport, answer_k: int, retriever: str) -> str:
     who = "the model, not retrieval," if model_gap >= retrieval_gap else "retrieval"
     return (
         f"{who} is the main limit: with only the gold passages the model answers "
-        f"{gold.accuracy:.0%} (so {model_gap:.0%} is lost by the model), {retriever}@{answer_k} "
-        f"retrieves {rec.recall:.0%} of the evidence and the answers reach {row.accuracy:.0%} "
-        f"({retrieval_gap:+.0%} below the gold-passage ceiling)."
+        f"{gold.accuracy:.0%}{_ci(gold)} (so {model_gap:.0%} is lost by the model), "
+        f"{retriever}@{answer_k} retrieves {rec.recall:.0%} of the evidence and the answers "
+        f"reach {row.accuracy:.0%}{_ci(row)} ({retrieval_gap:+.0%} below the gold-passage "
+        f"ceiling; {gold.questions} questions)."
     )
+
+
+def _ci(row: TaskRow) -> str:
+    """' [61%, 78%]' when the row has its interval, else nothing."""
+    if row.accuracy_low is None or row.accuracy_high is None:
+        return ""
+    return f" [{row.accuracy_low:.0%}, {row.accuracy_high:.0%}]"
