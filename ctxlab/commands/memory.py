@@ -44,7 +44,8 @@ def compact(
     strategy: str = typer.Option(
         "truncation,summary-extractive,summary,tiered",
         "--strategy",
-        help="Comma list of: truncation, summary, summary-extractive, tiered.",
+        help="Comma list of: truncation, summary, summary-extractive, tiered, compact (the "
+        "summary replaces the history and the log is deleted).",
     ),
     window: int = typer.Option(
         1024, "--window", help="Context window in tokens for the replay (below the model's)."
@@ -189,7 +190,7 @@ def _print_compaction(doc: dict[str, Any], reports: list[Any]) -> None:
             str(s["in_context"]),
             str(s["recoverable"]),
             str(s["lost"]),
-            f"{s['accuracy']:.0%}",
+            f"{s['accuracy']:.0%} [{s['accuracy_low']:.0%}, {s['accuracy_high']:.0%}]",
             f"{s['tokens_before']:,}",
             f"{s['tokens_after']:,}",
             str(s["compactions"]),
