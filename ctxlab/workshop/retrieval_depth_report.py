@@ -235,8 +235,12 @@ def explain(
         f"The seeded corpus ({f.say('documents', facts['documents'])} document versions, "
         f"{f.say('chunks', facts['chunks'])} chunks) and its {f.say('questions', n_all)} gold "
         f"questions: {c.retriever} retrieval at k = "
-        f"{', '.join(str(k) for k in depths)} over every question; answers on a seeded subset "
-        f"of {f.say('answered', n_answered)} questions at every k."
+        f"{', '.join(str(k) for k in depths)} over every question; answers "
+        + (
+            f"to all {f.say('answered', n_answered)} questions at every k."
+            if n_answered == n_all
+            else f"on a seeded subset of {f.say('answered', n_answered)} questions at every k."
+        )
     )
     ceiling = ""
     if gold is not None:
