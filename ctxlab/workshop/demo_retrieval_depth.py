@@ -53,6 +53,7 @@ class Depth:
     answer_reused_tokens: float | None = None  # of those, served by the prefix cache
     recalls: list[float] = field(default_factory=list)  # recall@k per question, every question
     correct: list[bool] = field(default_factory=list)  # per answered question, in order
+    precisions: list[float] = field(default_factory=list)  # per answer that cites
 
 
 def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -> None:
@@ -66,6 +67,7 @@ def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -
     precisions = [
         p for q, a in pairs if (p := citation_precision(a.citations, evidence[q.id])) is not None
     ]
+    d.precisions = precisions
     d.citation_precision = mean(precisions) if precisions else None
     d.citation_recall = mean([citation_recall(a.citations, evidence[q.id]) for q, a in pairs])
     d.cited_by_model = mean([float(a.cited_by == "model") for a in answers])

@@ -48,6 +48,7 @@ def plot_row(d: Depth) -> dict[str, Any]:
     """One k as the plot reads it (`plots.plot_retrieval_depth`): values and 95 % intervals."""
     r_lo, r_hi = _pct_interval(recall_ci(d))
     a_lo, a_hi = _pct_interval(accuracy_ci(d))
+    p_lo, p_hi = _pct_interval(stats.mean_interval(d.precisions) if d.precisions else None)
     return {
         "k": d.k,
         "recall_pct": 100 * d.recall,
@@ -57,6 +58,8 @@ def plot_row(d: Depth) -> dict[str, Any]:
         "accuracy_low_pct": a_lo,
         "accuracy_high_pct": a_hi,
         "citation_precision_pct": pct(d.citation_precision),
+        "citation_precision_low_pct": p_lo,
+        "citation_precision_high_pct": p_hi,
         "retrieved_tokens": d.retrieved_tokens,
     }
 
