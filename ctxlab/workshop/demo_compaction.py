@@ -162,6 +162,8 @@ def _counts(o: Outcome) -> dict[str, float]:
         "lost": r.count("lost"),
         "in prompt": sum(o.in_prompt),
         "accuracy_pct": 100 * r.accuracy,
+        "accuracy_low_pct": 100 * r.summary()["accuracy_low"],
+        "accuracy_high_pct": 100 * r.summary()["accuracy_high"],
     }
 
 

@@ -129,12 +129,21 @@ def plot_compaction(counts: dict[str, dict[str, float]], ceiling: float | None, 
         color="tab:blue",
         label="answer in the prompt when asked",
     )
+    acc = [c["accuracy_pct"] for c in counts.values()]
+    err = None
+    if all("accuracy_low_pct" in c and "accuracy_high_pct" in c for c in counts.values()):
+        err = [
+            [a - c["accuracy_low_pct"] for a, c in zip(acc, counts.values(), strict=True)],
+            [c["accuracy_high_pct"] - a for a, c in zip(acc, counts.values(), strict=True)],
+        ]
     right.bar(
         [x + width / 2 for x in xs],
-        [c["accuracy_pct"] for c in counts.values()],
+        acc,
         width,
+        yerr=err,
+        capsize=3,
         color="tab:purple",
-        label="answered right",
+        label="answered right (95 % interval)" if err else "answered right",
     )
     if ceiling is not None:
         right.axhline(ceiling, color="grey", linestyle="--", label="model's ceiling")
