@@ -13,6 +13,7 @@ import statistics
 
 from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import Tracker
+from ctxlab.stats import median_interval
 from ctxlab.workshop.catalog import BY_KEY
 from ctxlab.workshop.measure import Sent, median, pct, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
@@ -78,12 +79,15 @@ def _stats(sent: list[Sent]) -> dict[str, float]:
     tpot = [s.tpot_ms for s in sent]
     itl = [g * 1e3 for s in sent for g in s.metrics.itl]
     per_request_itl = [statistics.median(s.metrics.itl) * 1e3 for s in sent if s.metrics.itl]
+    ttft_ci = median_interval(ttft)
     return {
         "n": len(sent),
         "reused": int(median([s.reused for s in sent])),
         "recomputed": int(median([s.recomputed for s in sent])),
         "prompt": int(median([s.metrics.prompt_tokens for s in sent])),
         "ttft_med": median(ttft),
+        "ttft_med_low": ttft_ci.low,
+        "ttft_med_high": ttft_ci.high,
         "ttft_min": min(ttft),
         "ttft_max": max(ttft),
         "ttft_spread": spread(ttft),
@@ -94,6 +98,7 @@ def _stats(sent: list[Sent]) -> dict[str, float]:
         "itl_p50": pct(itl, 50),
         "itl_p90": pct(itl, 90),
         "itl_p99": pct(itl, 99),
+        "itl_gaps": len(itl),
         "itl_spread": spread(per_request_itl),
         "cpu_s": median([s.cpu_s for s in sent]),
     }
@@ -123,6 +128,8 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
         [
             Column("prefix"),
             Column("TTFT median ms", 1),
+            Column("TTFT median 95 % low", 1),
+            Column("TTFT median 95 % high", 1),
             Column("TTFT min ms", 1),
             Column("TTFT max ms", 1),
             Column("TPOT median ms", 2),
@@ -131,8 +138,11 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
             Column("ITL p50 ms", 2),
             Column("ITL p90 ms", 2),
             Column("ITL p99 ms", 2),
+            Column("ITL gaps"),
         ],
-        note="ITL percentiles pool every gap between consecutive output tokens of the side",
+        note="ITL percentiles pool every gap between consecutive output tokens of the side "
+        "(their count beside them); the TTFT median's 95 % interval is a bootstrap over the "
+        "side's requests (ctxlab.stats)",
     )
     cost = Table(
         "warm_prefix_cost",
@@ -157,6 +167,8 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
         serving.add(
             side,
             s["ttft_med"],
+            s["ttft_med_low"],
+            s["ttft_med_high"],
             s["ttft_min"],
             s["ttft_max"],
             s["tpot_med"],
@@ -165,6 +177,7 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
             s["itl_p50"],
             s["itl_p90"],
             s["itl_p99"],
+            s["itl_gaps"],
         )
         prefix, suffix = cfg.prefix_tokens, s["prompt"] - cfg.prefix_tokens
         hosted = hosted_cost(
