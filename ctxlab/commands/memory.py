@@ -24,7 +24,16 @@ from ctxlab.commands._app_options import (
     make_backend,
     parse_list,
 )
-from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    DTypeOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    ThreadsOpt,
+    output_dir,
+    set_threads,
+)
 from ctxlab.errors import CtxlabError
 
 memory_app = typer.Typer(
@@ -73,6 +82,7 @@ def compact(
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/memory-compact-TIMESTAMP)."
     ),
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a history under each strategy; report per planted fact: kept, recoverable, lost.
@@ -109,6 +119,7 @@ def compact(
         fixture = conversation_fixture(seed)
         messages, fact_list = fixture.history, fixture.facts
         source = f"fixture conversation (seed {seed})"
+    set_threads(threads)
     folder = output_dir(out or default_out("memory-compact"))
     engine = make_backend(
         backend, model, base_url, served_model, api_key, tokenizer, dtype, window=window
