@@ -67,7 +67,7 @@ class Verdict:
             "digits": self.digits,
             "change_interval": None
             if self.change_low is None or self.change_high is None
-            else [round(self.change_low, 4), round(self.change_high, 4)],
+            else [self.change_low, self.change_high],
             "samples": self.samples,
             "interval_level_pct": 95,
         }
