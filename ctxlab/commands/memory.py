@@ -24,7 +24,16 @@ from ctxlab.commands._app_options import (
     make_backend,
     parse_list,
 )
-from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    DTypeOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    ThreadsOpt,
+    output_dir,
+    set_threads,
+)
 from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
 
@@ -45,7 +54,8 @@ def compact(
     strategy: str = typer.Option(
         "truncation,summary-extractive,summary,tiered",
         "--strategy",
-        help="Comma list of: truncation, summary, summary-extractive, tiered.",
+        help="Comma list of: truncation, summary, summary-extractive, tiered, compact (the "
+        "summary replaces the history and the log is deleted).",
     ),
     window: int = typer.Option(
         1024, "--window", help="Context window in tokens for the replay (below the model's)."
@@ -73,6 +83,7 @@ def compact(
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/memory-compact-TIMESTAMP)."
     ),
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a history under each strategy; report per planted fact: kept, recoverable, lost.
@@ -118,6 +129,7 @@ def compact(
         fixture = conversation_fixture(seed)
         messages, fact_list = fixture.history, fixture.facts
         source = f"fixture conversation (seed {seed})"
+    set_threads(threads)
     folder = output_dir(out or default_out("memory-compact"))
     engine = make_backend(
         backend, model, base_url, served_model, api_key, tokenizer, dtype, window=window
@@ -199,7 +211,7 @@ def _print_compaction(doc: dict[str, Any], reports: list[Any]) -> None:
             str(s["in_context"]),
             str(s["recoverable"]),
             str(s["lost"]),
-            f"{s['accuracy']:.0%}",
+            f"{s['accuracy']:.0%} [{s['accuracy_low']:.0%}, {s['accuracy_high']:.0%}]",
             f"{s['tokens_before']:,}",
             f"{s['tokens_after']:,}",
             str(s["compactions"]),

@@ -25,7 +25,16 @@ from ctxlab.commands._app_options import (
     make_backend,
     parse_list,
 )
-from ctxlab.commands.options import DEFAULT_MODEL, DTypeOpt, JsonOpt, ModelOpt, SeedOpt, output_dir
+from ctxlab.commands.options import (
+    DEFAULT_MODEL,
+    DTypeOpt,
+    JsonOpt,
+    ModelOpt,
+    SeedOpt,
+    ThreadsOpt,
+    output_dir,
+    set_threads,
+)
 from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
 
@@ -38,6 +47,12 @@ rag_app = typer.Typer(
 )
 ChunkOpt = typer.Option(64, "--chunk-tokens", help="Tokens per chunk (the model's tokens).")
 OverlapOpt = typer.Option(8, "--overlap-tokens", help="Tokens shared by consecutive chunks.")
+MetadataOpt = typer.Option(
+    "auto",
+    "--metadata",
+    help="Passage dates in the prompt: auto (only for questions about versions or time), "
+    "always, never.",
+)
 OrderOpt = typer.Option(
     "relevance", "--order", help="Passage order: relevance, or edges (against lost-in-the-middle)."
 )
@@ -107,8 +122,9 @@ def docs(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 def ask(
     question: str = typer.Argument(..., help="The question."),
     k: int = typer.Option(4, "--k", help="Passages to retrieve."),
-    retriever: RetrieverOpt = "hybrid",
+    retriever: RetrieverOpt = "bm25",
     order: str = OrderOpt,
+    metadata: str = MetadataOpt,
     as_of: str = typer.Option(None, "--as-of", help="Answer from versions dated on or before."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens of the answer."),
     db: DbOpt = None,
@@ -119,18 +135,21 @@ def ask(
     served_model: ServedModelOpt = "default",
     api_key: ApiKeyOpt = "none",
     tokenizer: TokenizerOpt = None,
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Answer from the newest version of each document, citing passages as doc#chunk."""
     from ctxlab.memory.search import check_retriever
     from ctxlab.memory.store import open_store
     from ctxlab.progress import progress
+    from ctxlab.rag.answer import check_metadata
     from ctxlab.rag.ask import ask as ask_question
     from ctxlab.rag.readers import check_date
     from ctxlab.rag.retriever import order_passages
 
     check_retriever(retriever)
     order_passages([], order)
+    check_metadata(metadata)
     if as_of:
         check_date(as_of, "--as-of")
     if k < 1 or max_tokens < 1:
@@ -139,9 +158,12 @@ def ask(
         raise CtxlabError("the question is empty; ask something.")
     with open_store(db, must_exist=True, write=False) as store:
         _check_something_to_retrieve(store, as_of)
+    set_threads(threads)
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
     with open_store(db, must_exist=True, write=False) as store, progress("answering"):
-        answer = ask_question(engine, store, question, k, retriever, order, as_of, max_tokens)
+        answer = ask_question(
+            engine, store, question, k, retriever, order, as_of, max_tokens, metadata=metadata
+        )
     if not answer.passages:
         typer.echo("note: nothing was retrieved, so the answer cites no passage.", err=True)
     passages = [
@@ -200,7 +222,7 @@ def evaluate(
     ),
     answer_k: int = typer.Option(2, "--answer-k", help="Passages given to the model per question."),
     answer_retriever: str = typer.Option(
-        "hybrid", "--answer-retriever", help="Comma list of retrievers whose answers are scored."
+        "bm25", "--answer-retriever", help="Comma list of retrievers whose answers are scored."
     ),
     no_answers: bool = typer.Option(
         False, "--no-answers", help="Retrieval and token counts only; no model."
@@ -210,6 +232,7 @@ def evaluate(
     ),
     limit: int = typer.Option(None, "--limit", help="Only the first N of the 100 questions."),
     order: str = OrderOpt,
+    metadata: str = MetadataOpt,
     answer_tokens: int = typer.Option(16, "--answer-tokens", help="Tokens per answer."),
     cost_samples: int = typer.Option(
         4, "--cost-samples", help="Questions whose prefill is timed, per k."
@@ -234,6 +257,7 @@ def evaluate(
     api_key: ApiKeyOpt = "none",
     tokenizer: TokenizerOpt = None,
     out: Path = typer.Option(None, "--out", help="Output folder (default out/rag-eval-TIMESTAMP)."),
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Ask the seeded fixture's 100 gold questions: retrieval, task and cost tables.
@@ -257,6 +281,7 @@ def evaluate(
         answer_retrievers=tuple(parse_list(answer_retriever, "--answer-retriever")),
         closed_book=closed_book,
         order=order,
+        metadata=metadata,
         answer_tokens=answer_tokens,
         cost_samples=cost_samples,
         prices=HostedPrices(price_input, price_output),
@@ -278,6 +303,7 @@ def evaluate(
         corpus = named_corpus(paths, questions)
     elif questions is not None:
         raise CtxlabError("--questions needs the corpus they are about (PATH...).")
+    set_threads(threads)
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
     report = run_eval(engine, db, options, corpus=corpus)
     doc = report.as_dict()
@@ -302,23 +328,63 @@ def print_report(report: Any) -> None:
         f"{s['questions']} questions, {s['documents']} document versions, {s['chunks']} chunks "
         f"of {s['chunk_tokens']} tokens (overlap {s['overlap_tokens']}), model {s['model']}"
     )
-    t = Table(title="Retrieval (evidence chunks found)", title_justify="left")
-    for col in ("retriever", "k", "recall@k", "MRR@k"):
+    t = Table(
+        title=f"Retrieval (evidence chunks found; 95 % interval, n = {s['questions']})",
+        title_justify="left",
+    )
+    for col in ("retriever", "k", "recall@k", "95 % interval", "MRR@k"):
         t.add_column(col, justify="left" if col == "retriever" else "right")
     for r in report.retrieval:
-        t.add_row(r.retriever, str(r.k), f"{r.recall:.3f}", f"{r.mrr:.3f}")
+        t.add_row(
+            r.retriever,
+            str(r.k),
+            f"{r.recall:.3f}",
+            _ci(r.recall_low, r.recall_high, 3),
+            f"{r.mrr:.3f}",
+        )
     console.print(t)
+    if report.comparisons:
+        t = Table(title="recall@k change, paired over the same questions", title_justify="left")
+        for col in ("retriever", "against", "k", "change", "95 % interval", "verdict"):
+            t.add_column(
+                col, justify="left" if col in ("retriever", "against", "verdict") else "right"
+            )
+        for c in report.comparisons:
+            t.add_row(
+                c.retriever,
+                c.baseline,
+                str(c.k),
+                f"{c.change:+.3f}",
+                _ci(c.low, c.high, 3, signed=True),
+                c.verdict,
+            )
+        console.print(t)
     if report.task:
         t = Table(title="Task (answers)", title_justify="left")
-        for col in ("setting", "accuracy", "cite precision", "cite recall", "cited by model"):
+        cols = (
+            "setting",
+            "accuracy",
+            "95 % interval",
+            "cite precision (n)",
+            "cite recall",
+            "cited by model",
+        )
+        for col in cols:
             t.add_column(col, justify="left" if col == "setting" else "right")
         for r in report.task:
-            p = "-" if r.citation_precision is None else f"{r.citation_precision:.2f}"
+            p = (
+                "-"
+                if r.citation_precision is None
+                else f"{r.citation_precision:.2f} "
+                f"{_ci(r.citation_precision_low, r.citation_precision_high, 2)} "
+                f"(n={r.citing_answers})"
+            )
             t.add_row(
                 r.setting,
-                f"{r.accuracy:.0%}",
+                f"{r.accuracy:.0%} ({r.correct}/{r.questions})",
+                _ci(r.accuracy_low, r.accuracy_high, 0, pct=True),
                 p,
-                f"{r.citation_recall:.2f}",
+                f"{r.citation_recall:.2f} {_ci(r.citation_recall_low, r.citation_recall_high, 2)}",
                 f"{r.cited_by_model:.0%}",
             )
         console.print(t)
@@ -344,6 +410,18 @@ def print_report(report: Any) -> None:
         )
     console.print(t)
     console.print(report.verdict)
+
+
+def _ci(
+    low: float | None, high: float | None, digits: int, pct: bool = False, signed: bool = False
+) -> str:
+    """'[0.51, 0.70]' (or '[41%, 60%]'); '-' when there is no interval."""
+    if low is None or high is None:
+        return "-"
+    if pct:
+        return f"[{low:.{digits}%}, {high:.{digits}%}]"
+    sign = "+" if signed else ""
+    return f"[{low:{sign}.{digits}f}, {high:{sign}.{digits}f}]"
 
 
 @rag_app.command("fixture")

@@ -109,11 +109,13 @@ def summarize_rows(
         title="score (0-100) and resident KV measured from the pool, per cell "
         f"({kv_dtype_label(rows)} KV)"
     )
-    for column in ("task", "length", "policy", "score", "resident KV (MiB)", "samples"):
+    columns = ("task", "length", "policy", "score", "95 % interval", "resident KV (MiB)", "samples")
+    for column in columns:
         table.add_column(column, justify="right" if column not in ("task", "policy") else "left")
     for c in table_cells:
         kv = "n/a" if c.kv_bytes is None else f"{c.kv_bytes / 2**20:.2f}"
-        table.add_row(c.task, str(c.length), c.policy, f"{c.score:.1f}", kv, str(c.samples))
+        ci = f"[{c.score_low:.1f}, {c.score_high:.1f}]" if c.score_low is not None else "-"
+        table.add_row(c.task, str(c.length), c.policy, f"{c.score:.1f}", ci, kv, str(c.samples))
     if per_cell:
         console.print(table)
     console.print(_length_means_table(rows))

@@ -2,7 +2,10 @@
 
 Rows are the JSON lines `ctxlab eval` writes (one per sample). Quality is never shown alone:
 every aggregate carries the mean resident KV bytes measured for the same rows, so a policy
-that scores well by keeping everything is seen to cost what it keeps.
+that scores well by keeping everything is seen to cost what it keeps. A cell's mean score
+carries its sample count and 95 % interval (`ctxlab.stats`: Wilson when every sample
+scored 0 or 100, else a bootstrap of the mean), so a difference of one sample is not read
+as a difference of policies.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
+from ctxlab import stats
 from ctxlab.errors import CtxlabError
 from ctxlab.eval.scoring import RULER_THRESHOLD, EffectiveLength, effective_length
 from ctxlab.inputs import loads_json, read_text
@@ -76,6 +80,14 @@ class Cell:
     score: float
     kv_bytes: float | None
     samples: int
+    score_low: float | None = None  # 95 % interval of the mean score, 0-100
+    score_high: float | None = None
+
+
+def score_interval(scores: Sequence[float]) -> tuple[float, float]:
+    """The 95 % interval of a mean of 0-100 scores, in the same scale."""
+    ci = stats.mean_interval([s / 100 for s in scores])
+    return 100 * ci.low, 100 * ci.high
 
 
 def _mean_bytes(rows: Sequence[Row]) -> float | None:
@@ -87,17 +99,14 @@ def cells(rows: Iterable[Row]) -> list[Cell]:
     groups: dict[tuple[str, int, str], list[Row]] = defaultdict(list)
     for row in rows:
         groups[(str(row["task"]), int(row["length"]), policy_label(row))].append(row)  # type: ignore[arg-type]
-    return [
-        Cell(
-            task,
-            length,
-            policy,
-            fmean(float(r["score"]) for r in group),  # type: ignore[arg-type]
-            _mean_bytes(group),
-            len(group),
+    out = []
+    for (task, length, policy), group in sorted(groups.items()):
+        scores = [float(r["score"]) for r in group]  # type: ignore[arg-type]
+        low, high = score_interval(scores)
+        out.append(
+            Cell(task, length, policy, fmean(scores), _mean_bytes(group), len(group), low, high)
         )
-        for (task, length, policy), group in sorted(groups.items())
-    ]
+    return out
 
 
 @dataclass(frozen=True)

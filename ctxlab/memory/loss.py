@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ctxlab import stats
 from ctxlab.memory.agent import MemoryAgent
 from ctxlab.memory.backend import Backend
 from ctxlab.memory.budget import MemoryConfig, PressureEvent
@@ -55,26 +56,41 @@ class CompactionReport:
     retriever: str
     facts: list[FactOutcome] = field(default_factory=list)
     note_position: str = "system"
+    keeps_log: bool = True  # False: the strategy deleted what it evicted from the log
     note: str = ""  # the strategy's note at the end: the summary or the recall note
     events: list[PressureEvent] = field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(f.status == status for f in self.facts)
 
+    def lost_facts(self) -> list[str]:
+        """Ids of the facts that cannot be reconstructed: not in context, not found by search."""
+        return [f.id for f in self.facts if f.status == "lost"]
+
     @property
     def accuracy(self) -> float:
         return sum(f.correct for f in self.facts) / len(self.facts) if self.facts else 0.0
 
     def summary(self) -> dict[str, object]:
-        """One row of the compaction table."""
+        """One row of the compaction table; facts kept and answers right with their Wilson
+        95 % intervals (`ctxlab.stats`)."""
+        kept = self.count("in_context") + self.count("recoverable")
+        kept_ci = stats.wilson(kept, len(self.facts))
+        right = stats.proportion([f.correct for f in self.facts])
         return {
             "strategy": self.strategy,
             "note_position": self.note_position,
+            "keeps_log": self.keeps_log,
             "facts": len(self.facts),
             "in_context": self.count("in_context"),
             "recoverable": self.count("recoverable"),
             "lost": self.count("lost"),
+            "kept": kept,
+            "kept_low": kept_ci.low,
+            "kept_high": kept_ci.high,
             "accuracy": self.accuracy,
+            "accuracy_low": right.low,
+            "accuracy_high": right.high,
             "tokens_before": self.tokens_before,
             "tokens_after": self.tokens_after,
             "compactions": self.compactions,
@@ -91,6 +107,7 @@ class CompactionReport:
             "search_k": self.search_k,
             "retriever": self.retriever,
             "note": self.note,
+            "lost_facts": self.lost_facts(),
             "per_fact": [asdict(f) for f in self.facts],
             "events": [asdict(e) for e in self.events],
         }
@@ -200,6 +217,7 @@ def compaction_report(
         search_k=search_k,
         retriever=retriever,
         note_position=cfg.note_position,
+        keeps_log=strat.keeps_log,
         note=note,
         facts=outcomes,
         events=events,

@@ -114,6 +114,19 @@ class RecallMemory:
                 new.append(m)
         return new
 
+    def forget(self, ids: Sequence[int]) -> int:
+        """Delete messages from the log for good (their index rows go with them); returns
+        how many were deleted. Only a strategy that discards history calls this."""
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        with self.store.transaction() as conn:
+            cur = conn.execute(
+                f"DELETE FROM messages WHERE agent = ? AND id IN ({marks})",
+                (self.agent, *ids),
+            )
+        return int(cur.rowcount)
+
     def count(self) -> int:
         row = self.store.conn.execute(
             "SELECT COUNT(*) FROM messages WHERE agent = ?", (self.agent,)

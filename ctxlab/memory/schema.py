@@ -1,32 +1,36 @@
 """The one schema of the application store: memory tiers and the retrieval corpus.
 
 Memory and retrieval share one SQLite file, so one version number describes it. Every
-searchable table has an external-content FTS5 index kept in step by triggers (BM25 comes
+searchable table has an external-content FTS5 index kept in step by triggers (a chunk's
+index holds its heading, the document's title, beside its text) (BM25 comes
 from FTS5) and an `embedding` column of float32 bytes (cosine is computed in numpy).
 Dates are ISO 8601 text, so comparing strings compares dates.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = "ctxlab-memory"
 
 
-def _fts(table: str, column: str) -> str:
-    """An FTS5 index over `table.column` plus the three triggers that keep it current."""
+def _fts(table: str, *columns: str) -> str:
+    """An FTS5 index over `table`'s columns plus the three triggers that keep it current."""
+    cols = ", ".join(columns)
+    new = ", ".join(f"new.{c}" for c in columns)
+    old = ", ".join(f"old.{c}" for c in columns)
     return f"""
 CREATE VIRTUAL TABLE {table}_fts USING fts5(
-    {column}, content='{table}', content_rowid='id', tokenize='porter unicode61'
+    {cols}, content='{table}', content_rowid='id', tokenize='porter unicode61'
 );
 CREATE TRIGGER {table}_ai AFTER INSERT ON {table} BEGIN
-    INSERT INTO {table}_fts(rowid, {column}) VALUES (new.id, new.{column});
+    INSERT INTO {table}_fts(rowid, {cols}) VALUES (new.id, {new});
 END;
 CREATE TRIGGER {table}_ad AFTER DELETE ON {table} BEGIN
-    INSERT INTO {table}_fts({table}_fts, rowid, {column}) VALUES ('delete', old.id, old.{column});
+    INSERT INTO {table}_fts({table}_fts, rowid, {cols}) VALUES ('delete', old.id, {old});
 END;
-CREATE TRIGGER {table}_au AFTER UPDATE OF {column} ON {table} BEGIN
-    INSERT INTO {table}_fts({table}_fts, rowid, {column}) VALUES ('delete', old.id, old.{column});
-    INSERT INTO {table}_fts(rowid, {column}) VALUES (new.id, new.{column});
+CREATE TRIGGER {table}_au AFTER UPDATE OF {cols} ON {table} BEGIN
+    INSERT INTO {table}_fts({table}_fts, rowid, {cols}) VALUES ('delete', old.id, {old});
+    INSERT INTO {table}_fts(rowid, {cols}) VALUES (new.id, {new});
 END;
 """
 
@@ -101,7 +105,23 @@ CREATE TABLE chunks (
     end_char INTEGER NOT NULL,
     tokens INTEGER NOT NULL,
     embedding BLOB,
+    heading TEXT NOT NULL DEFAULT '',
     UNIQUE (document, chunk)
 );
-{_fts("chunks", "text")}
+{_fts("chunks", "heading", "text")}
+"""
+
+# Version 1 indexed a chunk's text alone; version 2 also indexes its heading (the document's
+# title), so a chunk that never names its subject ("Its founder ... was born in ...") is
+# still found by a question that does.
+MIGRATE_1_TO_2 = f"""
+ALTER TABLE chunks ADD COLUMN heading TEXT NOT NULL DEFAULT '';
+UPDATE chunks SET heading = (SELECT d.title FROM documents d WHERE d.id = chunks.document);
+DROP TRIGGER chunks_ai;
+DROP TRIGGER chunks_ad;
+DROP TRIGGER chunks_au;
+DROP TABLE chunks_fts;
+{_fts("chunks", "heading", "text")}
+INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');
+UPDATE schema_version SET version = 2;
 """

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
-from ctxlab.memory.schema import APPLICATION_ID, SCHEMA, SCHEMA_VERSION
+from ctxlab.memory.schema import APPLICATION_ID, MIGRATE_1_TO_2, SCHEMA, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -173,6 +173,20 @@ def _check_or_create(conn: sqlite3.Connection, db: Path, flag: str) -> None:
             f"{flag} {db} has schema version {row[1]}, newer than this ctxlab's "
             f"{SCHEMA_VERSION}; upgrade ctxlab."
         )
+    if int(row[1]) == 1:
+        _migrate(conn, MIGRATE_1_TO_2)
+
+
+def _migrate(conn: sqlite3.Connection, script: str) -> None:
+    """Bring an older store up to this schema in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _statements(script):
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _statements(script: str) -> list[str]:

@@ -1,10 +1,16 @@
 """An answer from retrieved passages, with citations `[doc#chunk]`.
 
-Each passage is shown with its key and date after its text, and the prompt says that the
-newest date wins when passages disagree. Citations come from the model's text when it writes valid
-keys (`cited_by="model"`); a model too small to cite gets citations attributed afterwards:
-the passages sharing the most answer words that are not in the question
-(`cited_by="attributed"`). The two are reported apart, so a score never mixes them.
+Each passage is shown with its key after its text. Its date is shown too only where the
+question is about versions or time ("latest", "current", "as of", "changed", ...; metadata
+"auto"), and then the prompt says that the newest date wins when passages disagree: shown
+after every passage, the 135M model answered with the date instead of the fact ("which
+year was it founded?"), and most questions are not about versions. "always" and "never"
+force it either way, so the change is measured (docs/statistics.md).
+
+Citations come from the model's text when it writes valid keys (`cited_by="model"`); a
+model too small to cite gets citations attributed afterwards: the passages sharing the most
+answer words that are not in the question (`cited_by="attributed"`). The two are reported
+apart, so a score never mixes them.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ctxlab.errors import CtxlabError
 from ctxlab.memory.backend import Backend
 from ctxlab.memory.scoring import normalize
 from ctxlab.rag.retriever import Passage
@@ -21,6 +28,16 @@ ANSWER_SYSTEM = (
     "Answer the question in a few words, using only the passages. Each passage ends with "
     "its id and date in brackets. If passages disagree, the one with the newest date is "
     "right."
+)
+ANSWER_SYSTEM_PLAIN = (
+    "Answer the question in a few words, using only the passages. Each passage ends with "
+    "its id in brackets."
+)
+METADATA = ("auto", "always", "never")
+_ABOUT_VERSIONS = re.compile(
+    r"\b(versions?|latest|newest|current(ly)?|now|still|updated?|updates|changed?|changes|"
+    r"dated?|as of|recent(ly)?|previous(ly)?|former(ly)?|outdated|superseded|anymore)\b",
+    re.IGNORECASE,
 )
 _CITATION = re.compile(r"\[([^\[\]\s#,]+)#(\d+)(?:,[^\]]*)?\]")  # [doc#3] or [doc#3, date]
 _STOP = set(
@@ -39,16 +56,34 @@ class Answer:
     prompt_tokens: int = 0
 
 
-def render_passage(p: Passage) -> str:
-    """Text first, then `[doc#chunk, date]`: with the id and date in front, the 135M model
-    copied them as its answer (a date for "which year", an id for "how many")."""
-    return f"{p.text} [{p.key}, {p.date}]"
+def about_versions(question: str) -> bool:
+    """Does the question ask about versions or time (so passage dates help answer it)?"""
+    return bool(_ABOUT_VERSIONS.search(question))
 
 
-def answer_chat(question: str, passages: Sequence[Passage]) -> list[dict[str, str]]:
-    body = "\n\n".join(render_passage(p) for p in passages)
+def check_metadata(metadata: str) -> str:
+    if metadata not in METADATA:
+        raise CtxlabError(f"--metadata {metadata!r} is unknown; use one of {', '.join(METADATA)}.")
+    return metadata
+
+
+def render_passage(p: Passage, dated: bool = True) -> str:
+    """Text first, then `[doc#chunk, date]` (or `[doc#chunk]`): with the id and date in
+    front, the 135M model copied them as its answer (a date for "which year", an id for
+    "how many")."""
+    return f"{p.text} [{p.key}, {p.date}]" if dated else f"{p.text} [{p.key}]"
+
+
+def answer_chat(
+    question: str, passages: Sequence[Passage], metadata: str = "auto"
+) -> list[dict[str, str]]:
+    dated = check_metadata(metadata) == "always" or (
+        metadata == "auto" and about_versions(question)
+    )
+    body = "\n\n".join(render_passage(p, dated) for p in passages)
     content = f"Passages:\n\n{body}\n\nQuestion: {question}" if passages else question
-    return [{"role": "system", "content": ANSWER_SYSTEM}, {"role": "user", "content": content}]
+    system = ANSWER_SYSTEM if dated else ANSWER_SYSTEM_PLAIN
+    return [{"role": "system", "content": system}, {"role": "user", "content": content}]
 
 
 def model_citations(text: str, passages: Sequence[Passage]) -> list[str]:
@@ -84,9 +119,10 @@ def answer_questions(
     questions: Sequence[str],
     passages: Sequence[Sequence[Passage]],
     max_tokens: int = 16,
+    metadata: str = "auto",
 ) -> list[Answer]:
     """Answer each question from its passages (one batch through the backend)."""
-    chats = [answer_chat(q, ps) for q, ps in zip(questions, passages, strict=True)]
+    chats = [answer_chat(q, ps, metadata) for q, ps in zip(questions, passages, strict=True)]
     replies = backend.generate(chats, max_tokens) if chats else []
     out = []
     for q, ps, reply in zip(questions, passages, replies, strict=True):

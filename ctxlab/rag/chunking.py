@@ -1,10 +1,12 @@
-"""Chunks measured in the model's tokens, ending at sentence ends where one is near.
+"""Chunks measured in the model's tokens, made of whole sentences, with overlap.
 
-A chunk holds at most `size` tokens; consecutive chunks share `overlap` tokens. The end of
-a chunk moves back to the last sentence or paragraph end in its second half, so a fact
-stated in one sentence lands whole in one chunk; the overlap then carries the previous
-sentence's tail as context. Offsets are characters of the document, so a chunk's text is
-exactly a slice of it.
+A chunk holds at most `size` tokens and is packed with whole sentences, so a fact stated in
+one sentence lands whole in one chunk. Consecutive chunks share up to `overlap` tokens: the
+previous chunk's last sentences when they fit in the overlap, otherwise its last words. A
+sentence longer than a chunk is split into windows that overlap by `overlap` tokens. No
+chunk starts or ends inside a word or a number ("4,096" is never cut to "096"): a chunk
+boundary sits only where the text has whitespace (unless one word is longer than a chunk).
+Offsets are characters of the document, so a chunk's text is exactly a slice of it.
 """
 
 from __future__ import annotations
@@ -41,29 +43,52 @@ def _ends_sentence(text: str, end: int, token: str) -> bool:
     return bool(stripped) and stripped[-1] in ".!?" and (end >= len(text) or text[end].isspace())
 
 
+def _word_starts(text: str, spans: Sequence[tuple[int, int]]) -> list[bool]:
+    """True for tokens a chunk may start at: the first, or one after whitespace."""
+    out = []
+    for i, (a, _) in enumerate(spans):
+        out.append(i == 0 or a == 0 or text[a - 1].isspace() or text[a : a + 1].isspace())
+    return out
+
+
 def chunk_text(text: str, spans: Sequence[tuple[int, int]], size: int, overlap: int) -> list[Chunk]:
     """Split `text` (whose tokens are `spans`) into chunks of at most `size` tokens."""
     check_sizes(size, overlap)
     n = len(spans)
     if n == 0:
         return []
+    # ends[b]: a sentence (or paragraph) ends after token b - 1; b = n always ends one.
     ends = [False] + [
         _ends_sentence(text, spans[j - 1][1], text[slice(*spans[j - 1])]) for j in range(1, n + 1)
     ]
+    ends[n] = True
+    word = [*_word_starts(text, spans), True]
+    next_end = [n] * (n + 1)
+    for b in range(n - 1, -1, -1):
+        next_end[b] = b + 1 if ends[b + 1] else next_end[b + 1]
     chunks: list[Chunk] = []
     i = 0
     while i < n:
-        j = min(i + size, n)
-        if j < n:
-            for b in range(j, i + size // 2, -1):
-                if ends[b]:
-                    j = b
-                    break
+        j = i
+        while j < n and next_end[j] - i <= size:  # whole sentences while they fit
+            j = next_end[j]
+        if j == i:  # one sentence longer than a chunk: a window ending between words
+            j = next((b for b in range(i + size, i, -1) if word[b]), i + size)
         start, end = spans[i][0], spans[j - 1][1]
         while start < end and text[start].isspace():
             start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
         chunks.append(Chunk(len(chunks), start, end, j - i, text[start:end]))
         if j >= n:
             break
-        i = max(j - overlap, i + 1)
+        i = _next_start(i, j, overlap, ends, word)
     return chunks
+
+
+def _next_start(i: int, j: int, overlap: int, ends: list[bool], word: list[bool]) -> int:
+    """Where the chunk after [i, j) starts: the earliest sentence start within `overlap`
+    tokens before j, else the earliest word start there, else j; always after i."""
+    lo = max(j - overlap, i + 1)
+    window = range(lo, j)
+    return next((b for b in window if ends[b]), next((b for b in window if word[b]), j))

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ctxlab import stats
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.backend import Backend, TextTokenizer, text_tokens
 from ctxlab.memory.embed import Embedder, WordLlamaEmbedder
@@ -25,7 +26,7 @@ from ctxlab.memory.search import RETRIEVERS, check_retriever
 from ctxlab.memory.store import Store, open_store
 from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import progress
-from ctxlab.rag.answer import Answer, answer_chat, answer_questions
+from ctxlab.rag.answer import Answer, answer_chat, answer_questions, check_metadata
 from ctxlab.rag.chunking import check_sizes
 from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture, read_questions
 from ctxlab.rag.documents import chunks_of, ingest_all
@@ -37,8 +38,15 @@ from ctxlab.rag.metrics import (
     reciprocal_rank,
 )
 from ctxlab.rag.readers import collect
-from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow, verdict
-from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
+from ctxlab.rag.report import (
+    CostRow,
+    EvalReport,
+    RecallComparison,
+    RetrievalRow,
+    TaskRow,
+    verdict,
+)
+from ctxlab.rag.retriever import DEFAULT_RETRIEVER, CorpusRetriever, Passage, order_passages
 
 # Illustrative prices (USD per million tokens) for a small hosted model, not a vendor quote;
 # pass your own HostedPrices (CLI: --price-input, --price-output).
@@ -95,7 +103,7 @@ class EvalOptions:
     ks: tuple[int, ...] = (1, 2, 4, 8)
     retrievers: tuple[str, ...] = RETRIEVERS
     answer_k: int = 2
-    answer_retrievers: tuple[str, ...] = ("hybrid",)
+    answer_retrievers: tuple[str, ...] = (DEFAULT_RETRIEVER,)
     gold_row: bool = True  # answer from the gold passages alone: the model's ceiling
     closed_book: bool = False  # answer with no passages: what the model knows by itself
     order: str = "relevance"  # or "edges" (against lost-in-the-middle)
@@ -107,6 +115,7 @@ class EvalOptions:
     overlap_tokens: int = 8
     limit: int | None = None  # only the first n questions
     answers: bool = True  # False: retrieval and token counts only, no model
+    metadata: str = "auto"  # passage dates in the prompt: auto (version questions), always, never
 
     def check(self) -> EvalOptions:
         if not self.ks or min(self.ks) < 1:
@@ -120,6 +129,7 @@ class EvalOptions:
         if self.limit is not None and self.limit < 1:
             raise CtxlabError(f"--limit must be at least 1, got {self.limit}.")
         order_passages([], self.order)
+        check_metadata(self.metadata)
         check_sizes(self.chunk_tokens, self.overlap_tokens)
         return replace(self, ks=tuple(sorted(set(self.ks))))
 
@@ -201,6 +211,7 @@ class _Run:
             db=str(store.path),
         )
         self.report = EvalReport(settings=settings)
+        self.recalls: dict[tuple[str, int], list[float]] = {}
         self.per_q: dict[str, dict[str, object]] = {
             q.id: {"id": q.id, "kind": q.kind, "question": q.question, "answer": q.answer}
             for q in self.questions
@@ -216,11 +227,26 @@ class _Run:
                     ranked[q.id] = [p.key for p in self.retriever.search(q.question, depth, name)]
                     bar.advance()
                 for k in o.ks:
-                    recall = mean([recall_at_k(ranked[q.id], ev[q.id], k) for q in qs])
+                    scores = [recall_at_k(ranked[q.id], ev[q.id], k) for q in qs]
+                    self.recalls[name, k] = scores
                     mrr = mean([reciprocal_rank(ranked[q.id][:k], ev[q.id]) for q in qs])
-                    self.report.retrieval.append(RetrievalRow(name, k, recall, mrr, len(qs)))
+                    ci = stats.mean_interval(scores, seed=o.seed)
+                    self.report.retrieval.append(
+                        RetrievalRow(name, k, ci.value, mrr, len(qs), ci.low, ci.high)
+                    )
                 for q in qs:
                     self.per_q[q.id][f"ranked {name}"] = ranked[q.id]
+        base = self.main_retriever if self.main_retriever in o.retrievers else o.retrievers[0]
+        for name in o.retrievers:
+            for k in o.ks if name != base else ():
+                p = stats.paired(self.recalls[base, k], self.recalls[name, k], seed=o.seed)
+                kind = stats.verdict(p.change, "up")
+                word = {"held": "better", "failed": "worse"}.get(kind, "within noise")
+                self.report.comparisons.append(
+                    RecallComparison(
+                        base, name, k, p.change.value, p.change.low, p.change.high, len(qs), word
+                    )
+                )
 
     def settings(self) -> list[tuple[str, list[list[Passage]]]]:
         """(name, passages per question) for every answer setting."""
@@ -256,6 +282,7 @@ class _Run:
                         [q.question for q in part],
                         passages[start : start + BATCH],
                         o.answer_tokens,
+                        o.metadata,
                     )
                     bar.advance(len(part))
                 self.report.task.append(_task_row(setting, qs, got, self.evidence))
@@ -274,6 +301,7 @@ class _Run:
                     answer_chat(
                         q.question,
                         order_passages(self.retriever.search(q.question, k, name), o.order),
+                        o.metadata,
                     )
                     for q in self.questions
                 ]
@@ -315,17 +343,25 @@ def _task_row(
     kinds: dict[str, list[bool]] = {}
     for q, ok in zip(questions, correct, strict=True):
         kinds.setdefault(q.kind, []).append(ok)
+    recalls = [
+        citation_recall(a.citations, evidence[q.id]) for q, a in zip(questions, got, strict=True)
+    ]
+    acc, cr = stats.proportion(correct), stats.mean_interval(recalls)
+    cp = stats.mean_interval(precisions) if precisions else None
     return TaskRow(
         setting=setting,
         questions=len(questions),
         accuracy=mean([float(c) for c in correct]),
         citation_precision=mean(precisions) if precisions else None,
-        citation_recall=mean(
-            [
-                citation_recall(a.citations, evidence[q.id])
-                for q, a in zip(questions, got, strict=True)
-            ]
-        ),
+        citation_recall=mean(recalls),
         cited_by_model=mean([float(a.cited_by == "model") for a in got]),
         accuracy_by_kind={k: mean([float(x) for x in v]) for k, v in sorted(kinds.items())},
+        correct=sum(correct),
+        accuracy_low=acc.low,
+        accuracy_high=acc.high,
+        citing_answers=len(precisions),
+        citation_precision_low=cp.low if cp else None,
+        citation_precision_high=cp.high if cp else None,
+        citation_recall_low=cr.low,
+        citation_recall_high=cr.high,
     )

@@ -3,7 +3,9 @@
 Retrieval rows say whether the evidence came back (recall@k, MRR within the top k), task
 rows whether the model answered and cited correctly, cost rows what the context costs.
 `verdict` turns the gold-passage row into one sentence: is the model or the retrieval the
-limit?
+limit? Every proportion carries its 95 % interval (`ctxlab.stats`: Wilson for 0/1 scores,
+a bootstrap of the mean for fractional ones) and the count it is over; `comparisons` holds
+paired changes in recall@k between retrievers over the same questions.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ class RetrievalRow:
     recall: float  # mean recall@k over questions
     mrr: float  # mean reciprocal rank within the top k
     questions: int
+    recall_low: float | None = None  # 95 % interval of the mean recall@k
+    recall_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,14 @@ class TaskRow:
     citation_recall: float
     cited_by_model: float  # share of answers whose citations the model wrote itself
     accuracy_by_kind: dict[str, float]
+    correct: int = 0
+    accuracy_low: float | None = None  # Wilson 95 % interval of the accuracy
+    accuracy_high: float | None = None
+    citing_answers: int = 0  # answers that cite: what citation precision is over
+    citation_precision_low: float | None = None
+    citation_precision_high: float | None = None
+    citation_recall_low: float | None = None
+    citation_recall_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -41,12 +53,27 @@ class CostRow:
     dollars_per_1k_questions: float
 
 
+@dataclass(frozen=True)
+class RecallComparison:
+    """recall@k of `retriever` minus that of `baseline`, paired over the same questions."""
+
+    baseline: str
+    retriever: str
+    k: int
+    change: float
+    low: float  # 95 % paired-bootstrap interval of the change
+    high: float
+    questions: int
+    verdict: str  # "better", "worse" or "within noise"
+
+
 @dataclass
 class EvalReport:
     settings: dict[str, object]
     retrieval: list[RetrievalRow] = field(default_factory=list)
     task: list[TaskRow] = field(default_factory=list)
     cost: list[CostRow] = field(default_factory=list)
+    comparisons: list[RecallComparison] = field(default_factory=list)
     per_question: list[dict[str, object]] = field(default_factory=list)
     verdict: str = ""
 
@@ -56,6 +83,7 @@ class EvalReport:
             "retrieval": [asdict(r) for r in self.retrieval],
             "task": [asdict(r) for r in self.task],
             "cost": [asdict(r) for r in self.cost],
+            "comparisons": [asdict(r) for r in self.comparisons],
             "verdict": self.verdict,
             "per_question": self.per_question,
         }
@@ -73,7 +101,15 @@ def verdict(report: EvalReport, answer_k: int, retriever: str) -> str:
     who = "the model, not retrieval," if model_gap >= retrieval_gap else "retrieval"
     return (
         f"{who} is the main limit: with only the gold passages the model answers "
-        f"{gold.accuracy:.0%} (so {model_gap:.0%} is lost by the model), {retriever}@{answer_k} "
-        f"retrieves {rec.recall:.0%} of the evidence and the answers reach {row.accuracy:.0%} "
-        f"({retrieval_gap:+.0%} below the gold-passage ceiling)."
+        f"{gold.accuracy:.0%}{_ci(gold)} (so {model_gap:.0%} is lost by the model), "
+        f"{retriever}@{answer_k} retrieves {rec.recall:.0%} of the evidence and the answers "
+        f"reach {row.accuracy:.0%}{_ci(row)} ({retrieval_gap:+.0%} below the gold-passage "
+        f"ceiling; {gold.questions} questions)."
     )
+
+
+def _ci(row: TaskRow) -> str:
+    """' [61%, 78%]' when the row has its interval, else nothing."""
+    if row.accuracy_low is None or row.accuracy_high is None:
+        return ""
+    return f" [{row.accuracy_low:.0%}, {row.accuracy_high:.0%}]"

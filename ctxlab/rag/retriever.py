@@ -19,6 +19,14 @@ from ctxlab.memory.store import Store
 from ctxlab.rag.readers import check_date
 
 CHUNKS = Table("chunks", "text")
+# The default retriever is BM25 over each chunk's heading and text. Measured on the seeded
+# fixture (100 questions) and on the Coriolanus prose corpus (32 reworded questions), no
+# fusion with WordLlama vectors (RRF at constants 1, 10, 60; dense weights 1, 0.5, 0.25; a
+# min-max convex mix) was better than BM25 at any k beyond noise, and most were worse at
+# k = 1: WordLlama averages static token vectors, which cannot tell made-up names apart nor
+# match reworded Early Modern English (dense recall@1 0.21 and 0.13). docs/statistics.md and
+# benchmarks/rag_retrievers.py give the figures.
+DEFAULT_RETRIEVER = "bm25"
 ORDERS = ("relevance", "edges")
 
 
@@ -66,7 +74,7 @@ class CorpusRetriever:
         self,
         query: str,
         k: int = 4,
-        retriever: str = "hybrid",
+        retriever: str = DEFAULT_RETRIEVER,
         as_of: str | None = None,
         all_versions: bool = False,
     ) -> list[Passage]:

@@ -124,7 +124,12 @@ def _recall_only(res: Results) -> tuple[str, str]:
         f"{fmt(f['questions'])} questions, accuracy {fmt(f['accuracy_lo_pct'], 1)}% -> "
         f"{fmt(f['accuracy_hi_pct'], 1)}% and citation precision "
         f"{fmt(f['citation_precision_lo_pct'], 1)}% -> {fmt(f['citation_precision_hi_pct'], 1)}% "
-        f"on a seeded subset of {fmt(f['answered'])}, smallest k to largest"
+        + (
+            f"on all {fmt(f['answered'])} questions"
+            if f["answered"] == f["questions"]
+            else f"on a seeded subset of {fmt(f['answered'])}"
+        )
+        + ", smallest k to largest"
     )
 
 

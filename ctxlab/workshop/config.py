@@ -201,9 +201,9 @@ class RecurrentSection(_Strict):
 
 
 class CompactionSection(_Strict):
-    strategies: list[Literal["truncation", "summary", "summary-extractive", "tiered"]] = Field(
-        min_length=1
-    )
+    strategies: list[
+        Literal["truncation", "summary", "summary-extractive", "tiered", "compact"]
+    ] = Field(min_length=1)
     sessions: Annotated[int, Field(ge=2)]
     turns_per_session: Annotated[int, Field(ge=3)]
     facts: Annotated[int, Field(ge=1, le=10)]

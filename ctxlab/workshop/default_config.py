@@ -87,7 +87,7 @@ profile = "measure"           # simulator step times: "measure" (steps shaped li
 
 # -- 5: compaction: what a strategy keeps, what a search brings back, what is lost ------------
 [compaction]
-strategies = ["truncation", "summary", "tiered"]  # also: "summary-extractive"
+strategies = ["truncation", "summary", "tiered", "compact"]  # also: "summary-extractive"
 sessions = 4                  # the seeded conversation: weekly sessions of small talk ...
 turns_per_session = 9         # ... of this many user turns each (a reply after each) ...
 facts = 10                    # ... with this many planted facts (one corrected later), 1 to 10
@@ -104,11 +104,11 @@ fixture_seed = 0
 # -- 6: retrieval depth k --------------------------------------------------------------------
 [retrieval_depth]
 k_values = [1, 2, 4, 8]
-retriever = "hybrid"          # bm25, dense or hybrid
+retriever = "bm25"            # bm25, dense or hybrid (bm25: see docs/statistics.md)
 questions = 100               # gold questions of the seeded corpus: recall, tokens and cost over
                               # all of them at every k
-answer_questions = 16         # a seeded subset answered by the model at every k (each answer
-                              # is a model call per k; the same questions at every k)
+answer_questions = 100        # questions answered by the model at every k (all of them; fewer
+                              # is a seeded subset, the same questions at every k)
 answer_tokens = 16            # greedy answers of at most this many tokens
 order = "relevance"           # passages best first, or "edges" (against lost in the middle)
 gold_row = false              # also answer the subset from its gold passages alone (the
@@ -245,7 +245,7 @@ ceiling = false
 
 [quick.retrieval_depth]
 k_values = [1, 4]
-answer_questions = 4
+answer_questions = 4          # --quick: a seeded subset of 4 questions, said so in the report
 answer_tokens = 12
 
 [quick.useful_context]

@@ -4,11 +4,14 @@ A seeded multi-session conversation with planted facts (a locker code, a cat's n
 corrected later) is replayed message by message through the application-memory layer
 (`ctxlab.memory`) under a context window, once per strategy: truncation (drop the oldest
 turns), a recursive summary written by the model, tiered memory (evicted turns live on in
-recall memory and the user's turn brings the relevant ones back). The memory layer's loss
+recall memory and the user's turn brings the relevant ones back), and compaction as chat
+products do it (the model's summary replaces the history and the evicted turns are deleted
+from the log, so a fact the summary left out is really gone). The memory layer's loss
 report classifies every fact: still in the compacted context, recoverable (a search of the
-message log returns the message that states it), or lost. Then each fact's question is asked
-with the prompt the strategy builds for it, so a strategy is judged by the answers it still
-supports and by whether it brought the fact back itself, not by the tokens it saved.
+message log returns the message that states it), or lost; the lost facts are listed. Then
+each fact's question is asked with the prompt the strategy builds for it, so a strategy is
+judged by the answers it still supports and by whether it brought the fact back itself,
+not by the tokens it saved.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ LABELS = {
     "summary": "recursive summary (by the model)",
     "summary-extractive": "extractive summary (sentences kept verbatim)",
     "tiered": "tiered memory (recall archive)",
+    "compact": "compaction (summary replaces the history, log deleted)",
 }
 
 
@@ -61,6 +65,10 @@ def strategy(name: str, summary_tokens: int) -> Any:
         return RecursiveSummary(ModelSummarizer(), summary_tokens)
     if name == "summary-extractive":
         return ExtractiveSummary(ExtractiveSummarizer(), summary_tokens)
+    if name == "compact":
+        from ctxlab.memory.strategies.compact import CompactSummary
+
+        return CompactSummary(ModelSummarizer(), summary_tokens)
     return make_strategy(name)
 
 
@@ -154,6 +162,8 @@ def _counts(o: Outcome) -> dict[str, float]:
         "lost": r.count("lost"),
         "in prompt": sum(o.in_prompt),
         "accuracy_pct": 100 * r.accuracy,
+        "accuracy_low_pct": 100 * r.summary()["accuracy_low"],
+        "accuracy_high_pct": 100 * r.summary()["accuracy_high"],
     }
 
 
@@ -201,42 +211,62 @@ def _tables(
             Column("in context"),
             Column("recoverable by search"),
             Column("lost"),
+            Column("kept %", 1),
+            Column("kept 95 % low", 1),
+            Column("kept 95 % high", 1),
             Column("in the prompt when asked"),
             Column("answered right"),
             Column("accuracy %", 1),
+            Column("accuracy 95 % low", 1),
+            Column("accuracy 95 % high", 1),
             Column("tokens before"),
             Column("tokens after"),
             Column("compactions"),
         ],
         note=f"recoverable: out of the context, but a {c.retriever} search of the message log "
         f"for the fact's question returns its message in the top {c.search_k}; the log keeps "
-        "every message under every strategy, and only tiered memory searches it by itself. "
-        "In the prompt when asked: the fact's answer is in the prompt the strategy builds for "
-        "its question. Greedy answers, string match.",
+        "every message under every strategy but compaction, which deletes what it evicts, and "
+        "only tiered memory searches it by itself. Kept: in context or recoverable. In the "
+        "prompt when asked: the fact's answer is in the prompt the strategy builds for its "
+        "question. Greedy answers, string match. Intervals: Wilson 95 % over the facts.",
     )
     for name, o in outcomes.items():
         r = o.report
+        row = r.summary()
         task.add(
             LABELS[name],
             r.count("in_context"),
             r.count("recoverable"),
             r.count("lost"),
+            100 * row["kept"] / n,
+            100 * row["kept_low"],
+            100 * row["kept_high"],
             sum(o.in_prompt),
             sum(f.correct for f in r.facts),
             100 * r.accuracy,
+            100 * row["accuracy_low"],
+            100 * row["accuracy_high"],
             r.tokens_before,
             r.tokens_after,
             r.compactions,
         )
     if ceiling is not None:
+        from ctxlab import stats
+
+        ceiling_ci = stats.wilson(round(ceiling * n / 100), n)
         task.add(
             "each fact's own message only (the model's ceiling)",
+            None,
+            None,
+            None,
             None,
             None,
             None,
             n,
             round(ceiling * n / 100),
             ceiling,
+            100 * ceiling_ci.low,
+            100 * ceiling_ci.high,
             None,
             None,
             None,
@@ -379,13 +409,27 @@ def _explain(
                 "truncation's replay and answers",
             )
         )
+    compact = outcomes.get("compact")
+    if compact is not None and tiered is not None:
+        res.gains.append(_discard_gain(f, compact, tiered, n))
     from ctxlab.memory import LOOP_NOTE
 
+    for name, o in outcomes.items():
+        lost = o.report.lost_facts()
+        res.notes.append(
+            f"Facts that cannot be reconstructed under {LABELS[name]}: "
+            + (", ".join(f"`{x}`" for x in lost) if lost else "none")
+            + (
+                " (the log keeps every message, so a search could still find the rest)."
+                if o.report.keeps_log
+                else " (the evicted turns were deleted: only the summary speaks for them)."
+            )
+        )
     res.notes.append(
         "Recoverable is what a search of the message log could still bring back: the memory "
-        "layer writes every message to its recall store under every strategy, so truncation "
-        "and the summary could be extended to search it; only tiered memory does so by "
-        "itself, which the 'in the prompt when asked' column shows."
+        "layer writes every message to its recall store, and every strategy but compaction "
+        "keeps it there, so truncation and the summary could be extended to search it; only "
+        "tiered memory does so by itself, which the 'in the prompt when asked' column shows."
     )
     res.notes.append(
         "A compacted prompt is judged by the answers it still supports: tokens saved say "
@@ -393,3 +437,38 @@ def _explain(
         "fact the model uses."
     )
     res.notes.append(f"The memory loop here is the {LOOP_NOTE}.")
+
+
+def _discard_gain(f: Any, compact: Outcome, tiered: Outcome, n: int) -> Gain:
+    """Compaction that deletes the log against tiered memory, paired over the same facts."""
+    from ctxlab import stats
+
+    def kept(o: Outcome) -> list[float]:
+        return [float(x.status != "lost") for x in o.report.facts]
+
+    change = stats.paired(kept(tiered), kept(compact))
+    answers = stats.paired(
+        [float(x.correct) for x in tiered.report.facts],
+        [float(x.correct) for x in compact.report.facts],
+    )
+    kind = stats.verdict(change.change, "down")
+    word = {"held": "fewer, beyond noise", "failed": "more, beyond noise"}.get(
+        kind, "a difference within noise"
+    )
+    return Gain(
+        "compaction that deletes the log, against tiered memory",
+        f"the summary replaced the history in "
+        f"{f.say('tokens_after_compact', compact.report.tokens_after)} tokens and the evicted "
+        "turns were deleted, so no search can bring them back: "
+        f"{f.say('lost_compact', compact.report.count('lost'))} of {f.say('facts', n)} facts "
+        f"lost against {f.say('lost_tiered', tiered.report.count('lost'))} under tiered memory "
+        f"({word}: paired 95 % interval of the change in facts kept "
+        f"[{f.say('kept_change_low_pct', 100 * change.change.low, 1)}, "
+        f"{f.say('kept_change_high_pct', 100 * change.change.high, 1)}] points)",
+        f"answers right: {f.say('accuracy_compact', 100 * compact.report.accuracy, 1)}% "
+        f"against {f.say('accuracy_tiered', 100 * tiered.report.accuracy, 1)}% (paired 95 % "
+        f"interval of the change [{f.say('answers_change_low_pct', 100 * answers.change.low, 1)}"
+        f", {f.say('answers_change_high_pct', 100 * answers.change.high, 1)}] points over the "
+        f"same {n} facts); what compaction drops is gone for every later question, not only "
+        "for this one",
+    )

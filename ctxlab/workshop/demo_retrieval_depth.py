@@ -4,9 +4,11 @@ The seeded corpus of the retrieval layer (`ctxlab.rag.corpus_fixture`: made-up o
 in versioned documents, 100 gold questions with their evidence sentences) is ingested once
 into a temporary SQLite store. Retrieval is measured over every question at every k without
 the model (recall@k, MRR, the tokens the passages add to the prompt, the hosted price): it is
-cheap, so it covers all of them. Answering needs one model call per question per k, so a
-seeded subset of the questions (the same questions at every k) is answered; its accuracy
-and citations are reported as that subset, with its size beside every figure. More passages
+cheap, so it covers all of them. Answering needs one model call per question per k; the
+default run answers every question at every k, and `--quick` a seeded subset (the same
+questions at every k), with its size beside every figure. Each proportion carries its 95 %
+interval, and k is compared with k over the same questions (paired: `ctxlab.stats`), so a
+best k is claimed only when it is beyond the noise. More passages
 can only find more evidence (the top k are nested), but they also bury it in more text for
 a small model: the demonstration measures both rather than assuming either. The tables,
 gains and notes it reports are written by `retrieval_depth_report.py`.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import random
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,9 @@ class Depth:
     answer_wall_s: float | None = None
     answer_prompt_tokens: float | None = None  # per answered question
     answer_reused_tokens: float | None = None  # of those, served by the prefix cache
+    recalls: list[float] = field(default_factory=list)  # recall@k per question, every question
+    correct: list[bool] = field(default_factory=list)  # per answered question, in order
+    precisions: list[float] = field(default_factory=list)  # per answer that cites
 
 
 def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -> None:
@@ -57,10 +62,12 @@ def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -
     from ctxlab.rag.metrics import citation_precision, citation_recall, mean
 
     pairs = list(zip(questions, answers, strict=True))
-    d.accuracy = mean([float(answer_match(a.text, [q.answer])) for q, a in pairs])
+    d.correct = [answer_match(a.text, [q.answer]) for q, a in pairs]
+    d.accuracy = mean([float(c) for c in d.correct])
     precisions = [
         p for q, a in pairs if (p := citation_precision(a.citations, evidence[q.id])) is not None
     ]
+    d.precisions = precisions
     d.citation_precision = mean(precisions) if precisions else None
     d.citation_recall = mean([citation_recall(a.citations, evidence[q.id]) for q, a in pairs])
     d.cited_by_model = mean([float(a.cited_by == "model") for a in answers])
@@ -97,6 +104,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     )
     from ctxlab.rag.answer import answer_chat
     from ctxlab.rag.evaluate import evidence_chunks
+    from ctxlab.rag.metrics import recall_at_k
     from ctxlab.rag.retriever import order_passages
     from ctxlab.workshop.memory_backend import workshop_backend
 
@@ -132,6 +140,8 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             show_progress=False,
         )
         retriever = CorpusRetriever(store, embedder)
+        ranked = {q["id"]: q[f"ranked {c.retriever}"] for q in whole.per_question}
+        ev_all = {q.id: evidence_chunks(store, q) for q in asked}
         bare = [counter.count_tokens(answer_chat(q.question, [])) for q in asked]
         for row, money in zip(whole.retrieval, whole.cost, strict=True):
             prompts = [
@@ -151,6 +161,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
                 sum(p - b for p, b in zip(prompts, bare, strict=True)) / len(asked),
                 max(prompts),
                 money.dollars_per_1k_questions,
+                recalls=[recall_at_k(ranked[q.id], ev_all[q.id], row.k) for q in asked],
             )
         chunks = retriever.chunk_count()
         tracker.advance()

@@ -13,6 +13,7 @@ import statistics
 
 from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import Tracker
+from ctxlab.stats import median_interval
 from ctxlab.workshop.catalog import BY_KEY
 from ctxlab.workshop.measure import Sent, median, pct, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
@@ -56,10 +57,15 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     stats = {side: _stats(sent) for side, sent in runs.items()}
     _tables(session, res, stats, slot, cfg)
     c, w = stats["cold"], stats["warm"]
-    res.observe("ttft_ms", c["ttft_med"], w["ttft_med"], 1, noise=c["ttft_spread"])
+    cold, warm = runs["cold"], runs["warm"]
+    res.observe_latency(
+        "ttft_ms", [s.ttft_ms for s in cold], [s.ttft_ms for s in warm], 1, c["ttft_spread"]
+    )
     res.observe("recomputed_tokens", c["recomputed"], w["recomputed"])
     res.observe("reused_tokens", c["reused"], w["reused"])
-    res.observe("tpot_ms", c["tpot_med"], w["tpot_med"], 2, noise=c["tpot_spread"])
+    res.observe_latency(
+        "tpot_ms", [s.tpot_ms for s in cold], [s.tpot_ms for s in warm], 2, c["tpot_spread"]
+    )
     res.observe("itl_ms", c["itl_p50"], w["itl_p50"], 2, noise=c["itl_spread"])
     _explain(res, stats, slot, cfg, session.cfg.cost.currency)
     from ctxlab.workshop.plots import plot_warm_prefix
@@ -73,12 +79,15 @@ def _stats(sent: list[Sent]) -> dict[str, float]:
     tpot = [s.tpot_ms for s in sent]
     itl = [g * 1e3 for s in sent for g in s.metrics.itl]
     per_request_itl = [statistics.median(s.metrics.itl) * 1e3 for s in sent if s.metrics.itl]
+    ttft_ci = median_interval(ttft)
     return {
         "n": len(sent),
         "reused": int(median([s.reused for s in sent])),
         "recomputed": int(median([s.recomputed for s in sent])),
         "prompt": int(median([s.metrics.prompt_tokens for s in sent])),
         "ttft_med": median(ttft),
+        "ttft_med_low": ttft_ci.low,
+        "ttft_med_high": ttft_ci.high,
         "ttft_min": min(ttft),
         "ttft_max": max(ttft),
         "ttft_spread": spread(ttft),
@@ -89,6 +98,7 @@ def _stats(sent: list[Sent]) -> dict[str, float]:
         "itl_p50": pct(itl, 50),
         "itl_p90": pct(itl, 90),
         "itl_p99": pct(itl, 99),
+        "itl_gaps": len(itl),
         "itl_spread": spread(per_request_itl),
         "cpu_s": median([s.cpu_s for s in sent]),
     }
@@ -118,6 +128,8 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
         [
             Column("prefix"),
             Column("TTFT median ms", 1),
+            Column("TTFT median 95 % low", 1),
+            Column("TTFT median 95 % high", 1),
             Column("TTFT min ms", 1),
             Column("TTFT max ms", 1),
             Column("TPOT median ms", 2),
@@ -126,8 +138,11 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
             Column("ITL p50 ms", 2),
             Column("ITL p90 ms", 2),
             Column("ITL p99 ms", 2),
+            Column("ITL gaps"),
         ],
-        note="ITL percentiles pool every gap between consecutive output tokens of the side",
+        note="ITL percentiles pool every gap between consecutive output tokens of the side "
+        "(their count beside them); the TTFT median's 95 % interval is a bootstrap over the "
+        "side's requests (ctxlab.stats)",
     )
     cost = Table(
         "warm_prefix_cost",
@@ -152,6 +167,8 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
         serving.add(
             side,
             s["ttft_med"],
+            s["ttft_med_low"],
+            s["ttft_med_high"],
             s["ttft_min"],
             s["ttft_max"],
             s["tpot_med"],
@@ -160,6 +177,7 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
             s["itl_p50"],
             s["itl_p90"],
             s["itl_p99"],
+            s["itl_gaps"],
         )
         prefix, suffix = cfg.prefix_tokens, s["prompt"] - cfg.prefix_tokens
         hosted = hosted_cost(

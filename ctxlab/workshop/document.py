@@ -74,6 +74,7 @@ def _status(res: dict[str, Any]) -> list[Block]:
                 "load average (one, five, fifteen minutes) at the start "
                 f"{load0}, at the end {load1}",
                 f"predictions: {fmt(counts['held'])} held, {fmt(counts['failed'])} failed, "
+                f"{fmt(counts.get('within noise', 0))} within noise, "
                 f"{fmt(counts['not measurable'])} not measurable",
             ],
         ),
@@ -110,7 +111,10 @@ def _predictions(res: dict[str, Any]) -> list[Block]:
         Block(
             "p",
             "Written in the config before the run; a failed prediction stays in this "
-            "table, with the numbers that failed it.",
+            "table, with the numbers that failed it. A prediction holds only when the whole "
+            "95 % interval of the change is past its tolerance in the predicted direction; "
+            "a change whose interval includes zero or the tolerance is within noise "
+            "(docs/statistics.md).",
         ),
         _table(
             "Every prediction and its verdict",

@@ -129,12 +129,21 @@ def plot_compaction(counts: dict[str, dict[str, float]], ceiling: float | None, 
         color="tab:blue",
         label="answer in the prompt when asked",
     )
+    acc = [c["accuracy_pct"] for c in counts.values()]
+    err = None
+    if all("accuracy_low_pct" in c and "accuracy_high_pct" in c for c in counts.values()):
+        err = [
+            [a - c["accuracy_low_pct"] for a, c in zip(acc, counts.values(), strict=True)],
+            [c["accuracy_high_pct"] - a for a, c in zip(acc, counts.values(), strict=True)],
+        ]
     right.bar(
         [x + width / 2 for x in xs],
-        [c["accuracy_pct"] for c in counts.values()],
+        acc,
         width,
+        yerr=err,
+        capsize=3,
         color="tab:purple",
-        label="answered right",
+        label="answered right (95 % interval)" if err else "answered right",
     )
     if ceiling is not None:
         right.axhline(ceiling, color="grey", linestyle="--", label="model's ceiling")
@@ -153,13 +162,27 @@ def plot_retrieval_depth(rows: list[dict[str, Any]], path: Path) -> Path:
     plt, (fig, (left, right)) = _figure()
     ks = [r["k"] for r in rows]
     for key, label, marker in (
-        ("recall_pct", "recall@k (all questions)", "o"),
-        ("accuracy_pct", "accuracy (answered subset)", "s"),
-        ("citation_precision_pct", "citation precision (subset)", "^"),
+        ("recall_pct", "recall@k", "o"),
+        ("accuracy_pct", "accuracy", "s"),
+        ("citation_precision_pct", "citation precision", "^"),
     ):
-        pairs = [(r["k"], r[key]) for r in rows if r[key] is not None]
-        if pairs:
-            left.plot(*zip(*pairs, strict=True), marker=marker, label=label)
+        got = [r for r in rows if r[key] is not None]
+        if not got:
+            continue
+        stem = key.removesuffix("_pct")
+        low, high = f"{stem}_low_pct", f"{stem}_high_pct"
+        if all(r.get(low) is not None and r.get(high) is not None for r in got):
+            err = [[r[key] - r[low] for r in got], [r[high] - r[key] for r in got]]
+            left.errorbar(
+                [r["k"] for r in got],
+                [r[key] for r in got],
+                yerr=err,
+                marker=marker,
+                capsize=3,
+                label=f"{label} (95 % interval)",
+            )
+        else:
+            left.plot([r["k"] for r in got], [r[key] for r in got], marker=marker, label=label)
     left.set_xscale("log", base=2)
     left.set_xticks(ks, [str(k) for k in ks])
     left.set_ylim(0, 100)

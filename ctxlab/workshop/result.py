@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxlab import stats
+from ctxlab.stats import Interval
+
 Layer = Literal["storage", "serving", "retrieval", "task", "cost"]
 Mode = Literal["measured", "modeled", "measured and modeled"]
 Status = Literal["run", "not selected"]
@@ -84,6 +87,13 @@ class Observation:
     digits: int = 0
     noise: float | None = None  # relative spread of the repeated baseline, when repeated
     why_missing: str | None = None  # when a value could not be measured: why
+    # 95 % interval of (observed - baseline) where both come from samples (ctxlab.stats):
+    # a bootstrap of the median difference for latencies, a paired bootstrap for the same
+    # questions or facts measured twice. None: an exact figure, or only `noise` is known.
+    change_low: float | None = None
+    change_high: float | None = None
+    samples: int | None = None  # the sample size the interval comes from
+    test: str | None = None  # how the interval was made, in words
 
     @property
     def measurable(self) -> bool:
@@ -135,9 +145,47 @@ class DemoResult:
         digits: int = 0,
         noise: float | None = None,
         why_missing: str | None = None,
+        change: Interval | None = None,
+        test: str | None = None,
     ) -> None:
+        """Record a metric; `change` is the 95 % interval of observed - baseline, when the
+        two come from samples (`test` says how it was made)."""
+        lo = hi = n = None
+        if change is not None and math.isfinite(change.low) and math.isfinite(change.high):
+            lo, hi, n = change.low, change.high, change.n
         self.observations[metric] = Observation(
-            metric, _clean(baseline), _clean(observed), digits, noise, why_missing
+            metric,
+            _clean(baseline),
+            _clean(observed),
+            digits,
+            noise,
+            why_missing,
+            lo,
+            hi,
+            n,
+            test if lo is not None else None,
+        )
+
+    def observe_latency(
+        self,
+        metric: str,
+        baseline: list[float],
+        observed: list[float],
+        digits: int = 0,
+        noise: float | None = None,
+    ) -> None:
+        """A latency metric from repeats: medians, and the bootstrap interval of their
+        difference (the two sides are independent repeats, each resampled on its own)."""
+        change = stats.median_difference(baseline, observed)
+        self.observe(
+            metric,
+            stats.median(baseline) if baseline else math.nan,
+            stats.median(observed) if observed else math.nan,
+            digits,
+            noise,
+            change=change,
+            test=f"bootstrap of the difference of medians, {len(baseline)} and "
+            f"{len(observed)} repeats",
         )
 
     def to_json(self, out_dir: Path) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ctxlab import stats
+from ctxlab.stats import Interval
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
 
@@ -22,24 +24,71 @@ def pct(x: float | None) -> float | None:
     return None if x is None else 100 * x
 
 
+def recall_ci(d: Depth) -> Interval:
+    return stats.mean_interval(d.recalls)
+
+
+def accuracy_ci(d: Depth) -> Interval | None:
+    return stats.proportion(d.correct) if d.correct else None
+
+
+def _pct_interval(ci: Interval | None) -> tuple[float | None, float | None]:
+    if ci is None or ci.n == 0:
+        return None, None
+    return 100 * ci.low, 100 * ci.high
+
+
+def paired_pct(a: list[float] | list[bool], b: list[float] | list[bool]) -> Interval:
+    """The change from a to b over the same questions, in percentage points."""
+    p = stats.paired([float(x) for x in a], [float(x) for x in b]).change
+    return Interval(100 * p.value, 100 * p.low, 100 * p.high, p.n, p.method)
+
+
 def plot_row(d: Depth) -> dict[str, Any]:
-    """One k as the plot reads it (`plots.plot_retrieval_depth`)."""
+    """One k as the plot reads it (`plots.plot_retrieval_depth`): values and 95 % intervals."""
+    r_lo, r_hi = _pct_interval(recall_ci(d))
+    a_lo, a_hi = _pct_interval(accuracy_ci(d))
+    p_lo, p_hi = _pct_interval(stats.mean_interval(d.precisions) if d.precisions else None)
     return {
         "k": d.k,
         "recall_pct": 100 * d.recall,
+        "recall_low_pct": r_lo,
+        "recall_high_pct": r_hi,
         "accuracy_pct": pct(d.accuracy),
+        "accuracy_low_pct": a_lo,
+        "accuracy_high_pct": a_hi,
         "citation_precision_pct": pct(d.citation_precision),
+        "citation_precision_low_pct": p_lo,
+        "citation_precision_high_pct": p_hi,
         "retrieved_tokens": d.retrieved_tokens,
     }
 
 
+PAIRED = "paired bootstrap over the same questions"
+
+
 def observe(res: DemoResult, depths: dict[int, Depth]) -> None:
-    """The catalogue's metrics: baseline at the smallest k, observed at the largest."""
+    """The catalogue's metrics: baseline at the smallest k, observed at the largest; recall
+    and accuracy with the paired interval of their change."""
     lo, hi = depths[min(depths)], depths[max(depths)]
-    res.observe("recall_at_k_pct", 100 * lo.recall, 100 * hi.recall, 1)
+    res.observe(
+        "recall_at_k_pct",
+        100 * lo.recall,
+        100 * hi.recall,
+        1,
+        change=paired_pct(lo.recalls, hi.recalls),
+        test=f"{PAIRED}, {len(lo.recalls)} questions",
+    )
     res.observe("citation_precision_pct", pct(lo.citation_precision), pct(hi.citation_precision), 1)
     res.observe("citation_recall_pct", pct(lo.citation_recall), pct(hi.citation_recall), 1)
-    res.observe("answer_accuracy_pct", pct(lo.accuracy), pct(hi.accuracy), 1)
+    res.observe(
+        "answer_accuracy_pct",
+        pct(lo.accuracy),
+        pct(hi.accuracy),
+        1,
+        change=paired_pct(lo.correct, hi.correct) if lo.correct else None,
+        test=f"{PAIRED}, {len(lo.correct)} questions",
+    )
     res.observe("context_tokens_per_question", lo.retrieved_tokens, hi.retrieved_tokens, 1)
     res.observe("cost_per_question_usd", lo.usd_per_1000 / 1000, hi.usd_per_1000 / 1000, 8)
 
@@ -65,24 +114,32 @@ def tables(
             Column("k"),
             Column("questions"),
             Column("recall@k %", 1),
+            Column("95 % interval low", 1),
+            Column("95 % interval high", 1),
             Column("MRR@k", 3),
             Column("retrieved tokens per question", 1),
         ],
         note=f"{facts['documents']} document versions cut into {facts['chunks']} chunks, newest "
         "versions searched; recall@k: share of a question's evidence sentences held by a chunk "
-        "in the top k; retrieved tokens: what the k passages add to the prompt (chat template "
-        "counted, the same prompt without passages subtracted)",
+        "in the top k (95 % interval: Wilson where every question has one evidence sentence, "
+        "else a bootstrap of the mean); retrieved tokens: what the k passages add to the prompt "
+        "(chat template counted, the same prompt without passages subtracted)",
     )
     task = Table(
         "retrieval_depth_task",
         "task",
-        f"Demonstration 6: answers at each k on a seeded subset of {n_answered} of the "
+        f"Demonstration 6: answers at each k on all {n_all} questions"
+        if n_answered == n_all
+        else f"Demonstration 6: answers at each k on a seeded subset of {n_answered} of the "
         f"{n_all} questions",
         "measured",
         [
             Column("setting"),
             Column("questions answered"),
+            Column("answers right"),
             Column("accuracy %", 1),
+            Column("95 % interval low", 1),
+            Column("95 % interval high", 1),
             Column("citation precision %", 1),
             Column("citation recall %", 1),
             Column("citations written by the model %", 1),
@@ -91,7 +148,8 @@ def tables(
         f"answers of at most {c.answer_tokens} tokens, passages in {c.order} order; accuracy: "
         "the gold answer as whole words in the answer; citations the model did not write are "
         "attributed to the passage holding the most answer words; precision over answers "
-        "that cite. Not measured on all questions: each answer is a model call per k",
+        "that cite; accuracy's 95 % interval is Wilson's"
+        + ("" if n_answered == n_all else ". A seeded subset: each answer is a model call per k"),
     )
     costs = Table(
         "retrieval_depth_cost",
@@ -115,11 +173,15 @@ def tables(
         "the prompt answered alone",
     )
     for d in depths.values():
-        retrieval.add(d.k, n_all, 100 * d.recall, d.mrr, d.retrieved_tokens)
+        retrieval.add(
+            d.k, n_all, 100 * d.recall, *_pct_interval(recall_ci(d)), d.mrr, d.retrieved_tokens
+        )
         task.add(
             f"{c.retriever}@{d.k}",
             n_answered,
+            sum(d.correct),
             pct(d.accuracy),
+            *_pct_interval(accuracy_ci(d)),
             pct(d.citation_precision),
             pct(d.citation_recall),
             pct(d.cited_by_model),
@@ -136,7 +198,9 @@ def tables(
         task.add(
             "gold passages only (the model's ceiling)",
             n_answered,
+            sum(gold.correct),
             100 * gold.accuracy,
+            *_pct_interval(accuracy_ci(gold)),
             pct(gold.citation_precision),
             100 * gold.citation_recall,
             100 * gold.cited_by_model,
@@ -157,6 +221,14 @@ def explain(
     c, f, money = session.cfg.retrieval_depth, res.figures, session.cfg.cost.currency
     lo, hi = depths[min(depths)], depths[max(depths)]
     best = max(depths.values(), key=lambda d: (d.accuracy or 0.0, -d.k))
+    # best k beyond noise: its paired change against every other k is above zero
+    against = {
+        d.k: paired_pct(d.correct, best.correct)
+        for d in depths.values()
+        if d.k != best.k and d.correct and best.correct
+    }
+    clear = bool(against) and all(ci.low > 0 for ci in against.values())
+    closest = min(against.items(), key=lambda kv: kv[1].low) if against else None
     for d in depths.values():
         f.say(f"recall_k{d.k}_pct", 100 * d.recall, 1)
         f.say(f"accuracy_k{d.k}_pct", pct(d.accuracy), 1)
@@ -166,8 +238,12 @@ def explain(
         f"The seeded corpus ({f.say('documents', facts['documents'])} document versions, "
         f"{f.say('chunks', facts['chunks'])} chunks) and its {f.say('questions', n_all)} gold "
         f"questions: {c.retriever} retrieval at k = "
-        f"{', '.join(str(k) for k in depths)} over every question; answers on a seeded subset "
-        f"of {f.say('answered', n_answered)} questions at every k."
+        f"{', '.join(str(k) for k in depths)} over every question; answers "
+        + (
+            f"to all {f.say('answered', n_answered)} questions at every k."
+            if n_answered == n_all
+            else f"on a seeded subset of {f.say('answered', n_answered)} questions at every k."
+        )
     )
     ceiling = ""
     if gold is not None:
@@ -189,11 +265,12 @@ def explain(
             f"{f.say('citation_precision_lo_pct', pct(lo.citation_precision), 1)}% to "
             f"{f.say('citation_precision_hi_pct', pct(hi.citation_precision), 1)}%, and a "
             f"question's hosted price from {f.say('usd_1000_lo', lo.usd_per_1000, 4)} to "
-            f"{f.say('usd_1000_hi', hi.usd_per_1000, 4)} {money} per 1,000{ceiling}; the best "
-            f"accuracy here is at k = {f.say('best_k', best.k)}",
+            f"{f.say('usd_1000_hi', hi.usd_per_1000, 4)} {money} per 1,000{ceiling}; "
+            + _best_sentence(f, best, clear, closest),
         )
     )
-    if best.k != hi.k and best.accuracy is not None and hi.accuracy is not None:
+    beyond = hi.k in against and against[hi.k].low > 0
+    if best.k != hi.k and best.accuracy is not None and hi.accuracy is not None and beyond:
         right_best = round(best.accuracy * n_answered)
         right_hi = round(hi.accuracy * n_answered)
         computed_hi = (hi.answer_prompt_tokens or 0) - (hi.answer_reused_tokens or 0)
@@ -213,17 +290,47 @@ def explain(
                 f"{best.k} against {f.say('right_hi', right_hi)} at k = {hi.k}, at "
                 f"{f.say('usd_1000_best', best.usd_per_1000, 4)} instead of "
                 f"{f.say('usd_1000_hi', hi.usd_per_1000, 4)} {money} per 1,000 questions; "
-                f"on {n_answered} questions "
-                "a difference of a few answers is within what another subset could show",
+                f"the paired 95 % interval of the gain is "
+                f"[{f.say('gain_best_low_pts', against[hi.k].low, 1)}, "
+                f"{f.say('gain_best_high_pts', against[hi.k].high, 1)}] points over the same "
+                f"{n_answered} questions",
             )
         )
+    if n_answered < n_all:
+        res.notes.append(
+            f"Recall, MRR, tokens and hosted price are over all {n_all} questions; accuracy "
+            f"and citations over a seeded subset of {n_answered} (the same questions at every "
+            "k), because each answer is a model call per k. A subset this small moves in "
+            f"steps of {f.say('step_pct', 100 / n_answered, 1)} points per question."
+        )
     res.notes.append(
-        f"Recall, MRR, tokens and hosted price are over all {n_all} questions; accuracy and "
-        f"citations over the seeded subset of {n_answered} (the same questions at every k), "
-        "because each answer is a model call per k on 2 CPU cores. A subset this small moves "
-        f"in steps of {f.say('step_pct', 100 / n_answered, 1)} points per question."
+        "Every k is compared with every other over the same questions: the change in "
+        "accuracy gets a 95 % interval from a paired bootstrap of the per-question "
+        "differences (exact McNemar p beside it in docs/statistics.md); a best k is claimed "
+        "only when that interval excludes zero against every other k."
     )
     res.notes.append(
         "Recall says the evidence reached the prompt, not that the model used it: read "
         "recall@k beside accuracy and citation quality, never alone."
+    )
+
+
+def _best_sentence(f: Any, best: Depth, clear: bool, closest: tuple[int, Interval] | None) -> str:
+    """Which k answers best, claimed only beyond the noise of a paired comparison."""
+    if closest is None:
+        return f"the best accuracy here is at k = {f.say('best_k', best.k)}"
+    k, ci = closest
+    interval = (
+        f"[{f.say('best_vs_next_low_pts', ci.low, 1)}, "
+        f"{f.say('best_vs_next_high_pts', ci.high, 1)}] points"
+    )
+    if clear:
+        return (
+            f"k = {f.say('best_k', best.k)} answers best beyond noise: against the closest, "
+            f"k = {k}, the paired 95 % interval of its gain is {interval}"
+        )
+    return (
+        f"no k answers best beyond noise: the highest accuracy, at k = "
+        f"{f.say('best_k', best.k)}, is within noise of k = {k} (paired 95 % interval of "
+        f"the difference {interval}, which includes zero)"
     )

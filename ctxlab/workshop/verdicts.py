@@ -1,10 +1,19 @@
-"""Predictions against observations: held, failed, or not measurable.
+"""Predictions against observations: held, failed, within noise, or not measurable.
 
 A prediction is written before the run (`[predictions.<demo>.<metric>]` in the config); the
 run measures the metric's baseline and observed values; `judge` says whether the prediction
 held. A failed prediction is a result like any other: it is reported with the numbers that
 failed it, never dropped. A metric that was not measured (a demonstration not selected,
 a value that came out NaN) is "not measurable", with the reason.
+
+The change (observed - baseline) is read against the run's own noise, by the rule of
+`ctxlab.stats.verdict`: "held" only when the whole 95 % interval of the change is past the
+tolerance in the predicted direction, "failed" when it lies wholly on the wrong side,
+"within noise" when it includes zero or the tolerance. The interval comes from the samples
+where the demonstration kept them (a bootstrap of the difference of medians for repeated
+latencies, a paired bootstrap for the same questions or facts); where only the spread of
+the repeated baseline is known, the change +- that spread stands in for it; an exact figure
+(bytes, token counts) has no noise, and its verdict is held or failed.
 """
 
 from __future__ import annotations
@@ -13,10 +22,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ctxlab.stats import Interval, exact
+from ctxlab.stats import verdict as verdict_of
 from ctxlab.workshop.config import Prediction
 from ctxlab.workshop.result import Observation, fmt
 
-VerdictKind = Literal["held", "failed", "not measurable"]
+VerdictKind = Literal["held", "failed", "within noise", "not measurable"]
+VERDICT_KINDS: tuple[str, ...] = ("held", "failed", "within noise", "not measurable")
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,9 @@ class Verdict:
     verdict: VerdictKind
     reason: str
     digits: int = 0
+    change_low: float | None = None  # the 95 % interval the verdict read, in the metric's unit
+    change_high: float | None = None
+    samples: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +65,11 @@ class Verdict:
             "verdict": self.verdict,
             "reason": self.reason,
             "digits": self.digits,
+            "change_interval": None
+            if self.change_low is None or self.change_high is None
+            else [self.change_low, self.change_high],
+            "samples": self.samples,
+            "interval_level_pct": 95,
         }
 
 
@@ -86,7 +106,12 @@ def judge(
 ) -> Verdict:
     """The verdict of one prediction on one observation (None: the metric was not measured)."""
 
-    def make(kind: VerdictKind, reason: str, change: float | None = None) -> Verdict:
+    def make(
+        kind: VerdictKind,
+        reason: str,
+        change: float | None = None,
+        interval: tuple[float, float] | None = None,
+    ) -> Verdict:
         return Verdict(
             demo,
             key,
@@ -101,6 +126,9 @@ def judge(
             kind,
             reason,
             0 if obs is None else obs.digits,
+            None if interval is None else interval[0],
+            None if interval is None else interval[1],
+            None if obs is None else obs.samples,
         )
 
     if obs is None:
@@ -109,28 +137,50 @@ def judge(
         return make("not measurable", obs.why_missing or "a value came out undefined")
     base, seen = float(obs.baseline), float(obs.observed)  # type: ignore[arg-type]
     delta = seen - base
+    if math.isnan(delta):
+        return make("not measurable", "a value came out undefined")
     change = 100.0 * delta / abs(base) if base != 0 else None
     band = p.tolerance * abs(base)
     d = obs.digits
     moved = f"{fmt(obs.baseline, d)} -> {fmt(obs.observed, d)}"
-    if p.direction == "down":
-        ok = delta < -band
-        why = f"{moved}: " + ("fell" if ok else "did not fall") + (" enough" if band else "")
-    elif p.direction == "up":
-        ok = delta > band
-        why = f"{moved}: " + ("rose" if ok else "did not rise") + (" enough" if band else "")
+    noise = _noise_pct(obs)
+    if obs.change_low is not None and obs.change_high is not None:
+        interval = Interval(delta, obs.change_low, obs.change_high, obs.samples or 0, "bootstrap")
+        how = (
+            f"95 % interval of the change [{fmt(obs.change_low, d + 1)}, "
+            f"{fmt(obs.change_high, d + 1)}]" + (f" ({obs.test})" if obs.test else "")
+        )
+    elif noise is not None and obs.noise is not None:
+        half = obs.noise * abs(base)
+        interval = Interval(delta, delta - half, delta + half, 0, "spread")
+        how = obs.test or (
+            f"the baseline's repeats scatter by {fmt(noise, 1)}%, read as the change's noise"
+        )
     else:
-        ok = abs(delta) <= band
-        why = f"{moved}: " + ("within" if ok else "outside") + " the tolerance"
+        interval, how = exact(delta), ""
+    kind: VerdictKind = verdict_of(interval, p.direction, band)
+    if p.direction == "down":
+        why = (
+            f"{moved}: "
+            + ("fell" if delta < -band else "did not fall")
+            + (" enough" if band else "")
+        )
+    elif p.direction == "up":
+        why = (
+            f"{moved}: "
+            + ("rose" if delta > band else "did not rise")
+            + (" enough" if band else "")
+        )
+    else:
+        why = f"{moved}: " + ("within" if abs(delta) <= band else "outside") + " the tolerance"
+    if kind == "within noise":
+        why += "; the change is within the run's noise"
     if p.range is not None:
         lo, hi = p.range
-        inside = lo <= seen <= hi
-        if not inside:
+        if not lo <= seen <= hi:
             why += "; outside the predicted range"
-        ok = ok and inside
-    if math.isnan(delta):
-        return make("not measurable", "a value came out undefined")
-    noise = _noise_pct(obs)
-    if noise is not None:
-        why += f"; the baseline's repeats scatter by {fmt(noise, 1)}%"
-    return make("held" if ok else "failed", why, change)
+            kind = "failed"
+    if how:
+        why += f"; {how}"
+    bounds = None if interval.method == "exact" else (interval.low, interval.high)
+    return make(kind, why, change, bounds)

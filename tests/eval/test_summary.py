@@ -31,6 +31,10 @@ def test_cells_average_score_and_measured_bytes():
     assert table[("snapkv@256", 1024)].score == 60.0
     assert table[("full", 1024)].kv_bytes == 8_000_000
     assert table[("full", 512)].samples == 3
+    full = table[("full", 512)]  # 3 of 3 samples right: Wilson's interval, not [100, 100]
+    assert full.score_high == 100.0 and full.score_low == pytest.approx(43.85, abs=0.01)
+    snap = table[("snapkv@256", 1024)]  # every sample scored 60: a bootstrap of one value
+    assert snap.score_low == snap.score_high == 60.0
 
 
 def test_length_means_weigh_each_task_once():

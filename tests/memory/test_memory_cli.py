@@ -51,6 +51,7 @@ def test_fixture_import_search_core_tools(monkeypatch, capsys, tmp_path):
 @pytest.mark.parametrize(
     ("args", "phrase"),
     [
+        (["memory", "compact", "--threads", "0"], "--threads must be at least 1"),
         (["memory", "compact", "--strategy", "magic"], "strategy 'magic' is unknown"),
         (["memory", "compact", "--history", "h.jsonl"], "give both --history and --facts"),
         (["memory", "compact", "--window", "64", "--reserve", "64"], "output reserve"),

@@ -75,3 +75,30 @@ def test_model_ceiling_sees_only_the_stating_message():
     assert model_ceiling(history(), FACTS, backend) == 2 / 3
     for chat in backend.calls:
         assert len(chat) == 3  # system, the stating message, the question
+
+
+def test_compaction_that_discards_the_log_loses_what_its_summary_left_out():
+    backend = WordBackend(window=160, answer=answer_from_context)
+    cfg = MemoryConfig(window=160, reserve=16)
+    kept = compaction_report(history(), FACTS, "truncation", backend, cfg, 2, "bm25", 8)
+    gone = compaction_report(history(), FACTS, "compact", backend, cfg, 2, "bm25", 8)
+    status = {f.id: f.status for f in gone.facts}
+    # the fake model's summary says nothing, and the log no longer holds the cat's message
+    assert status == {"cat": "lost", "gauge": "lost", "locker": "in_context"}
+    assert {f.id: f.status for f in kept.facts}["cat"] == "recoverable"
+    assert gone.note.startswith("Summary of the")
+    row = gone.summary()
+    assert row["kept"] == 1 and row["keeps_log"] is False and kept.summary()["keeps_log"]
+    assert row["kept_low"] < 1 / 3 < row["kept_high"]  # Wilson interval of 1 of 3 facts kept
+    assert gone.lost_facts() == ["cat", "gauge"]
+
+
+def test_forget_deletes_messages_and_their_index(tmp_path):
+    from ctxlab.memory.recall import RecallMemory
+    from ctxlab.memory.store import open_store
+
+    with open_store(tmp_path / "m.db") as store:
+        recall = RecallMemory(store, None, "a")
+        stored = recall.add([Message("user", "My cat is called Pemberly."), Message("user", "Hi")])
+        assert recall.forget([stored[0].id]) == 1
+        assert recall.count() == 1 and recall.search("Pemberly", 3, "bm25") == []

@@ -58,6 +58,10 @@ def test_fixture_ingest_twice_and_list(monkeypatch, capsys, tmp_path, gguf_path,
         (["rag", "eval", "--price-input", "-1"], "price"),
         (["rag", "eval", "."], "needs its gold questions"),
         (["rag", "eval", "--questions", "q.jsonl"], "needs the corpus"),
+        (["rag", "ask", "q", "--threads", "0"], "--threads must be at least 1"),
+        (["rag", "eval", "--threads", "0"], "--threads must be at least 1"),
+        (["rag", "ask", "q", "--metadata", "sometimes"], "--metadata 'sometimes' is unknown"),
+        (["rag", "eval", "--metadata", "sometimes"], "--metadata 'sometimes' is unknown"),
     ],
 )
 def test_bad_input_is_one_sentence(monkeypatch, capsys, tmp_path, args, phrase):

@@ -6,6 +6,8 @@ import itertools
 
 import pytest
 from conftest import write_pdf
+from hypothesis import given
+from hypothesis import strategies as st
 from memory_fakes import WordBackend
 
 from ctxlab.errors import CtxlabError
@@ -107,3 +109,64 @@ def test_versions_never_duplicate(store):
     assert [(d.doc_id, d.version) for d in documents(store)] == [("acme", 1), ("acme", 2)]
     assert "Bo Reed" in " ".join(c.text for c in chunks_of(store, "acme"))
     assert "Ada Stone" in " ".join(c.text for c in chunks_of(store, "acme", 1))
+
+
+def _char_spans(text: str) -> list[tuple[int, int]]:
+    """A tokenizer as hostile as a real one: every digit and every character its own token."""
+    return [(i, i + 1) for i in range(len(text))]
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 12), st.integers(0, 99999)), min_size=1, max_size=25),
+    st.integers(8, 60),
+    st.integers(0, 3),
+)
+def test_no_chunk_starts_or_ends_inside_a_word_or_number(sentences, size, overlap):
+    text = " ".join(" ".join(["word"] * n) + f" {value:,} units." for n, value in sentences)
+    overlap = min(overlap * size // 8, size // 2 - 1)
+    chunks = chunk_text(text, _char_spans(text), size, overlap)
+    assert chunks and chunks[-1].end == len(text)
+    for c in chunks:
+        assert c.start == 0 or text[c.start - 1].isspace()
+        assert c.end == len(text) or text[c.end].isspace() or text[c.end - 1] in ".!?"
+        assert c.tokens <= size
+    for a, b in itertools.pairwise(chunks):
+        assert b.start <= a.end + 1  # nothing between consecutive chunks is skipped
+
+
+def test_whole_sentences_when_they_fit_and_long_ones_split_with_overlap():
+    short = "The bridge opened in 1911. It carries 4,096 carts a day. Its engineer was Ulla."
+    chunks = chunk_text(short, _char_spans(short), 40, 4)
+    assert all(c.text.endswith(".") for c in chunks)
+    assert "It carries 4,096 carts a day." in [c.text for c in chunks]
+    long = "This sentence is " + "very " * 30 + "long."
+    parts = chunk_text(long, _char_spans(long), 40, 10)
+    assert len(parts) > 2
+    for a, b in itertools.pairwise(parts):
+        assert a.end > b.start  # windows of one long sentence overlap
+
+
+def test_a_version_1_store_is_migrated_and_its_chunks_found_by_title(tmp_path, word_backend):
+    import sqlite3
+
+    from ctxlab.memory.schema import _fts
+    from ctxlab.memory.store import open_store
+    from ctxlab.rag.retriever import CorpusRetriever
+
+    db = tmp_path / "old.db"
+    doc = SourceDoc("org", "Its founder was born here.", "2024-01-01", "Quelith Works", "a.md")
+    with open_store(db) as s:
+        ingest(s, doc, word_backend, None, 16, 2)
+    conn = sqlite3.connect(db)  # make it look like a version 1 file: no heading indexed
+    conn.executescript(
+        "DROP TRIGGER chunks_ai; DROP TRIGGER chunks_ad; DROP TRIGGER chunks_au;"
+        "DROP TABLE chunks_fts; ALTER TABLE chunks DROP COLUMN heading;"
+        + _fts("chunks", "text")
+        + "INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild');"
+        "UPDATE schema_version SET version = 1;"
+    )
+    conn.close()
+    with open_store(db) as s:
+        assert s.conn.execute("SELECT version FROM schema_version").fetchone()[0] == 2
+        hits = CorpusRetriever(s, None).search("Quelith", 1, "bm25")
+        assert [h.key for h in hits] == ["org#0"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from memory_fakes import WordBackend
 
@@ -94,7 +96,7 @@ def test_evaluate_end_to_end_with_a_fake_model(tmp_path):
     for r1, r4 in zip(report.retrieval[0::2], report.retrieval[1::2], strict=True):
         assert 0 <= r1.recall <= r4.recall <= 1  # recall@k grows with k
         assert 0 <= r1.mrr <= r4.mrr <= 1
-    assert [t.setting for t in report.task] == ["hybrid@2", "gold passages"]
+    assert [t.setting for t in report.task] == ["bm25@2", "gold passages"]  # the default
     gold = report.task[1]
     assert gold.citation_precision == 1.0  # the echoed first passage is a gold chunk
     assert [c.k for c in report.cost] == [1, 4]
@@ -103,7 +105,15 @@ def test_evaluate_end_to_end_with_a_fake_model(tmp_path):
     assert report.cost[1].dollars_per_1k_questions > report.cost[0].dollars_per_1k_questions
     assert report.settings["questions"] == 12 and report.verdict
     doc = report.as_dict()
-    assert {"retrieval", "task", "cost", "verdict", "per_question"} <= set(doc)
+    assert {"retrieval", "task", "cost", "verdict", "per_question", "comparisons"} <= set(doc)
+    for t in report.task:  # every proportion with its count and a Wilson interval
+        assert t.accuracy == t.correct / t.questions
+        assert t.accuracy_low <= t.accuracy <= t.accuracy_high
+    assert gold.citing_answers > 0
+    assert [(c.retriever, c.k) for c in report.comparisons] == [
+        (r, k) for r in ("dense", "hybrid") for k in (1, 4)
+    ]
+    json.dumps(doc, allow_nan=False)  # no NaN in results: missing intervals are null
     from ctxlab.rag.plot import plot_eval
 
     assert plot_eval(report, tmp_path / "eval.png").stat().st_size > 10_000

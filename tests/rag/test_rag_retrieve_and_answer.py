@@ -8,7 +8,13 @@ from memory_fakes import WordBackend
 
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.embed import WordLlamaEmbedder
-from ctxlab.rag.answer import answer_chat, attributed_citations, cite, model_citations
+from ctxlab.rag.answer import (
+    about_versions,
+    answer_chat,
+    attributed_citations,
+    cite,
+    model_citations,
+)
 from ctxlab.rag.ask import ask
 from ctxlab.rag.documents import ingest
 from ctxlab.rag.readers import SourceDoc
@@ -88,7 +94,32 @@ def test_attributed_citations_use_answer_words_not_question_words():
     assert attributed_citations("Acme Foundry is led by Bo Reed.", q, given) == ["acme#0"]
     assert cite("I am not sure.", q, given) == ([], "none")
     chat = answer_chat(q, given)
-    assert "Acme Foundry is led by Bo Reed. [acme#0, d]" in chat[1]["content"]
+    assert "Acme Foundry is led by Bo Reed. [acme#0]" in chat[1]["content"]  # no date asked
+    assert "newest date" not in chat[0]["content"]
+    dated = answer_chat(q, given, "always")
+    assert "Acme Foundry is led by Bo Reed. [acme#0, d]" in dated[1]["content"]
+    assert "newest date" in dated[0]["content"]
+
+
+@pytest.mark.parametrize(
+    ("question", "dated"),
+    [
+        ("Who leads Acme Foundry now?", True),
+        ("What is the latest version of the plan?", True),
+        ("Who was the director as of 2021?", True),
+        ("Has the head count changed?", True),
+        ("In which year was Acme Foundry founded?", False),  # a year, not a version
+        ("When was Acme Foundry founded?", False),
+        ("Who leads Acme Foundry?", False),
+    ],
+)
+def test_dates_only_for_questions_about_versions(question, dated):
+    given = [Passage("acme", 2, "2023-04-05", 0, "Acme Foundry is led by Bo Reed.", "A", 1, 1)]
+    assert about_versions(question) is dated
+    assert ("2023-04-05" in answer_chat(question, given)[1]["content"]) is dated
+    assert "2023-04-05" not in answer_chat(question, given, "never")[1]["content"]
+    with pytest.raises(CtxlabError):
+        answer_chat(question, given, "sometimes")
 
 
 def test_ask_answers_from_the_newest_version_and_cites_it(corpus):

@@ -65,7 +65,7 @@ engine_short = { requests = 4, input_tokens = 32, output_tokens = 2 }
 engine_long = { requests = 2, input_tokens = 200, output_tokens = 2 }
 
 [compaction]
-strategies = ["truncation", "summary", "tiered"]
+strategies = ["truncation", "summary", "tiered", "compact"]
 sessions = 2
 turns_per_session = 4
 facts = 3

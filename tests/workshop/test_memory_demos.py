@@ -17,18 +17,27 @@ def test_compaction_classifies_every_fact_under_every_strategy(tiny_run) -> None
     d = demo(tiny_run, "compaction")
     facts = d["figures"]["facts"]
     assert facts == 3
-    rows = {r[0]: r for r in table(d, "compaction_task")["rows"]}
-    assert set(rows) >= {"truncation", "recursive summary (by the model)"}
+    task = table(d, "compaction_task")
+    col = {c["name"]: i for i, c in enumerate(task["columns"])}
+    rows = {r[0]: r for r in task["rows"]}
+    compact = "compaction (summary replaces the history, log deleted)"
+    assert set(rows) >= {"truncation", "recursive summary (by the model)", compact}
     for name, r in rows.items():
         if "ceiling" in name:
             continue
         in_context, recoverable, lost = r[1:4]
         assert in_context + recoverable + lost == facts
-        assert r[8] <= 256 - 32  # the compacted context stays within the prompt budget
-        assert r[9] >= 1  # the history did not fit: it was compacted
+        assert r[col["kept %"]] == pytest.approx(100 * (in_context + recoverable) / facts)
+        assert r[col["kept 95 % low"]] <= r[col["kept %"]] <= r[col["kept 95 % high"]]
+        assert r[col["tokens after"]] <= 256 - 32  # the compacted context fits the budget
+        assert r[col["compactions"]] >= 1  # the history did not fit: it was compacted
     # truncation brings nothing back: a question's prompt holds exactly what the context held
     trunc = rows["truncation"]
-    assert trunc[4] == trunc[1]
+    assert trunc[col["in the prompt when asked"]] == trunc[1]
+    # compaction deletes what it evicts: nothing is recoverable by search, the rest is lost
+    assert rows[compact][2] == 0
+    notes = " ".join(d["notes"])
+    assert f"cannot be reconstructed under {compact}" in notes
     per_fact = table(d, "compaction_facts")["rows"]
     assert len(per_fact) == facts
     base, seen = obs(d, "facts_lost")
@@ -55,27 +64,45 @@ def test_retrieval_depth_keeps_retrieval_task_and_cost_apart(tiny_run) -> None:
         "retrieval_depth_task": "task",
         "retrieval_depth_cost": "cost",
     }
-    retrieval = table(d, "retrieval_depth_retrieval")["rows"]
+    retrieval_table = table(d, "retrieval_depth_retrieval")
+    col = {c["name"]: i for i, c in enumerate(retrieval_table["columns"])}
+    retrieval = retrieval_table["rows"]
+    recall, tokens = col["recall@k %"], col["retrieved tokens per question"]
     assert [r[0] for r in retrieval] == [1, 2] and {r[1] for r in retrieval} == {20}
     # the top 2 hold the top 1: recall and retrieved tokens cannot fall with k
-    assert retrieval[1][2] >= retrieval[0][2] and retrieval[1][4] > retrieval[0][4] > 0
-    task = table(d, "retrieval_depth_task")["rows"]
+    assert retrieval[1][recall] >= retrieval[0][recall]
+    assert retrieval[1][tokens] > retrieval[0][tokens] > 0
+    for r in retrieval:  # every recall with its 95 % interval
+        assert r[col["95 % interval low"]] <= r[recall] <= r[col["95 % interval high"]]
+    task_table = table(d, "retrieval_depth_task")
+    tcol = {c["name"]: i for i, c in enumerate(task_table["columns"])}
+    task = task_table["rows"]
     assert [r[0] for r in task] == [
-        "hybrid@1",
-        "hybrid@2",
+        "bm25@1",
+        "bm25@2",
         "gold passages only (the model's ceiling)",
     ]
     assert {r[1] for r in task} == {4}
+    for r in task:
+        assert r[tcol["accuracy %"]] == pytest.approx(100 * r[tcol["answers right"]] / 4)
+        low, high = r[tcol["95 % interval low"]], r[tcol["95 % interval high"]]
+        assert low <= r[tcol["accuracy %"]] <= high and high - low > 20  # 4 questions: wide
     cost = table(d, "retrieval_depth_cost")["rows"]
     # answered after k = 1, the k = 2 prompts find the first passage in the prefix cache
     assert cost[1][4] > cost[0][4]
     assert cost[1][3] > cost[0][3]  # more tokens, higher hosted price
     numbers = {r["name"]: r["tokens"] for r in results["context_numbers"]}
     assert (
-        numbers["retrieved tokens"] == round(retrieval[-1][4]) == d["figures"]["retrieved_tokens"]
+        numbers["retrieved tokens"]
+        == round(retrieval[-1][tokens])
+        == d["figures"]["retrieved_tokens"]
     )
     base, seen = obs(d, "recall_at_k_pct")
-    assert (base, seen) == (retrieval[0][2], retrieval[1][2])
+    assert (base, seen) == (retrieval[0][recall], retrieval[1][recall])
+    accuracy = d["observations"]["answer_accuracy_pct"]
+    assert accuracy["samples"] == 4 and accuracy["change_low"] <= accuracy["change_high"]
+    gains = " ".join(g["product"] or "" for g in d["gains"])
+    assert "beyond noise" in gains  # a best k is claimed only against the paired interval
 
 
 def test_the_answered_subset_is_seeded_and_in_order() -> None:

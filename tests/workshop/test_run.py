@@ -42,6 +42,14 @@ def test_warm_prefix_reuses_the_prefix(tiny_run) -> None:
     cold, warm = obs(d, "tpot_ms")
     assert cold > 0 and warm > 0
     assert d["observations"]["ttft_ms"]["noise"] is not None  # the spread is stated
+    ttft = d["observations"]["ttft_ms"]  # and the interval of the change, from the repeats
+    assert ttft["change_low"] <= ttft["observed"] - ttft["baseline"] <= ttft["change_high"]
+    serving = next(t for t in d["tables"] if t["key"] == "warm_prefix_serving")
+    col = {c["name"]: i for i, c in enumerate(serving["columns"])}
+    for row in serving["rows"]:
+        med = row[col["TTFT median ms"]]
+        assert row[col["TTFT median 95 % low"]] <= med <= row[col["TTFT median 95 % high"]]
+        assert row[col["ITL gaps"]] > 0
 
 
 def test_page_size_waste_and_reuse_match_the_planner(tiny_run) -> None:

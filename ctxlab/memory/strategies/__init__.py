@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.strategies.base import Strategy, StrategyEnv
+from ctxlab.memory.strategies.compact import CompactSummary
 from ctxlab.memory.strategies.summary import ExtractiveSummary, RecursiveSummary
 from ctxlab.memory.strategies.tiered import TieredMemory
 from ctxlab.memory.strategies.truncation import Truncation
@@ -16,10 +17,11 @@ STRATEGIES: dict[str, Callable[[], Strategy]] = {
     RecursiveSummary.name: lambda: RecursiveSummary(ModelSummarizer()),
     ExtractiveSummary.name: lambda: ExtractiveSummary(ExtractiveSummarizer()),
     TieredMemory.name: TieredMemory,
+    CompactSummary.name: lambda: CompactSummary(ModelSummarizer()),
 }
 DESCRIPTIONS: dict[str, str] = {
     cls.name: cls.description
-    for cls in (Truncation, RecursiveSummary, ExtractiveSummary, TieredMemory)
+    for cls in (Truncation, RecursiveSummary, ExtractiveSummary, TieredMemory, CompactSummary)
 }
 
 

@@ -32,6 +32,7 @@ class StrategyEnv:
 class Strategy(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
+    keeps_log: ClassVar[bool] = True  # False: evicted messages are deleted from recall memory
     note_budget: int = 0
 
     @abstractmethod
