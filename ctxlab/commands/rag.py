@@ -156,9 +156,9 @@ def ask(
         raise CtxlabError("--k and --max-tokens must be at least 1.")
     if not question.strip():
         raise CtxlabError("the question is empty; ask something.")
+    set_threads(threads)
     with open_store(db, must_exist=True, write=False) as store:
         _check_something_to_retrieve(store, as_of)
-    set_threads(threads)
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
     with open_store(db, must_exist=True, write=False) as store, progress("answering"):
         answer = ask_question(
