@@ -64,7 +64,8 @@ class DecodeBucket:
     length: int  # keys attended (trimmed to the longest lane when the mask is None)
     lens: torch.Tensor | None = None  # [Bg, n_lanes] keys per lane, for sliding windows
     runs: list[list[RowRuns]] | None = None  # per layer, per row: read in place (lane_runs)
-    _window_masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    # per window: block columns and mask a sliding layer reads (`attention.window_read`)
+    _window_reads: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 @dataclass
