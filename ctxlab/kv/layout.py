@@ -50,15 +50,16 @@ class KVLayout:
         return [w for w in per_layer for _ in range(self.n_kv_heads)]
 
     def window_blocks(self, window: int) -> int:
-        """Blocks a sliding lane holds at most between steps: the W - 1 positions the next
-        query still reads span at most ceil((W - 1) / P) + 1 pages, so ceil(W / P) + 1 is the
-        bound (the window rounded up to whole pages, plus one page of slack)."""
+        """Blocks a sliding lane holds at most, also while the next token is written: the
+        W + 1 positions [n - W, n] span at most ceil(W / P) + 1 pages (the window rounded
+        up to whole pages, plus one page of slack)."""
         return -(-window // self.block_size) + 1
 
     def first_kept_block(self, window: int, num_tokens: int) -> int:
-        """First block a sliding lane of `num_tokens` tokens still needs: the next query (at
-        position num_tokens) reads keys from num_tokens - window + 1 on."""
-        return max(0, num_tokens - window + 1) // self.block_size
+        """First block a sliding lane of `num_tokens` tokens keeps: the one holding position
+        num_tokens - window, so the lane keeps positions [n - W, n) (the last W tokens, the
+        planner's rule, `ctxlab.plan.paging`); the next query reads from n - W + 1 on."""
+        return max(0, num_tokens - window) // self.block_size
 
     def blocks_for_request(self, tokens: int, chunk: int) -> int:
         """Blocks of every lane one request of `tokens` tokens holds at its peak: a full lane

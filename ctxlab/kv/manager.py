@@ -338,8 +338,8 @@ class KVCacheManager:
             return 0
         freed: list[int] = []
         for w, lanes in self.sliding.items():
-            first = torch.div(
-                (seq.lane_len[lanes] - w + 1).clamp(min=0), self.block_size, rounding_mode="floor"
+            first = torch.div(  # `KVLayout.first_kept_block`, for every lane at once
+                (seq.lane_len[lanes] - w).clamp(min=0), self.block_size, rounding_mode="floor"
             )
             lo = seq.dropped[lanes]
             if not bool((first > lo).any()):
