@@ -155,6 +155,15 @@ class PagedAttention:
         table, mask = plan.decode_table[:, lanes], plan.decode_mask[:, lanes]
         B, H, d = q.shape
         qg = q.view(B, self.n_kv, self.group, d)
+        window = self._window(layer)
+        if window is not None:  # a policy never acts on a sliding layer: its window only
+            if window not in plan._window_reads:
+                lens = mask[:, :, 0].sum(-1)  # sliding lanes are dense (never compacted)
+                plan._window_reads[window] = window_read(lens, window, self.layout.block_size)
+            cols, wmask = plan._window_reads[window]
+            table = table.gather(2, cols.clamp(max=table.shape[-1] - 1))
+            o, _ = decode_attention(qg, self.pool, table, wmask)
+            return o.reshape(B, H, -1)
         if plan.pages is not None:
             narrowed = plan.pages.narrow(layer, qg, table, mask)
             if narrowed is None:

@@ -85,6 +85,10 @@ class StepPlan:
     queries: list[torch.Tensor | None] = field(default_factory=list)  # per layer
     probs: list[torch.Tensor | None] = field(default_factory=list)  # per layer [B, n_kv, g, L]
     _buckets: list[DecodeBucket] | None = field(default=None, init=False, repr=False)
+    # per window: what a sliding layer's shaped decode reads (`attention.window_read`)
+    _window_reads: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @property
     def shaped_decode(self) -> bool:
