@@ -144,3 +144,13 @@ def test_engine_prompt_logprobs_past_the_window(
         lp = torch.log_softmax(gemma_hf_model.lm_head(hf_long_hidden[rows]).float(), -1)
     ref = lp.gather(1, torch.tensor(ids)[rows + 1][:, None])[:, 0]
     assert (got - ref).abs().max().item() <= LOGPROB_TOL
+
+
+def test_chat_without_a_template_is_plain_text(gemma_loaded):
+    """The pretrained GGUF has no chat template: a chat becomes its contents as paragraphs,
+    encoded as a prompt (BOS first), so chat-speaking commands run on a base model."""
+    tok = gemma_loaded.tokenizer
+    assert not tok.has_chat_template
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
+    assert tok.apply_chat(chat) == tok.encode("Be brief.\n\nHi there\n\n")
+    assert tok.apply_chat(chat)[0] == tok.bos_token_id
