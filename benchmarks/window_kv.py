@@ -49,6 +49,10 @@ MiB = 1 << 20
 
 
 def engine(loaded, pool_tokens: int, chunk: int, block: int) -> LLMEngine:
+    # The engine takes prompts of at most max_position - 1 tokens (room for a generated
+    # token's position); a prompt of the trained 32,768 tokens with max_tokens 1 computes
+    # positions 0..32,767 only, so the limit is raised by one token for it.
+    trained = int(getattr(loaded.config, "max_position", 0) or 0)
     return LLMEngine(
         loaded.model,
         loaded.config,
@@ -58,6 +62,7 @@ def engine(loaded, pool_tokens: int, chunk: int, block: int) -> LLMEngine:
         max_num_batched_tokens=chunk,
         max_num_seqs=4,
         model_id="gemma3-270m",
+        max_model_len=max(trained, pool_tokens) + 1 if trained else None,
     )
 
 

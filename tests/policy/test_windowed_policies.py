@@ -111,3 +111,11 @@ def test_the_cli_refuses_before_the_model_loads(name, monkeypatch, capsys):
         main()
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip() == f"error: {windowed_refusal(name)}"
+
+
+def test_policies_json_says_where_each_acts_with_sliding_layers():
+    from ctxlab.policy.registry import describe_policies
+
+    rows = {r["name"]: r["with_sliding_layers"] for r in describe_policies()}
+    assert rows["snapkv"].startswith("full-attention (global) layers only")
+    assert rows["quest"].startswith("refused") and rows["quant"].startswith("every layer")
