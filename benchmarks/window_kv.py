@@ -19,6 +19,10 @@ tokenized with the model's tokenizer.
    layer global.
 2. Prefix reuse: the same `--prefix`-token prompt twice on one engine; reused tokens (from the
    prefix cache), recomputed tokens, time of each run, whether the greedy tokens agree.
+3. `--equal-pool` (alone): `--requests` prompts of `--input` tokens on the windowed model and
+   on the all-global `--global-model` (smollm2-135m), each engine's pool the same bytes
+   (`--pool-tokens` of the all-global model; the workshop's demonstration 7 engine pool and
+   long workload by default): requests running at once, bytes per request, TTFT p50/p99.
 
 Times are wall-clock on whatever else the machine runs (the 1-minute load is printed).
 """
@@ -146,6 +150,61 @@ def prefix_rows(loaded, all_ids: list[int], n: int, args) -> dict:
     return row
 
 
+def equal_pool_rows(args) -> list[dict]:
+    """The same workload on the windowed model and an all-global one, each engine given a
+    pool of the same bytes (the all-global model's `--pool-tokens`): requests running at
+    once, bytes each held at its end, TTFT. A window only pays past W tokens, so the
+    prompts are longer than it."""
+    from ctxlab.workshop.measure import median, pct
+
+    text = resources.files("ctxlab").joinpath("data/tinyshakespeare.txt").read_text()
+    rows, pool_bytes = [], 0
+    for role, name in (("all-global", args.global_model), ("windowed", args.model)):
+        loaded = load_model(name)
+        cfg = loaded.config
+        per_token = cfg.num_layers * cfg.num_kv_heads * 2 * cfg.head_dim * 4  # float32 K, V
+        if not pool_bytes:
+            pool_bytes = args.pool_tokens * per_token
+        tokens = pool_bytes // per_token // args.block * args.block
+        eng = LLMEngine(
+            loaded.model,
+            cfg,
+            loaded.tokenizer,
+            kv_pool_tokens=tokens,
+            block_size=args.block,
+            max_num_batched_tokens=args.chunk,
+            max_num_seqs=args.requests,
+            model_id=name,
+        )
+        ids = list(loaded.tokenizer.encode(text[: 8 * args.input * (args.requests + 1)]))
+        params = SamplingParams(max_tokens=args.output, ignore_eos=True)
+        prompts = [ids[i * args.input : (i + 1) * args.input] for i in range(args.requests)]
+        rids = [eng.add_request(p, params) for p in prompts]
+        peak = 0
+        while eng.has_unfinished():
+            eng.step()
+            peak = max(peak, eng.num_running)
+        ms = [eng.output(r).metrics for r in rids]
+        row = {
+            "role": role,
+            "model": name,
+            "pool_bytes": eng.stats().pool_bytes,
+            "pool_tokens_per_lane": tokens,
+            "requests": args.requests,
+            "tokens_per_request": args.input + args.output,
+            "concurrency_reached": peak,
+            "bytes_per_request": int(median([m.resident_kv_bytes for m in ms])),
+            "ttft_p50_ms": round(pct([m.ttft * 1e3 for m in ms], 50), 1),
+            "ttft_p99_ms": round(pct([m.ttft * 1e3 for m in ms], 99), 1),
+            "preemptions": sum(m.preemptions for m in ms),
+            "load_1min": os.getloadavg()[0],
+        }
+        print(f"equal pool: {json.dumps(row)}", file=sys.stderr)
+        rows.append(row)
+        del eng, loaded
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gemma3-270m", help="a model with sliding layers")
@@ -156,9 +215,21 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=16, help="page size in tokens")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--equal-pool", action="store_true", help="only the equal-pool comparison")
+    ap.add_argument("--global-model", default="smollm2-135m", help="the all-global model")
+    ap.add_argument("--pool-tokens", type=int, default=2560, help="all-global model's pool")
+    ap.add_argument("--requests", type=int, default=4, help="equal-pool requests")
+    ap.add_argument("--input", type=int, default=1024, help="equal-pool prompt tokens")
+    ap.add_argument("--output", type=int, default=8, help="equal-pool output tokens")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.equal_pool:
+        rows = equal_pool_rows(args)
+        print(json.dumps(rows, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        return
     loaded = load_model(args.model)
     arch = with_cache_dtype(from_gguf(loaded.source_path), "fp32")
     lengths = [int(x) for x in args.lengths.split(",") if x]
