@@ -6,7 +6,7 @@ Per layer and forward (`attend`):
   the engine's, with the model's scaling and softcap) over the kept tokens, masked by their
   original positions (causal, and the layer's sliding window), with Quest's pages and
   recall's far rows where the policy asks for them, and H2O's probabilities from the same
-  call;
+  call; a sliding-window layer (Gemma 3's local layers) then drops what left its window;
 - then the hooks, as in the engine's runtime: the last `query_window` queries are logged;
   at the end of the prompt the policy's prompt-end cut runs (H2O's scores seeded with the
   window's attention); after each decode token H2O's scores grow by the step's attention
@@ -64,6 +64,8 @@ class HFRuntime:
         else:
             out, probs = self._attend(st, module.layer_idx, q, k, v, kw)
         self._after(st, module.layer_idx, q, T, probs)
+        if kw.get("sliding_window"):
+            self._forget(st, int(kw["sliding_window"]))
         return out, None
 
     def _attend(self, st: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -198,6 +200,27 @@ class HFRuntime:
         st.positions = st.positions.gather(2, idx)
         if st.acc is not None:
             st.acc = self._acc(st).gather(2, idx)
+        st.pruned = True
+
+    def _forget(self, st: Any, window: int) -> None:
+        """A sliding-window layer drops the rows no later query can see (position <= seen -
+        window), as transformers' own sliding layers do, so its bytes stop growing at the
+        window. Lanes a policy cut to different lengths keep their rows (the window mask
+        still hides them); the far tier never gets them (no query will look for them)."""
+        keep = st.positions > st.seen - window  # [B, n_kv, L]
+        if bool(keep.all()):
+            return
+        counts = keep.sum(-1)
+        if int(counts.min()) != int(counts.max()):
+            return
+        B, n_kv, _ = keep.shape
+        idx = keep.nonzero()[:, -1].view(B, n_kv, -1)  # row-major: ascending per lane
+        d_k, d_v = st.keys.shape[-1], st.values.shape[-1]
+        st.keys = st.keys.gather(2, idx[..., None].expand(-1, -1, -1, d_k))
+        st.values = st.values.gather(2, idx[..., None].expand(-1, -1, -1, d_v))
+        if st.acc is not None:
+            st.acc = self._acc(st).gather(2, idx)
+        st.positions = st.positions.gather(2, idx)
         st.pruned = True
 
     def _to_far(self, st: Any, layer: int, idx: torch.Tensor) -> None:
