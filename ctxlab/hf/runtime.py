@@ -205,16 +205,16 @@ class HFRuntime:
     def _forget(self, st: Any, window: int) -> None:
         """A sliding-window layer drops the rows no later query can see (position <= seen -
         window), as transformers' own sliding layers do, so its bytes stop growing at the
-        window. Lanes a policy cut to different lengths keep their rows (the window mask
-        still hides them); the far tier never gets them (no query will look for them)."""
-        keep = st.positions > st.seen - window  # [B, n_kv, L]
-        if bool(keep.all()):
+        window. Lanes hold one row count: where a policy left lanes with different numbers
+        of rows in the window, each keeps its newest rows up to the largest such number
+        (the window mask hides any older one). The far tier never gets them: no later query
+        looks for them."""
+        in_window = (st.positions > st.seen - window).sum(-1)  # [B, n_kv]
+        keep = int(in_window.max())
+        if keep == st.positions.shape[-1]:
             return
-        counts = keep.sum(-1)
-        if int(counts.min()) != int(counts.max()):
-            return
-        B, n_kv, _ = keep.shape
-        idx = keep.nonzero()[:, -1].view(B, n_kv, -1)  # row-major: ascending per lane
+        newest = st.positions.topk(keep, dim=-1).indices
+        idx = newest.sort(dim=-1).values  # slots in their order
         d_k, d_v = st.keys.shape[-1], st.values.shape[-1]
         st.keys = st.keys.gather(2, idx[..., None].expand(-1, -1, -1, d_k))
         st.values = st.values.gather(2, idx[..., None].expand(-1, -1, -1, d_v))
