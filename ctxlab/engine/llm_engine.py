@@ -65,6 +65,7 @@ class LLMEngine:
             head_dim_v=getattr(config, "head_dim_v", config.head_dim),
             block_size=block_size,
             dtype=dtype,
+            windows=tuple(getattr(config, "sliding_windows", ()) or ()),
         )
         # One policy object (a storage format wraps the policy when kv_format is given); the
         # pool's storage format is the model dtype or int8 / KIVI codes.
@@ -141,8 +142,9 @@ class LLMEngine:
         need = need if free_pos else min(need, self.max_position)
         # A policy that cuts every chunk never holds the whole prompt.
         need = self.runtime.pool_need(need, len(ids), self.scheduler.max_num_batched_tokens)
-        bs = self.kv.block_size
-        if -(-need // bs) * bs > self.kv.pool_tokens:
+        # Counted in blocks: a sliding layer holds at most its window plus the chunk it writes.
+        chunk = min(self.scheduler.max_num_batched_tokens, need)
+        if self.kv.layout.blocks_for_request(need, chunk) > self.kv.pool.num_blocks:
             raise CtxlabError(
                 f"the KV pool holds {self.kv.pool_tokens} tokens but one request needs {need} "
                 f"({len(ids)} prompt + {params.max_tokens} max_tokens); enlarge kv_pool_tokens."

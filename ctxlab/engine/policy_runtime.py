@@ -18,6 +18,11 @@ policy never calls back. The runner calls four hooks, the same on every engine:
 `NullRuntime` answers all of them for an engine without a policy, so the engine never asks
 whether it has one.
 
+On a model with sliding-window layers a policy acts on the full-attention layers only
+(`policy_layers`): a sliding layer already keeps just its window and is never cut, scored
+or observed; the policies that cannot work that way are refused when the runtime is built
+(`ctxlab.policy.windowed`).
+
 Cost: during decode a lane is cut only once it is `decode_trigger` tokens over its budget
 (by default one block less one token), which layers are over is one comparison per
 sequence, and a cut compacts every lane of a sequence in one batched pass. Keys are
@@ -91,6 +96,12 @@ class PolicyRuntime(NullRuntime):
         self.layout = kv.layout
         self.n_heads = n_heads
         self.n_kv = self.layout.n_kv_heads
+        # The layers a retention policy acts on: every full-attention layer. A sliding layer
+        # already keeps only its window (`KVCacheManager.slide`) and its lanes must keep
+        # lane index = position, so it is never cut.
+        windows = self.layout.windows or (None,) * self.layout.n_layers
+        self.policy_layers = [i for i, w in enumerate(windows) if w is None]
+        self._policy_layer = torch.tensor([w is None for w in windows])
         self.rope = rope
         self.needs = policy.needs
         self.states: dict[int, SeqState] = {}
@@ -197,10 +208,14 @@ class PolicyRuntime(NullRuntime):
 
     def _accumulate(self, plan: StepPlan) -> None:
         """Add this step's decode attention (from attention itself) to each H2O score."""
-        # Per layer, the query heads of each KV head summed: [n_layers, B, n_kv, L].
-        probs = torch.stack([p.sum(2) for p in plan.probs if p is not None]).float().cpu()
-        n_layers, B, n_kv, L = probs.shape
-        probs = probs.transpose(0, 1).reshape(B, n_layers * n_kv, L)
+        # Per layer, the query heads of each KV head summed: [B, n_lanes, L]; a sliding
+        # layer (never cut, so never scored) leaves its lanes at zero.
+        first = next(p for p in plan.probs if p is not None)
+        B, n_kv, _, L = first.shape
+        probs = torch.zeros(B, self.layout.n_lanes, L)
+        for layer, p in enumerate(plan.probs):
+            if p is not None:
+                probs[:, layer * n_kv : (layer + 1) * n_kv] = p.sum(2).float().cpu()
         dec = [it for it in self.items if it.num_new == 1]  # the decode batch, in order
         for b, it in enumerate(dec):
             st = self.states[it.seq_id]
@@ -230,15 +245,15 @@ class PolicyRuntime(NullRuntime):
         """Layers with a lane over `budget + trigger`: one comparison for every lane."""
         budgets = self._lane_budgets(st)
         if budgets is None:
-            return list(range(self.layout.n_layers))
-        over = it.kv.lane_len > budgets + trigger
-        return torch.nonzero(over.view(self.layout.n_layers, self.n_kv).any(1)).flatten().tolist()
+            return list(self.policy_layers)
+        over = (it.kv.lane_len > budgets + trigger).view(self.layout.n_layers, self.n_kv).any(1)
+        return torch.nonzero(over & self._policy_layer).flatten().tolist()
 
     def _cut(self, it: StepItem, st: SeqState, hook: Any, trigger: int, seed: bool = False) -> None:
         """Ask the policy about every layer over budget, then compact all cut lanes at once."""
         lay = self.layout
         seed = seed and "acc_attn" in self.needs  # H2O seeds every layer's scores
-        layers = list(range(lay.n_layers)) if seed else self._layers_over(it, st, trigger)
+        layers = list(self.policy_layers) if seed else self._layers_over(it, st, trigger)
         if not layers:
             return
         q_all, q_pos = st.log.ordered() if st.log is not None else (None, None)
@@ -325,11 +340,10 @@ def build_runtime(
 ) -> NullRuntime:
     """The runtime that drives `policy`, or the null one when it neither evicts nor asks
     the engine for anything (no policy, `full`, a storage format alone)."""
+    if any(w is not None for w in sliding_windows):
+        from ctxlab.policy.windowed import check_windowed
+
+        check_windowed(policy)  # the same sentence the CLI gives before the model loads
     if policy is None or not (policy.evicts or policy.needs):
         return NullRuntime()
-    if any(w is not None for w in sliding_windows):
-        raise CtxlabError(
-            "KV policies are not supported on models with sliding-window layers yet "
-            "(their lanes must keep lane index = position); run with the full cache."
-        )
     return PolicyRuntime(policy, kv, n_heads, rope)

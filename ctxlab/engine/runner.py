@@ -107,6 +107,8 @@ class Runner:
         for sch in batch:
             self.kv.commit(sch.seq.kv, sch.seq.token_ids, sch.seq.cache_salt)
         self.runtime.end_step(plan)  # the policy keeps what it keeps; the rest is freed
+        for sch in batch:  # sliding lanes hand back what their windows no longer read
+            self.kv.slide(sch.seq.kv)
         self._score_prompts(batch, hidden)
         if not sampling:
             return []

@@ -64,7 +64,8 @@ class DecodeBucket:
     length: int  # keys attended (trimmed to the longest lane when the mask is None)
     lens: torch.Tensor | None = None  # [Bg, n_lanes] keys per lane, for sliding windows
     runs: list[list[RowRuns]] | None = None  # per layer, per row: read in place (lane_runs)
-    _window_masks: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict)
+    # per window: block columns and mask a sliding layer reads (`attention.window_read`)
+    _window_reads: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,6 +85,10 @@ class StepPlan:
     queries: list[torch.Tensor | None] = field(default_factory=list)  # per layer
     probs: list[torch.Tensor | None] = field(default_factory=list)  # per layer [B, n_kv, g, L]
     _buckets: list[DecodeBucket] | None = field(default=None, init=False, repr=False)
+    # per window: what a sliding layer's shaped decode reads (`attention.window_read`)
+    _window_reads: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     @property
     def shaped_decode(self) -> bool:

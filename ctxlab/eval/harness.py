@@ -54,7 +54,7 @@ def run_eval(
         from ctxlab.model.registry import resolve_model_path
         from ctxlab.model.tokenizer import load_tokenizer
 
-        count = token_counter(load_tokenizer(str(resolve_model_path("smollm2-135m"))))
+        count = token_counter(load_tokenizer(str(resolve_model_path(model))))
         model_name = f"remote:{base_url}"
 
         def backend_for(run: PolicyRun) -> Any:

@@ -6,7 +6,7 @@ Per layer and forward (`attend`):
   the engine's, with the model's scaling and softcap) over the kept tokens, masked by their
   original positions (causal, and the layer's sliding window), with Quest's pages and
   recall's far rows where the policy asks for them, and H2O's probabilities from the same
-  call;
+  call; a sliding-window layer (Gemma 3's local layers) then drops what left its window;
 - then the hooks, as in the engine's runtime: the last `query_window` queries are logged;
   at the end of the prompt the policy's prompt-end cut runs (H2O's scores seeded with the
   window's attention); after each decode token H2O's scores grow by the step's attention
@@ -64,6 +64,8 @@ class HFRuntime:
         else:
             out, probs = self._attend(st, module.layer_idx, q, k, v, kw)
         self._after(st, module.layer_idx, q, T, probs)
+        if kw.get("sliding_window"):
+            self._forget(st, int(kw["sliding_window"]))
         return out, None
 
     def _attend(self, st: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -198,6 +200,27 @@ class HFRuntime:
         st.positions = st.positions.gather(2, idx)
         if st.acc is not None:
             st.acc = self._acc(st).gather(2, idx)
+        st.pruned = True
+
+    def _forget(self, st: Any, window: int) -> None:
+        """A sliding-window layer drops the rows no later query can see (position <= seen -
+        window), as transformers' own sliding layers do, so its bytes stop growing at the
+        window. Lanes hold one row count: where a policy left lanes with different numbers
+        of rows in the window, each keeps its newest rows up to the largest such number
+        (the window mask hides any older one). The far tier never gets them: no later query
+        looks for them."""
+        in_window = (st.positions > st.seen - window).sum(-1)  # [B, n_kv]
+        keep = int(in_window.max())
+        if keep == st.positions.shape[-1]:
+            return
+        newest = st.positions.topk(keep, dim=-1).indices
+        idx = newest.sort(dim=-1).values  # slots in their order
+        d_k, d_v = st.keys.shape[-1], st.values.shape[-1]
+        st.keys = st.keys.gather(2, idx[..., None].expand(-1, -1, -1, d_k))
+        st.values = st.values.gather(2, idx[..., None].expand(-1, -1, -1, d_v))
+        if st.acc is not None:
+            st.acc = self._acc(st).gather(2, idx)
+        st.positions = st.positions.gather(2, idx)
         st.pruned = True
 
     def _to_far(self, st: Any, layer: int, idx: torch.Tensor) -> None:

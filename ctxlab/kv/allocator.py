@@ -7,7 +7,10 @@ Invariants (checked by `check_invariants`, exercised by the property tests):
 - the hash map points a block hash at a group (one physical block per lane) whose blocks
   all carry that hash; a block carries a hash only while its group is in the map;
 - a cached block whose count drops to zero stays in the map (findable) until the free queue
-  hands it out again; at that moment its whole group leaves the map (an eviction).
+  hands it out again; at that moment its whole group leaves the map (an eviction), unless
+  it sits at a `detachable` position of its group (a sliding-window lane): then only that
+  block leaves the group (its entry becomes `DETACHED`) and the group stays findable;
+- `DETACHED` entries appear only at detachable positions.
 Blocks freed last are reused last (LRU), and a sequence frees its tail first, so the
 start of a prefix (shared most often) survives longest.
 """
@@ -20,9 +23,14 @@ from collections.abc import Callable, Iterable
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.hashing import BlockHash
 
+# A group's entry for a block that left it (a sliding lane's block handed out again).
+DETACHED = -1
+
 
 class BlockAllocator:
-    def __init__(self, num_blocks: int):
+    def __init__(self, num_blocks: int, detachable: frozenset[int] = frozenset()):
+        """`detachable`: positions in a group (lanes) whose block may leave the group alone;
+        a prefix hit checks that the ones it needs are still there."""
         if num_blocks <= 0:
             raise CtxlabError("the KV pool has no blocks; give it at least one block per lane.")
         self.num_blocks = num_blocks
@@ -30,7 +38,9 @@ class BlockAllocator:
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self.block_hash: list[BlockHash | None] = [None] * num_blocks
         self.cached: dict[BlockHash, tuple[int, ...]] = {}
+        self.detachable = detachable
         self.evicted_groups = 0
+        self.detached_blocks = 0
         # Told which blocks just lost their last reference (a quantized pool drops the
         # full-precision rows of a partially filled block there).
         self.on_free: Callable[[list[int]], None] | None = None
@@ -57,16 +67,27 @@ class BlockAllocator:
         out = []
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
-            if self.block_hash[b] is not None:
-                self._evict(self.block_hash[b])
+            h = self.block_hash[b]
+            if h is not None:
+                self._leave(h, b)
             self.ref[b] = 1
             out.append(b)
         return out
 
-    def _evict(self, h: BlockHash) -> None:
-        group = self.cached.pop(h)
-        for b in group:
+    def _leave(self, h: BlockHash, b: int) -> None:
+        """Block `b` of group `h` is handed out: it alone leaves a detachable position,
+        otherwise the whole group leaves the map."""
+        group = self.cached[h]
+        at = group.index(b)
+        if at in self.detachable:
+            self.cached[h] = (*group[:at], DETACHED, *group[at + 1 :])
             self.block_hash[b] = None
+            self.detached_blocks += 1
+            return
+        del self.cached[h]
+        for other in group:
+            if other != DETACHED:
+                self.block_hash[other] = None
         self.evicted_groups += 1
 
     def incref(self, blocks: Iterable[int]) -> None:
@@ -92,20 +113,32 @@ class BlockAllocator:
 
     # -- prefix cache ---------------------------------------------------------------------
     def lookup(self, h: BlockHash) -> tuple[int, ...] | None:
+        """The group cached under `h` (`DETACHED` where a block left it), or None."""
         return self.cached.get(h)
 
     def register(self, h: BlockHash, group: tuple[int, ...]) -> bool:
-        """Make a full, written group findable under `h`; False if `h` is already cached.
+        """Make a full, written group findable under `h`; False if `h` is already cached
+        (then the caller's blocks fill the group's `DETACHED` entries, if any).
 
         Only blocks held by the caller and not yet hashed may be registered (a block belongs
         to at most one cached group).
         """
-        if h in self.cached:
+        old = self.cached.get(h)
+        if old is not None:
+            if DETACHED in old:  # a sliding lane's block had left: the caller's copy fills in
+                fill = [
+                    b if o == DETACHED and self.block_hash[b] is None else o
+                    for o, b in zip(old, group, strict=True)
+                ]
+                self.cached[h] = tuple(fill)
+                for o, b in zip(old, fill, strict=True):
+                    if o == DETACHED and b != DETACHED:
+                        self.block_hash[b] = h
             return False
         for b in group:
             if self.ref[b] <= 0 or self.block_hash[b] is not None:
                 raise RuntimeError(f"block {b} cannot be registered under a prefix hash")
-        self.cached[h] = group
+        self.cached[h] = tuple(group)
         for b in group:
             self.block_hash[b] = h
         return True
@@ -128,7 +161,10 @@ class BlockAllocator:
                 assert self.ref[b] == owners.get(b, 0), f"block {b} ref {self.ref[b]}"
         seen: set[int] = set()
         for h, group in self.cached.items():
-            for b in group:
+            for at, b in enumerate(group):
+                if b == DETACHED:
+                    assert at in self.detachable, f"a required block left a group at {at}"
+                    continue
                 assert b not in seen, f"block {b} in two cached groups"
                 seen.add(b)
                 assert self.block_hash[b] == h

@@ -7,6 +7,13 @@ cache (its logits are needed), and a shared group is never written: new tokens a
 in blocks the sequence allocated itself. Compaction (a retention policy's cut, which
 rewrites lanes already written) lives in `ctxlab.kv.compaction`; the manager's
 `compact_lanes` and friends hand it this pool and allocator.
+
+Sliding-window layers (`KVLayout.windows`): after each step `slide` hands back the blocks a
+sliding lane's window no longer reads (memory really freed), so such a lane holds at most
+`KVLayout.window_blocks` blocks between steps. In the prefix cache a sliding lane's block
+may leave its group alone when the pool hands it out again (the group stays findable for
+its full-attention lanes); a prefix hit is cut back to the longest prefix whose last
+window is still complete in every sliding lane, and a sliding lane takes only that window.
 """
 
 from __future__ import annotations
@@ -19,12 +26,12 @@ import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.kv import compaction
-from ctxlab.kv.allocator import BlockAllocator
+from ctxlab.kv.allocator import DETACHED, BlockAllocator
 from ctxlab.kv.hashing import BlockHash, hash_blocks
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
 from ctxlab.kv.quant_pool import QuantKVPool
-from ctxlab.kv.seq_kv import SeqKV
+from ctxlab.kv.seq_kv import HOLE, SeqKV
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,9 @@ class KVStats:
     cached_blocks_evicted: int  # logical groups dropped from the map when reused
     resident_bytes: int  # bytes of blocks in use, measured from the pool
     pool_bytes: int
+    # sliding-lane blocks that left a cached group alone when reused (the group stays)
+    cached_blocks_detached: int = 0
+    blocks_slid: int = 0  # blocks sliding lanes handed back as their windows moved
 
     @property
     def hit_rate(self) -> float:
@@ -83,7 +93,15 @@ class KVCacheManager:
             self.pool = KVPool(layout, n_blocks, device)
         else:
             self.pool = QuantKVPool(layout, n_blocks, kv_format, kv_group, device)
-        self.alloc = BlockAllocator(self.pool.num_blocks)
+        windows = layout.lane_windows()
+        # Sliding lanes by window size: [lanes] tensors, for `slide` and prefix hits.
+        self.sliding: dict[int, torch.Tensor] = {}
+        for w in sorted({w for w in windows if w is not None}):
+            lanes = [i for i, x in enumerate(windows) if x == w]
+            self.sliding[w] = torch.tensor(lanes, dtype=torch.int64)
+        detachable = frozenset(i for i, w in enumerate(windows) if w is not None)
+        self.alloc = BlockAllocator(self.pool.num_blocks, detachable)
+        self.blocks_slid = 0
         self.alloc.on_free = self._released
         self.enable_prefix_caching = enable_prefix_caching
         self.extra = extra  # model identity folded into every first block
@@ -128,7 +146,39 @@ class KVCacheManager:
             if g is None:
                 break
             groups.append(g)
+        groups = groups[: self._window_complete(groups)]
         return PrefixHit(seq.block_hashes[:n_share], groups, len(groups) * self.block_size)
+
+    def _window_complete(self, groups: list[tuple[int, ...]]) -> int:
+        """Longest leading run of `groups` whose last window is whole in every sliding lane
+        (a sliding lane's older blocks may have left their groups)."""
+        n = len(groups)
+        if not self.sliding or n == 0:
+            return n
+        for w, lanes in self.sliding.items():
+            ls = lanes.tolist()
+            gone = [any(g[lane] == DETACHED for lane in ls) for g in groups]
+            while n > 0 and any(gone[self.layout.first_kept_block(w, n * self.block_size) : n]):
+                n -= 1
+        return n
+
+    def _first_kept(self, num_tokens: int) -> torch.Tensor:
+        """`[n_lanes]` first block each lane of a `num_tokens`-token sequence still needs
+        (0 for full-attention lanes)."""
+        first = torch.zeros(self.n_lanes, dtype=torch.int64)
+        for w, lanes in self.sliding.items():
+            first[lanes] = self.layout.first_kept_block(w, num_tokens)
+        return first
+
+    def _hit_blocks(self, hit: PrefixHit) -> tuple[list[int], torch.Tensor]:
+        """Blocks a fresh sequence takes from `hit` (a sliding lane only its last window)
+        and the first block each lane holds."""
+        first = self._first_kept(hit.num_tokens)
+        if not self.sliding:
+            return [b for g in hit.groups for b in g], first
+        f = first.tolist()
+        taken = [b for i, g in enumerate(hit.groups) for lane, b in enumerate(g) if i >= f[lane]]
+        return taken, first
 
     def _extend_hashes(
         self, seq: SeqKV, token_ids: Sequence[int], salt: str | None, n_blocks: int
@@ -151,7 +201,7 @@ class KVCacheManager:
         bs = self.block_size
         want = -(-num_tokens // bs)
         if hit is not None:
-            held = [b for g in hit.groups for b in g]
+            held, _ = self._hit_blocks(hit)
             zero_ref = sum(1 for b in held if self.alloc.ref[b] == 0)
             return (want - len(hit.groups)) * self.n_lanes, zero_ref
         if seq.lockstep:
@@ -180,10 +230,13 @@ class KVCacheManager:
             self.prefix_cache_hits += hit.num_tokens
             n = len(hit.groups)
             if n:
+                taken, first = self._hit_blocks(hit)
+                self.alloc.incref(taken)
                 seq.ensure_capacity(n)
-                for i, g in enumerate(hit.groups):
-                    self.alloc.incref(g)
-                    seq.table[:, i] = torch.tensor(g, dtype=torch.int64)
+                seq.table[:, :n] = torch.tensor(hit.groups, dtype=torch.int64).T
+                holes = torch.arange(n)[None, :] < first[:, None]
+                seq.table[:, :n].masked_fill_(holes, HOLE)
+                seq.dropped[:] = first
                 seq.n_blocks[:] = n
                 seq.lane_len[:] = hit.num_tokens
             seq.num_hit_blocks = n
@@ -272,9 +325,34 @@ class KVCacheManager:
             return
         self._extend_hashes(seq, token_ids, salt, n_full)
         for b in range(seq.num_committed_blocks, n_full):
+            if bool((seq.dropped > b).any()):  # a sliding lane let go of it (`slide` runs
+                break  # after `commit`, so only a sequence that skipped commits gets here)
             group = tuple(seq.table[:, b].tolist())
             self.alloc.register(seq.block_hashes[b], group)
-        seq.num_committed_blocks = n_full
+            seq.num_committed_blocks = b + 1
+
+    def slide(self, seq: SeqKV) -> int:
+        """Hand back the blocks each sliding lane of `seq` no longer reads (the next query
+        reads a window back from the last token); returns how many were freed."""
+        if not self.sliding:
+            return 0
+        freed: list[int] = []
+        for w, lanes in self.sliding.items():
+            first = torch.div(  # `KVLayout.first_kept_block`, for every lane at once
+                (seq.lane_len[lanes] - w).clamp(min=0), self.block_size, rounding_mode="floor"
+            )
+            lo = seq.dropped[lanes]
+            if not bool((first > lo).any()):
+                continue
+            for lane, a, b in zip(lanes.tolist(), lo.tolist(), first.tolist(), strict=True):
+                if b > a:
+                    freed.extend(seq.table[lane, a:b].tolist())
+                    seq.table[lane, a:b] = HOLE
+                    seq.dropped[lane] = b
+        if freed:
+            self.alloc.decref(freed)
+            self.blocks_slid += len(freed)
+        return len(freed)
 
     def free(self, seq: SeqKV) -> None:
         """Return every block of `seq`; cached ones stay findable until reused."""
@@ -293,7 +371,7 @@ class KVCacheManager:
         pool = self.pool
         if seq is None:
             return self.alloc.num_used * pool.block_bytes + pool.residual_bytes()
-        held = int(seq.n_blocks.sum()) * pool.block_bytes
+        held = int(seq.held.sum()) * pool.block_bytes
         return held + (pool.residual_bytes(seq.held_blocks()) if pool.quantized else 0)
 
     def stats(self) -> KVStats:
@@ -307,4 +385,6 @@ class KVCacheManager:
             cached_blocks_evicted=self.alloc.evicted_groups,
             resident_bytes=self.resident_bytes(),
             pool_bytes=self.pool.nbytes,
+            cached_blocks_detached=self.alloc.detached_blocks,
+            blocks_slid=self.blocks_slid,
         )

@@ -5,6 +5,11 @@ holds token position i, so the slot map is the identity and is not stored. A pol
 keeps different tokens per KV head rewrites a lane's row of `table`, its `lane_len` and its
 `slot_pos` row (original positions, kept by the policy) and sets `lockstep = False`; the
 attention code already reads per-lane lengths, so nothing else changes.
+
+A sliding-window lane keeps lane index = position but lets go of the blocks its window no
+longer reads: `dropped[lane]` leading columns of its `table` row are holes (not held, entry
+`HOLE`, a valid block id that attention never unmasks). `n_blocks` still counts the
+lane's logical blocks, holes included; `held` counts what it really holds.
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ import torch
 
 from ctxlab.kv.hashing import BlockHash
 
+# Table entry of a block a sliding lane let go of: a real block id (0), so a gather over the
+# lane stays in range; the window mask never lets attention read it.
+HOLE = 0
+
 
 @dataclass
 class SeqKV:
@@ -23,6 +32,7 @@ class SeqKV:
     table: torch.Tensor = field(init=False)  # [n_lanes, capacity] int64 physical block ids
     n_blocks: torch.Tensor = field(init=False)  # [n_lanes] blocks held per lane
     lane_len: torch.Tensor = field(init=False)  # [n_lanes] tokens stored per lane
+    dropped: torch.Tensor = field(init=False)  # [n_lanes] leading holes (sliding lanes)
     slot_pos: torch.Tensor | None = None  # [n_lanes, capacity * block_size]; None = identity
     lockstep: bool = True
     block_hashes: list[BlockHash] = field(default_factory=list)  # hashes of full blocks
@@ -33,6 +43,7 @@ class SeqKV:
         self.table = torch.zeros(self.n_lanes, 4, dtype=torch.int64)
         self.n_blocks = torch.zeros(self.n_lanes, dtype=torch.int64)
         self.lane_len = torch.zeros(self.n_lanes, dtype=torch.int64)
+        self.dropped = torch.zeros(self.n_lanes, dtype=torch.int64)
 
     @property
     def num_tokens(self) -> int:
@@ -51,16 +62,25 @@ class SeqKV:
             grown[:, :cap] = self.table
             self.table = grown
 
+    @property
+    def held(self) -> torch.Tensor:
+        """`[n_lanes]` blocks each lane really holds (holes not counted)."""
+        return self.n_blocks - self.dropped
+
     def held_blocks(self) -> list[int]:
         """Every physical block this sequence holds, tail blocks first."""
         out: list[int] = []
-        if self.lockstep:
+        if self.lockstep:  # column by column from the tail, every lane's block of a column
             nb = int(self.n_blocks[0]) if self.n_lanes else 0
-            out = self.table[:, :nb].flip(1).T.reshape(-1).tolist()
+            cols = self.table[:, :nb].flip(1).T
+            if not bool(self.dropped.any()):
+                return cols.reshape(-1).tolist()
+            held = torch.arange(nb - 1, -1, -1)[:, None] >= self.dropped[None, :]
+            return cols[held].tolist()
         else:
             for lane in range(self.n_lanes):
-                nb = int(self.n_blocks[lane])
-                out.extend(self.table[lane, :nb].flip(0).tolist())
+                nb, lo = int(self.n_blocks[lane]), int(self.dropped[lane])
+                out.extend(self.table[lane, lo:nb].flip(0).tolist())
         return out
 
     def reset(self) -> None:

@@ -13,9 +13,11 @@ from typing import Any
 
 from ctxlab.errors import CtxlabError
 
-# Architectures whose decoder block is the Llama block (possibly with q/k-norm or qkv bias).
-SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+# Architectures the readers accept; `ctxlab.model.architectures` says how each one is built
+# (the Llama block, possibly with q/k-norm or qkv bias, or Gemma 3's block).
+SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 _ARCH_LIST = ", ".join(SUPPORTED_ARCHS)
+_HF_MODEL_TYPES = {"gemma3_text": "gemma3"}  # config.json's name -> the architecture's
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ class ModelConfig:
     max_position: int = 4096
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # Gemma-style fields (None: the Llama behaviour). RoPE base of the sliding-window layers
+    # when it differs from the global layers' `rope_theta`; the softmax scale when it is not
+    # head_dim**-0.5 (Gemma's query_pre_attn_scalar**-0.5); a tanh cap on the final logits.
+    rope_local_theta: float | None = None
+    query_scale: float | None = None
+    final_logit_softcap: float | None = None
 
     def __post_init__(self) -> None:
         if not self.sliding_windows:
@@ -78,6 +86,7 @@ class ModelConfig:
     def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
         """Read a Hugging Face config.json (transformers 4.x or 5.x spelling)."""
         model_type = d.get("model_type", "llama")
+        model_type = _HF_MODEL_TYPES.get(model_type, model_type)
         if model_type not in SUPPORTED_ARCHS:
             raise CtxlabError(
                 f"model_type {model_type!r} is not supported; ctxlab runs {_ARCH_LIST}."
@@ -97,7 +106,7 @@ class ModelConfig:
         rope_theta, rope_scaling = _hf_rope(d)
         eos = d.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
-        return cls(
+        cfg = cls(
             arch=model_type,
             hidden_size=hidden,
             num_layers=layers,
@@ -116,6 +125,9 @@ class ModelConfig:
             eos_token_ids=eos_ids,
             **config,
         )
+        from ctxlab.model.architectures import architecture  # it imports this module
+
+        return architecture(model_type).hf_config(d, cfg)
 
     @classmethod
     def from_gguf_fields(
@@ -151,7 +163,7 @@ class ModelConfig:
         head_dim = int(meta.get(f"{arch}.attention.key_length") or hidden // heads)
         window = meta.get(f"{arch}.attention.sliding_window")
         eos = meta.get("tokenizer.ggml.eos_token_id")
-        return cls(
+        cfg = cls(
             arch=arch,
             vocab_size=int(meta.get(f"{arch}.vocab_size") or vocab_size),
             hidden_size=hidden,
@@ -171,6 +183,9 @@ class ModelConfig:
             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=() if eos is None else (int(eos),),
         )
+        from ctxlab.model.architectures import architecture  # it imports this module
+
+        return architecture(arch).gguf_config(meta, cfg)
 
 
 def _hf_rope(d: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

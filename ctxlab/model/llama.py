@@ -21,11 +21,13 @@ from ctxlab.model.rope import RotaryEmbedding
 class LlamaModel(nn.Module):
     """Embeddings, decoder blocks, final norm and (tied or untied) output projection."""
 
+    layer_class: type[nn.Module] = DecoderLayer  # a subclass's architecture swaps the block
+
     def __init__(self, cfg: ModelConfig, rope_freq_factors: torch.Tensor | None = None) -> None:
         super().__init__()
         self.config = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(self.layer_class(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = (
             None

@@ -18,6 +18,7 @@ import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import load_json
+from ctxlab.model.architectures import architecture, check_weight_format
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.gguf_blocks import unpermute_qk
 from ctxlab.model.gguf_file import read_gguf_file
@@ -28,22 +29,6 @@ from ctxlab.model.weights import DEFAULT_WEIGHTS, check_weights, convert_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-_GGUF_LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_q.bias": "self_attn.q_proj.bias",
-    "attn_k.bias": "self_attn.k_proj.bias",
-    "attn_v.bias": "self_attn.v_proj.bias",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "attn_q_norm.weight": "self_attn.q_norm.weight",
-    "attn_k_norm.weight": "self_attn.k_norm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
 _GGUF_TOP_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
@@ -55,7 +40,7 @@ _GGUF_TOP_NAMES = {
 class LoadedModel:
     """A ready model plus what belongs with it; the tokenizer is built on first use (slow)."""
 
-    model: LlamaModel
+    model: LlamaModel  # or a subclass: the architecture registry picks it
     config: ModelConfig
     source_path: Path
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
@@ -104,15 +89,15 @@ def load_model(
     check_weights(weights)
     path = resolve_model_path(model)
     if path.is_dir():
-        cfg, tensors, freq_factors = _read_hf_folder(path)
+        cfg, tensors, freq_factors = _read_hf_folder(path, weights)
     elif path.suffix.lower() == ".gguf":
-        cfg, tensors, freq_factors = read_gguf(path)
+        cfg, tensors, freq_factors = read_gguf(path, weights)
     else:
         raise CtxlabError(
             f"{path} is neither a .gguf file nor a folder with config.json and safetensors."
         )
     with torch.device("meta"), _no_random_init():
-        net = LlamaModel(cfg, freq_factors)
+        net = architecture(cfg.arch).model(cfg, freq_factors)
     net.load_hf_state_dict(tensors, dtype=torch_dtype, device=device)
     del tensors
     if weights != "fp32":
@@ -124,8 +109,13 @@ def load_model(
 # ---------------------------------------------------------------------- GGUF
 
 
-def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.Tensor | None]:
-    """Config, HF-named float32 tensors and optional RoPE frequency factors from a GGUF file."""
+def read_gguf(
+    path: Path, weights: str | None = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.Tensor | None]:
+    """Config, HF-named float32 tensors and optional RoPE frequency factors from a GGUF file.
+
+    `weights`: the format the caller will convert to, refused here (before any tensor is
+    dequantized) when the file's architecture cannot run it."""
     import gguf
 
     parsed = read_gguf_file(path)
@@ -134,6 +124,10 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.T
     if not parsed.tensors:
         raise CtxlabError(f"{path} holds a GGUF header but no tensors, so no weights to run.")
     cfg = ModelConfig.from_gguf_fields(parsed.metadata, names, int(vocab), str(path))
+    arch = architecture(cfg.arch)
+    if weights is not None:
+        check_weight_format(arch, weights, str(parsed.metadata.get("general.name") or path.name))
+    layer_names = arch.gguf_layer_names
     tensors: dict[str, torch.Tensor] = {}
     freq_factors = None
     for t in parsed.tensors:
@@ -148,23 +142,27 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], torch.T
         if t.name == "rope_freqs.weight":
             freq_factors = value
             continue
+        if arch.gguf_norm_offset and t.name.endswith("norm.weight"):
+            value = value - arch.gguf_norm_offset
         if t.name in _GGUF_TOP_NAMES:
             tensors[_GGUF_TOP_NAMES[t.name]] = value
             continue
         parts = t.name.split(".", 2)
-        if len(parts) != 3 or parts[0] != "blk" or parts[2] not in _GGUF_LAYER_NAMES:
+        if len(parts) != 3 or parts[0] != "blk" or parts[2] not in layer_names:
             raise CtxlabError(f"{path} holds tensor {t.name}, which ctxlab does not know.")
         if cfg.arch == "llama" and parts[2].startswith(("attn_q.", "attn_k.")):
             heads = cfg.num_heads if parts[2].startswith("attn_q.") else cfg.num_kv_heads
             value = unpermute_qk(value, heads)
-        tensors[f"model.layers.{parts[1]}.{_GGUF_LAYER_NAMES[parts[2]]}"] = value
+        tensors[f"model.layers.{parts[1]}.{layer_names[parts[2]]}"] = value
     return cfg, tensors, freq_factors
 
 
 # ---------------------------------------------------------------------- HF folder
 
 
-def _read_hf_folder(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], None]:
+def _read_hf_folder(
+    path: Path, weights: str | None = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor], None]:
     from safetensors.torch import load_file
 
     config_file = path / "config.json"
@@ -175,6 +173,8 @@ def _read_hf_folder(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], N
     if not isinstance(doc, dict):
         raise CtxlabError(f"config {config_file}: the top level must be a JSON object.")
     cfg = ModelConfig.from_hf_dict(doc)
+    if weights is not None:
+        check_weight_format(architecture(cfg.arch), weights, path.name)
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         try:

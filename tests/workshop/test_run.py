@@ -93,7 +93,14 @@ def test_recurrent_against_kv_heavy(tiny_run) -> None:
         "recurrent_storage": "modeled",
         "recurrent_serving": "modeled",
         "recurrent_engine": "measured",
+        "recurrent_windowed": "measured",
     }
+    # the windowed model against the all-global one, pools of equal bytes (both measured)
+    rows = next(t for t in d["tables"] if t["key"] == "recurrent_windowed")["rows"]
+    assert [r[0] for r in rows] == ["smollm2-135m", "gemma3-270m"]
+    assert rows[1][1].startswith("15 sliding (W = 512)")
+    assert all(r[4] >= 1 and r[5] > 0 for r in rows)
+    assert rows[1][5] < rows[0][5]  # Gemma's request holds fewer bytes
 
 
 def test_verdicts_report_the_wrong_prediction_failed(tiny_run) -> None:
