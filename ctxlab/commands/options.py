@@ -358,6 +358,20 @@ class EngineOptions:
             make_policy(self.policy, self.budget)
         return self
 
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `ctxlab.engine.LLM`."""
+        return {
+            "model": self.model,
+            "policy": self.policy,
+            "budget": self.budget,
+            "kv_format": self.kv_format,
+            "block_size": self.page_size,
+            "kv_pool_tokens": self.kv_pool_tokens,
+            "dtype": self.dtype,
+            "enable_prefix_caching": self.prefix_cache,
+            "weights": self.weights,
+        }
+
 
 def has_sliding_layers(path: Path) -> bool:
     """Whether the model at `path` (a GGUF file or a Hugging Face folder) has sliding-window
@@ -375,17 +389,3 @@ def has_sliding_layers(path: Path) -> bool:
     except (CtxlabError, OSError, ValueError):
         return False
     return any(layer.kind == "sliding" for layer in arch.layers)
-
-    def llm_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `ctxlab.engine.LLM`."""
-        return {
-            "model": self.model,
-            "policy": self.policy,
-            "budget": self.budget,
-            "kv_format": self.kv_format,
-            "block_size": self.page_size,
-            "kv_pool_tokens": self.kv_pool_tokens,
-            "dtype": self.dtype,
-            "enable_prefix_caching": self.prefix_cache,
-            "weights": self.weights,
-        }
