@@ -1,0 +1,157 @@
+"""A step-time profile of a server, measured from outside, in the format `ctxlab profile`
+writes (`ctxlab-step-profile/1`), so `ctxlab simulate --profile FILE` predicts it.
+
+- Prefill: cold prompts (fresh words, so nothing is cached) of several lengths, one output
+  token each; the client's TTFT is the step (it also holds the request's HTTP and queueing
+  overhead, which is what a user's TTFT holds too). Each becomes a prefill step of its
+  uncached tokens and their causal keys.
+- Decode: b cold prompts of one context sent at once with `ignore_eos`; while all b are
+  decoding (after the last first token, before the first last token) each gap between a
+  request's chunks is one decode step of batch b, its keys the b contexts so far. A batch
+  the server did not run at once (fewer slots than b) leaves no such window and is named
+  in the result instead of being faked.
+
+Step times seen from a client are whole-step times only if the server streams one chunk
+per step (vLLM, SGLang, llama.cpp and `ctxlab serve` do).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ctxlab.plan.compute import attended_keys
+from ctxlab.probe.client import Answer, ProbeClient
+from ctxlab.probe.figures import Figure
+from ctxlab.probe.prompts import TokenRule, Words, text
+
+PROFILE_FORMAT = "ctxlab-step-profile/1"
+
+
+@dataclass(frozen=True)
+class ProfileDesign:
+    prefill_lengths: tuple[int, ...]
+    prefill_repeats: int
+    decode_contexts: tuple[int, ...]
+    decode_batches: tuple[int, ...]
+    decode_tokens: int
+
+    def planned(self) -> tuple[int, int]:
+        reqs = len(self.prefill_lengths) * self.prefill_repeats + len(self.decode_contexts) * sum(
+            self.decode_batches
+        )
+        toks = sum(self.prefill_lengths) * self.prefill_repeats + sum(
+            c * sum(self.decode_batches) for c in self.decode_contexts
+        )
+        return reqs, toks
+
+
+QUICK = ProfileDesign((64, 128, 256, 512), 2, (64, 384), (1, 2, 4, 8), 12)
+FULL = ProfileDesign(
+    (32, 64, 128, 256, 512, 1024), 3, (64, 256, 768), (1, 2, 3, 4, 6, 8, 12, 16), 16
+)
+
+
+@dataclass
+class ProfileResult:
+    steps: list[dict[str, float | int | str]] = field(default_factory=list)
+    prefill: list[Figure] = field(default_factory=list)
+    decode: list[Figure] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def figures(self) -> list[Figure]:
+        return self.prefill + self.decode
+
+
+def measure(
+    client: ProbeClient,
+    words: Words,
+    rule: TokenRule,
+    design: ProfileDesign,
+    step: Callable[[str], None],
+) -> ProfileResult:
+    res = ProfileResult()
+    warm = words.take(rule.words_for(32))
+    client.complete(text(warm), 32, max_tokens=2)  # untimed: first-request allocations
+    for n in design.prefill_lengths:
+        times = []
+        for _ in range(design.prefill_repeats):
+            a = client.complete(text(words.take(rule.words_for(n))), n)
+            fresh = a.prompt_tokens - (a.cached_tokens or 0)
+            done = a.cached_tokens or 0
+            res.steps.append({
+                "kind": "prefill", "prefill_tokens": fresh,
+                "prefill_keys": attended_keys(a.prompt_tokens) - attended_keys(done),
+                "decode_tokens": 0, "decode_keys": 0, "seconds": a.ttft,
+            })  # fmt: skip
+            times.append(a.ttft)
+        med = statistics.median(times)
+        res.prefill.append(
+            Figure(f"prefill {n} tokens", n / med, "measured",
+                   f"median TTFT {med * 1e3:.1f} ms of {len(times)} cold prompts", "tokens/s")
+        )  # fmt: skip
+        step(f"profile: prefill {n} tokens")
+    with ThreadPoolExecutor(max(design.decode_batches)) as pool:
+        for ctx in design.decode_contexts:
+            for b in design.decode_batches:
+                prompts = [text(words.take(rule.words_for(ctx))) for _ in range(b)]
+                answers = list(
+                    pool.map(
+                        lambda p, n=ctx: client.complete(
+                            p, n, max_tokens=design.decode_tokens, ignore_eos=True
+                        ),
+                        prompts,
+                    )
+                )
+                gaps = _steady_gaps(answers)
+                if not gaps:
+                    res.missing.append(
+                        f"batch {b} at context {ctx}: the {b} requests never decoded together "
+                        "(the server ran fewer at once)"
+                    )
+                else:
+                    for k, gap in gaps:
+                        keys = sum(a.prompt_tokens + k + 1 for a in answers)
+                        res.steps.append({
+                            "kind": "decode", "prefill_tokens": 0, "prefill_keys": 0,
+                            "decode_tokens": b, "decode_keys": keys, "seconds": gap,
+                        })  # fmt: skip
+                    med = statistics.median(g for _, g in gaps)
+                    res.decode.append(
+                        Figure(f"decode step, batch {b}, context {ctx}", med * 1e3, "measured",
+                               f"median of {len(gaps)} gaps while all {b} decoded", "ms")
+                    )  # fmt: skip
+                step(f"profile: decode batch {b} at context {ctx}")
+    return res
+
+
+def _steady_gaps(answers: list[Answer]) -> list[tuple[int, float]]:
+    """(token index, gap) of the first request's chunks while every request was decoding."""
+    if any(len(a.chunk_times) < 2 for a in answers):
+        return []
+    begin = max(a.chunk_times[0] for a in answers)
+    end = min(a.chunk_times[-1] for a in answers)
+    t = answers[0].chunk_times
+    return [
+        (k, t[k] - t[k - 1])
+        for k in range(1, len(t))
+        if t[k - 1] >= begin and t[k] <= end and t[k] > t[k - 1]
+    ]
+
+
+def profile_document(
+    res: ProfileResult, server: str, model: str, page: int | None, capacity: int | None, design: str
+) -> dict[str, object]:
+    return {
+        "format": PROFILE_FORMAT,
+        "model": model,
+        "device": f"server {server} (measured from the client)",
+        "source": "ctxlab probe",
+        "engine": {"block_size": page, "pool_tokens": capacity},
+        "design": design,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "steps": res.steps,
+    }
