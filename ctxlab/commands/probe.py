@@ -12,6 +12,8 @@ still written).
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 
 import typer
@@ -57,7 +59,7 @@ def register(app: typer.Typer) -> None:
             False, "--full", help="The longer step-time design (more lengths and batch sizes)."
         ),
         yes: bool = typer.Option(
-            False, "--yes", help="Do not pause after the plan (it is always printed)."
+            False, "--yes", help="No 5 s pause after the printed plan on a terminal."
         ),
         as_json: JsonOpt = False,
     ) -> None:
@@ -91,6 +93,9 @@ def register(app: typer.Typer) -> None:
                     "the capacity test fills the cache until it evicts: other users' cached "
                     "prefixes on this server are evicted too. Probe only deployments you operate."
                 )
+            if not yes and sys.stdin.isatty():
+                console.print("starting in 5 s (Ctrl-C cancels; --yes skips this pause)")
+                time.sleep(5)
 
         with progress("probing", total=None, enabled=True) as bar:
             bar_holder.append(bar)

@@ -62,6 +62,7 @@ class Answer:
     chunk_times: list[float] = field(default_factory=list)  # perf_counter of each text chunk
     output_tokens: int = 0
     sent_at: float = 0.0
+    text: str = ""
 
 
 class ProbeClient:
@@ -102,19 +103,21 @@ class ProbeClient:
 
     def complete(
         self,
-        prompt: str,
+        prompt: str | list[int],
         planned_tokens: int,
         max_tokens: int = 1,
         salt: str | None = None,
         ignore_eos: bool = False,
+        temperature: float = 0.0,
     ) -> Answer:
-        """Send one streamed completion; raises BudgetSpent, ServerGone or CtxlabError."""
+        """Send one streamed completion (text or token ids); raises BudgetSpent, ServerGone
+        or CtxlabError."""
         self.budget.take(planned_tokens)
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt,
             "max_tokens": max_tokens,
-            "temperature": 0.0,
+            "temperature": temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -125,6 +128,7 @@ class ProbeClient:
         clock = time.perf_counter
         start = clock()
         chunks: list[float] = []
+        pieces: list[str] = []
         usage: dict[str, Any] = {}
         timings: dict[str, Any] = {}
         try:
@@ -147,6 +151,7 @@ class ProbeClient:
                     for c in doc.get("choices") or []:
                         if c.get("text"):
                             chunks.append(now)
+                            pieces.append(c["text"])
                     usage = doc.get("usage") or usage
                     timings = doc.get("timings") or timings
         except httpx.HTTPError as exc:
@@ -176,6 +181,7 @@ class ProbeClient:
             chunk_times=chunks,
             output_tokens=int(usage.get("completion_tokens") or len(chunks)),
             sent_at=start,
+            text="".join(pieces),
         )
 
     def _transport(self, exc: httpx.HTTPError) -> Exception:

@@ -35,8 +35,10 @@ class ServerInfo:
         return asdict(self)
 
     def label(self) -> str:
+        """One line naming the server; a model id that is a file path is shown by its name."""
         ver = f" {self.version}" if self.version else ""
-        return f"{self.engine}{ver} at {self.url}, model {self.model}"
+        model = self.model.rsplit("/", 1)[-1] if len(self.model) > 48 else self.model
+        return f"{self.engine}{ver} at {self.url}, model {model}"
 
 
 def public_url(url: str) -> str:

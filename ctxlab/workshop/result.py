@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 Layer = Literal["storage", "serving", "retrieval", "task", "cost"]
 Mode = Literal["measured", "modeled", "measured and modeled"]
-Status = Literal["run", "not selected"]
+Status = Literal["run", "not selected", "not measurable"]
 
 # The report's five result tables and the layer of the stack each belongs to.
 LAYERS: dict[str, str] = {
