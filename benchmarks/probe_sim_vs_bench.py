@@ -33,8 +33,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import serve_sim_vs_bench
 from _serving import CLI, ENV, ROOT, bench, ctxlab_server, gguf_path, load_average
 from serve_sim_vs_bench import CHUNK, MAX_RUNNING, MODEL, PAGE, POOL_TOKENS, derive_trace
+
+# shared/data beside the checkout (main) or beside its parent folder (a worktree)
+TRACES = [p / "shared" / "data" / "traces" / "conversation_trace.jsonl" for p in ROOT.parents[:2]]
 
 
 def probe(url: str, out: Path) -> dict:
@@ -77,7 +81,11 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=6000, help="First request of the window.")
     ap.add_argument("--time-scale", type=float, default=10.0, help="Stretch the timestamps.")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trace", type=Path, default=None, help="A Mooncake trace .jsonl.")
     a = ap.parse_args()
+    found = [a.trace] if a.trace else [p for p in TRACES if p.exists()]
+    if found:
+        serve_sim_vs_bench.TRACE = found[0]  # derive_trace reads it (synthetic when absent)
     work = Path(tempfile.mkdtemp(prefix="ctxlab-probesim-"))
     trace = work / "trace.jsonl"
     source = derive_trace(trace, a.start, a.requests, a.time_scale, a.seed)
