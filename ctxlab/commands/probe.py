@@ -126,7 +126,8 @@ def _tables(console, doc: dict, out: Path) -> None:
 
     s = doc["server"]
     ver = f" {s['version']}" if s["version"] else ""
-    where = f"{s['engine']}{ver} at {s['url']}, model {s['model']}"
+    model = s["model"].rsplit("/", 1)[-1] if len(s["model"]) > 48 else s["model"]
+    where = f"{s['engine']}{ver} at {s['url']}, model {model}"
     console.print(f"server: {where}")
     if doc["token_rule"]:
         console.print(f"tokens: {doc['token_rule']}")

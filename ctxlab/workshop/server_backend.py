@@ -22,6 +22,7 @@ demonstrations that need the engine's pool itself say "not measurable" instead (
 
 from __future__ import annotations
 
+import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class ServerLLM:
     ) -> ServerLLM:
         """Check the server (one sentence on a bad URL, key or model) and wrap it."""
         check_url(url)
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
         client = ProbeClient(url, model or "", api_key, Budget(10**9, 10**12), timeout=600.0)
         info = identify(client, model)
         client.model = info.model
