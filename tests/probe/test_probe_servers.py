@@ -87,13 +87,17 @@ def llama(serve_model):
 
 
 @pytest.mark.model
-def test_llamacpp_is_token_granular_per_slot(llama):
-    rep = run(ProbeConfig(llama, sections=("prefix",), longest=60))
+def test_llamacpp_is_token_granular_one_prompt_per_slot(llama):
+    rep = run(ProbeConfig(llama, sections=("prefix", "capacity"), longest=60))
     assert rep.server.engine == "llama.cpp" and rep.server.slots == 2
     f = _figures(rep, "prefix caching")
     assert f["cache granularity"].value == 1 and f["cache granularity"].how == "measured"
     assert "slot" in f["kind of cache"].value
     assert all(p["cached"] == p["position"] for p in rep.details["staircase"])
+    # whole prompts, one per slot: the sentinel survives one filler prompt, not two
+    cap = _figures(rep, "capacity")["prefix-cache capacity"]
+    assert (cap.value, cap.how) == ("2 prompts", "inferred")
+    assert _figures(rep, "capacity")["capacity published in /props"].value == 4096
 
 
 @pytest.mark.model
