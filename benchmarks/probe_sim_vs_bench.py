@@ -13,7 +13,9 @@ tokens, steps of at most 512 tokens and 16 requests, one torch thread):
    capacity section reports beside its own fill-until-evict figure (that section is left
    out here: filling a 16,384-token pool several times takes minutes on a shared CPU, and
    tests/probe checks it at a small pool);
-3. `ctxlab bench serve --dataset trace` replays the slice (observed);
+3. `ctxlab bench serve --dataset trace` replays the slice (observed), and the profile is
+   probed once more right after it: on a shared machine the speed drifts, and the two
+   predictions bracket the replay (as serve_sim_vs_bench.py's two profiles do);
 4. `ctxlab simulate` replays the same slice with the probed profile and page size and the
    published pool (predicted).
 Prints predicted, observed and observed / predicted for TTFT and TPOT percentiles, and the
@@ -41,8 +43,8 @@ from serve_sim_vs_bench import CHUNK, MAX_RUNNING, MODEL, PAGE, POOL_TOKENS, der
 TRACES = [p / "shared" / "data" / "traces" / "conversation_trace.jsonl" for p in ROOT.parents[:2]]
 
 
-def probe(url: str, out: Path) -> dict:
-    cmd = [*CLI, "probe", "--server", url, "--sections", "prefix,profile",
+def probe(url: str, out: Path, sections: str = "prefix,profile") -> dict:
+    cmd = [*CLI, "probe", "--server", url, "--sections", sections,
            "--longest", "60", "--yes", "--json", "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT)
     if res.returncode != 0:
@@ -104,24 +106,27 @@ def main() -> None:
         pool = published_pool(url)
         block, obs = bench(url, args)
         load1 = load_average()
+        after = probe(url, work / "probe-after.json", "profile")
     figs = {f["name"]: f for fs in doc["sections"].values() for f in fs}
     page = figs["cache granularity"]["value"]
-    sim = simulate(trace, Path(doc["profile_file"]), page, pool)
+    sims = [simulate(trace, Path(d["profile_file"]), page, pool) for d in (doc, after)]
     print(f"trace: {source}; scaled as serve_sim_vs_bench.py (pages of {PAGE} tokens)")
     print(f"probed: page {page} tokens ({figs['cache granularity']['how']}); pool {pool} "
           f"tokens from /metrics (configured {POOL_TOKENS}); {doc['sent']['requests']} probe "
           "requests")  # fmt: skip
     print(f"load average {load0} before the probe, {load1} after the replay")
     print("\n" + block + "\n")
-    print("| figure | predicted from the probe | observed | observed / predicted |")
-    print("|---|---:|---:|---:|")
+    print("| figure | predicted, probe before | predicted, probe after | observed | "
+          "observed / predicted |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|")
     for name, sk, ok in (("TTFT", "ttft", "ttft"), ("TPOT", "tpot", "tpot"), ("ITL", "itl", "itl"),
                          ("E2E latency", "e2e", "e2el")):  # fmt: skip
         for q in ("p50", "p95"):
-            p = sim[f"{sk}_{q}"] * 1e3
+            p = [s[f"{sk}_{q}"] * 1e3 for s in sims]
             o = obs[f"{'median' if q == 'p50' else q}_{ok}_ms"]
             goal = " (goal: within 20 %)" if q == "p50" and sk in ("ttft", "tpot") else ""
-            print(f"| {name} {q} (ms){goal} | {p:,.1f} | {o:,.1f} | {o / p:.2f} |")
+            print(f"| {name} {q} (ms){goal} | {p[0]:,.1f} | {p[1]:,.1f} | {o:,.1f} | "
+                  f"{o / p[0]:.2f} to {o / p[1]:.2f} |")  # fmt: skip
     print(f"\nfiles in {work}")
 
 
