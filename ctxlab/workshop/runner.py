@@ -214,6 +214,11 @@ def _name_the_server(res: DemoResult, key: str, label: str) -> None:
     for table in res.tables:
         if label not in table.title:
             table.title = f"{table.title} ({where})"
+        if key in THROUGH_SERVER and "read from the pool" in table.note:
+            table.note += (
+                " (through a server: the planner's bytes per token for the local model; the "
+                "server's own pool is not visible through its API)"
+            )
 
 
 def _useful_context(session: Session, show: bool) -> dict[str, Any]:
