@@ -11,6 +11,7 @@ still written).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -79,7 +80,8 @@ def register(app: typer.Typer) -> None:
             longest=longest, quick=not full,
         ).check()  # fmt: skip
         console = Console(stderr=True)
-        bar_holder: list = []
+        bars: list = []  # the progress bar starts once the server answered (so a bad URL
+        # or key is one line, not a bar and then a line)
 
         def announce(info, plan) -> None:
             console.print(f"probing {info.label()}")
@@ -96,14 +98,14 @@ def register(app: typer.Typer) -> None:
             if not yes and sys.stdin.isatty():
                 console.print("starting in 5 s (Ctrl-C cancels; --yes skips this pause)")
                 time.sleep(5)
+            bars.append(stack.enter_context(progress("probing", total=None)))
 
-        with progress("probing", total=None, enabled=True) as bar:
-            bar_holder.append(bar)
+        def step(msg: str) -> None:
+            if bars:
+                bars[0].advance()
+                bars[0].describe(msg)
 
-            def step(msg: str) -> None:
-                bar.advance()
-                bar.describe(msg)
-
+        with contextlib.ExitStack() as stack:
             report = run(cfg, step, announce)
         doc = report.document()
         profile = doc["details"].pop("profile", None)

@@ -11,6 +11,7 @@ OpenAI-compatible, a model it does not serve, or a server that stopped answering
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,14 +39,17 @@ class Budget:
     requests: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, prompt_tokens: int) -> None:
-        if self.requests + 1 > self.max_requests or self.tokens + prompt_tokens > self.max_tokens:
-            raise BudgetSpent
-        if time.monotonic() - self.started > self.max_seconds:
-            raise BudgetSpent
-        self.requests += 1
-        self.tokens += prompt_tokens
+        with self.lock:  # parallel decode requests draw from one budget
+            over = self.tokens + prompt_tokens > self.max_tokens
+            if self.requests + 1 > self.max_requests or over:
+                raise BudgetSpent
+            if time.monotonic() - self.started > self.max_seconds:
+                raise BudgetSpent
+            self.requests += 1
+            self.tokens += prompt_tokens
 
     def left(self) -> tuple[int, int]:
         return self.max_requests - self.requests, self.max_tokens - self.tokens
@@ -66,8 +70,8 @@ class Answer:
 
 
 class ProbeClient:
-    """A synchronous client over one server; thread-safe enough for a few parallel streams
-    (httpx clients are), with the budget counted under the GIL's single-step updates."""
+    """A synchronous client over one server, safe for a few parallel streams (httpx
+    clients are, and the budget takes a lock)."""
 
     def __init__(
         self,
