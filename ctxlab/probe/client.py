@@ -189,6 +189,11 @@ class ProbeClient:
         )
 
     def _transport(self, exc: httpx.HTTPError) -> Exception:
+        if self.answered and isinstance(exc, httpx.TimeoutException):
+            return ServerGone(
+                f"one request got no answer within {self.http.timeout.read:g} s "
+                f"({type(exc).__name__}); the server is overloaded or stuck"
+            )
         if self.answered:
             return ServerGone(f"{type(exc).__name__}: {exc}")
         return CtxlabError(f"cannot reach {self.base_url}: {type(exc).__name__} ({exc})")

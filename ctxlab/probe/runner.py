@@ -35,7 +35,7 @@ class ProbeConfig:
     max_seconds: float = 900.0
     longest: int = 300  # the staircase's longest divergence position
     quick: bool = True
-    timeout: float = 120.0
+    timeout: float = 300.0
     nonce: int = field(default_factory=lambda: secrets.randbits(32))
     profile_design: steptime.ProfileDesign | None = None  # library callers: their own design
 
@@ -192,7 +192,7 @@ def _sections(
         report.add("capacity", figures)
     if "profile" in cfg.sections:
         try:
-            prof = steptime.measure(client, words, rule, cfg.design(), say)
+            prof = steptime.measure(client, words, rule, cfg.design(), say, info.slots)
             report.add("step times", prof.figures())
             report.details["profile steps"] = prof.steps
             report.details["profile missing"] = prof.missing

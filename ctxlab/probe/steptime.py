@@ -72,7 +72,10 @@ def measure(
     rule: TokenRule,
     design: ProfileDesign,
     step: Callable[[str], None],
+    slots: int | None = None,
 ) -> ProfileResult:
+    """`slots`: how many requests the server runs at once, where it says (llama.cpp's
+    /props); larger batches are not sent (they would only queue)."""
     res = ProfileResult()
     warm = words.take(rule.words_for(32))
     client.complete(text(warm), 32, max_tokens=2)  # untimed: first-request allocations
@@ -97,6 +100,12 @@ def measure(
     with ThreadPoolExecutor(max(design.decode_batches)) as pool:
         for ctx in design.decode_contexts:
             for b in design.decode_batches:
+                if slots is not None and b > slots:
+                    res.missing.append(
+                        f"batch {b} at context {ctx}: the server runs at most {slots} requests "
+                        "at once (its slots), so it was not sent"
+                    )
+                    continue
                 prompts = [text(words.take(rule.words_for(ctx))) for _ in range(b)]
                 answers = list(
                     pool.map(
