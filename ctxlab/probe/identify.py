@@ -34,11 +34,14 @@ class ServerInfo:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
-    def label(self) -> str:
-        """One line naming the server; a model id that is a file path is shown by its name."""
+    def label(self, code: bool = False) -> str:
+        """One line naming the server; a model id that is a file path is shown by its name.
+        `code`: URL and model in Markdown code spans (a report's numbers are its figures;
+        a port is not one)."""
         ver = f" {self.version}" if self.version else ""
         model = self.model.rsplit("/", 1)[-1] if len(self.model) > 48 else self.model
-        return f"{self.engine}{ver} at {self.url}, model {model}"
+        q = "`" if code else ""
+        return f"{self.engine}{ver} at {q}{self.url}{q}, model {q}{model}{q}"
 
 
 def public_url(url: str) -> str:

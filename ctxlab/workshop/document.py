@@ -61,9 +61,9 @@ def _status(res: dict[str, Any]) -> list[Block]:
     where = []
     if server:
         where = [
-            f"server: {server['label']}; demonstrations 1, 2, 5 and 6 sent their requests to it, "
-            "3 measured its page size, 4 is not measurable through it, 7 and the eval ran on "
-            "the local engine"
+            f"server: {server['label']}; demonstrations one, two, five and six sent their "
+            "requests to it, three measured its page size, four is not measurable through it, "
+            "seven and the eval ran on the local engine"
         ]
     return [
         Block("p", f"**{head}**: {res['status_reason']}."),

@@ -90,7 +90,7 @@ def run_workshop(
             "useful_context": useful,
         }
         if server is not None:
-            results["server"] = {**server.info.as_dict(), "label": server.label()}
+            results["server"] = {**server.info.as_dict(), "label": server.label(code=True)}
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
         results["verdicts"] = [v.to_json() for v in verdicts]
@@ -158,7 +158,7 @@ def _through_server(session: Session, server: Any, only: set[int] | None, show: 
     if isinstance(page, int):
         engine = session.cfg.engine.model_copy(update={"page_size": page})
         session.cfg = session.cfg.model_copy(update={"engine": engine})
-    return Through(server.label(), pre, cached)
+    return Through(server.label(code=True), pre, cached)
 
 
 def _run_demos(

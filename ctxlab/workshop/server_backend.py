@@ -103,8 +103,8 @@ class ServerLLM:
             return t  # special and byte tokens keep their ids
         return low + (t - low + self.rotation) % (self.vocab_size - low)
 
-    def label(self) -> str:
-        return self.info.label()
+    def label(self, code: bool = False) -> str:
+        return self.info.label(code)
 
     def _ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, str):

@@ -51,7 +51,7 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
     res = DemoResult(demo.number, demo.key, demo.title, "not measurable", "measured")
     g = pre.granularity
     page = g.value if isinstance(g.value, int) else None
-    label = server.label()
+    label = server.label(code=True)
     reuse = Table(
         "page_size_server_reuse", "storage",
         f"Demonstration 3: reuse after a divergence on {label}", "measured",

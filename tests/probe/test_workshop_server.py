@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.probe.conftest import ROOT, llamacpp_serve
+from tests.workshop.report_numbers import unmatched
 
 
 @pytest.fixture(scope="module")
@@ -48,4 +49,6 @@ def test_workshop_through_llamacpp(llama, tmp_path):
     assert demos["eviction"]["status"] == "not measurable"
     four = [v for v in results["verdicts"] if v["demo"] == 4]
     assert four and all(v["verdict"] == "not measurable" for v in four)
-    assert "server: llama.cpp" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "server: llama.cpp" in report
+    assert unmatched(report, results) == []  # every printed number is stored (a port is not)
