@@ -18,6 +18,7 @@ per step (vLLM, SGLang, llama.cpp and `ctxlab serve` do).
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ class ProfileDesign:
     decode_contexts: tuple[int, ...]
     decode_batches: tuple[int, ...]
     decode_tokens: int
+    mixed_batch: int = 0  # decoders a mixed step's prompt joins (0: no mixed steps)
+    mixed_context: int = 256
+    mixed_prompts: tuple[int, ...] = ()
 
     def planned(self) -> tuple[int, int]:
         reqs = len(self.prefill_lengths) * self.prefill_repeats + len(self.decode_contexts) * sum(
@@ -46,13 +50,19 @@ class ProfileDesign:
         toks = sum(self.prefill_lengths) * self.prefill_repeats + sum(
             c * sum(self.decode_batches) for c in self.decode_contexts
         )
+        mixed = len(self.mixed_prompts) if self.mixed_batch else 0
+        reqs += mixed * (self.mixed_batch + 1)
+        toks += mixed * self.mixed_batch * self.mixed_context + (
+            sum(self.mixed_prompts) if self.mixed_batch else 0
+        )
         return reqs, toks
 
 
-QUICK = ProfileDesign((64, 128, 256, 512), 2, (64, 384), (1, 2, 4, 8), 12)
+QUICK = ProfileDesign((64, 128, 256, 512), 2, (64, 384), (1, 2, 4, 8), 12, 2, 256, (64, 192, 384))
 FULL = ProfileDesign(
-    (32, 64, 128, 256, 512, 1024), 3, (64, 256, 768), (1, 2, 3, 4, 6, 8, 12, 16), 16
-)
+    (32, 64, 128, 256, 512, 1024), 3, (64, 256, 768), (1, 2, 3, 4, 6, 8, 12, 16), 16,
+    4, 256, (64, 192, 384),
+)  # fmt: skip
 
 
 @dataclass
@@ -134,7 +144,89 @@ def measure(
                                f"median of {len(gaps)} gaps while all {b} decoded", "ms")
                     )  # fmt: skip
                 step(f"profile: decode batch {b} at context {ctx}")
+        if design.mixed_batch and (slots is None or design.mixed_batch + 1 <= slots):
+            _mixed(client, words, rule, design, pool, res, step)
+        elif design.mixed_batch:
+            res.missing.append(
+                f"mixed steps: {design.mixed_batch} decodes and a prompt need "
+                f"{design.mixed_batch + 1} requests at once; the server runs {slots}"
+            )
     return res
+
+
+def _mixed(
+    client: ProbeClient,
+    words: Words,
+    rule: TokenRule,
+    design: ProfileDesign,
+    pool: ThreadPoolExecutor,
+    res: ProfileResult,
+    step: Callable[[str], None],
+) -> None:
+    """A cold prompt sent while b requests decode: the step that computes its prefill also
+    gives each decoder a token, so the decoders' gap that ends when the prompt's first token
+    arrives is one mixed step (the prompt's prefill beside b decodes)."""
+    b, ctx = design.mixed_batch, design.mixed_context
+    n_out = 8 * design.decode_tokens  # a decode window long enough to land in
+    for n in design.mixed_prompts:
+        prompts = [text(words.take(rule.words_for(ctx))) for _ in range(b)]
+        fresh = text(words.take(rule.words_for(n)))
+        futures = [
+            pool.submit(client.complete, p, ctx, max_tokens=n_out, ignore_eos=True) for p in prompts
+        ]
+        # the decoders' progress is not visible until they finish: wait as long as their
+        # prefill and a few decode steps take, then send the prompt
+        time.sleep(_lead(res, b, ctx))
+        injected = client.complete(fresh, n)
+        answers = [f.result() for f in futures]
+        found = _mixed_gap(answers, injected)
+        if found is None:
+            res.missing.append(
+                f"mixed step with a {n}-token prompt: its prefill did not land while all "
+                f"{b} requests were decoding"
+            )
+        else:
+            k, gap = found
+            done = injected.cached_tokens or 0
+            res.steps.append({
+                "kind": "mixed", "prefill_tokens": injected.prompt_tokens - done,
+                "prefill_keys": attended_keys(injected.prompt_tokens) - attended_keys(done),
+                "decode_tokens": b,
+                "decode_keys": sum(a.prompt_tokens + k + 1 for a in answers),
+                "seconds": gap,
+            })  # fmt: skip
+            res.decode.append(
+                Figure(f"mixed step, {n}-token prompt + {b} decodes", gap * 1e3, "measured",
+                       "the decoders' gap that ended with the prompt's first token", "ms")
+            )  # fmt: skip
+        step(f"profile: mixed step, {n}-token prompt beside {b} decodes")
+
+
+def _lead(res: ProfileResult, b: int, ctx: int) -> float:
+    """Seconds to wait before the injected prompt: the b decoders' prefills (each as long as
+    the measured prefill nearest to `ctx` tokens, with a fifth to spare) and three steps."""
+    pre = [s for s in res.steps if s["kind"] == "prefill"]
+    near = min(pre, key=lambda s: abs(int(s["prefill_tokens"]) - ctx), default=None)
+    prefill = float(near["seconds"]) * ctx / max(1, int(near["prefill_tokens"])) if near else 1.0
+    decode = [float(s["seconds"]) for s in res.steps if s["kind"] == "decode"]
+    gap = statistics.median(decode) if decode else 0.1
+    return 1.2 * b * prefill + 3 * gap
+
+
+def _mixed_gap(answers: list[Answer], injected: Answer) -> tuple[int, float] | None:
+    if not injected.chunk_times or any(len(a.chunk_times) < 2 for a in answers):
+        return None
+    t_first = injected.chunk_times[0]
+    begin = max(a.chunk_times[0] for a in answers)
+    end = min(a.chunk_times[-1] for a in answers)
+    t = answers[0].chunk_times
+    best = min(range(1, len(t)), key=lambda k: abs(t[k] - t_first))
+    gap = t[best] - t[best - 1]
+    if not (begin <= t[best - 1] and t[best] <= end and gap > 0):
+        return None
+    if abs(t[best] - t_first) > 0.5 * gap:
+        return None
+    return best, gap
 
 
 def _steady_gaps(answers: list[Answer]) -> list[tuple[int, float]]:

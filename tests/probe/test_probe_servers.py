@@ -68,11 +68,16 @@ def test_step_profile_loads_in_the_simulator(paged, tmp_path):
 
     from ctxlab.sim.steptime import ProfileStepTime
 
-    design = ProfileDesign((32, 96), 2, (48,), (1, 3), 6)
+    design = ProfileDesign((32, 96), 2, (48,), (1, 3), 6, 2, 64, (32, 96))
     rep = run(ProbeConfig(url, sections=("profile",), profile_design=design))
     doc = rep.details["profile"]
     kinds = {s["kind"] for s in doc["steps"]}
-    assert kinds == {"prefill", "decode"}
+    assert {"prefill", "decode"} <= kinds <= {"prefill", "decode", "mixed"}
+    # each mixed step either landed beside the 2 decodes or says why it did not
+    mixed = [s for s in doc["steps"] if s["kind"] == "mixed"]
+    assert all(s["decode_tokens"] == 2 and s["prefill_tokens"] > 0 for s in mixed)
+    said = [m for m in rep.details["profile missing"] if m.startswith("mixed step")]
+    assert len(mixed) + len(said) == 2
     assert all(s["seconds"] > 0 for s in doc["steps"])
     assert {s["decode_tokens"] for s in doc["steps"] if s["kind"] == "decode"} == {1, 3}
     path = tmp_path / "profile.json"
