@@ -51,13 +51,18 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
     res = DemoResult(demo.number, demo.key, demo.title, "not measurable", "measured")
     g = pre.granularity
     page = g.value if isinstance(g.value, int) else None
+    f = res.figures
+    shown = (
+        f"{f.say('server_page_tokens', page)} token(s)" if page else "not resolved"
+    )  # fmt: skip
+    points = f.say("divergence_points", len(pre.points))
     label = server.label(code=True)
     reuse = Table(
         "page_size_server_reuse", "storage",
         f"Demonstration 3: reuse after a divergence on {label}", "measured",
         [Column("diverges at token"), Column("prompt tokens"), Column("reused tokens"),
          Column("recomputed tokens")],
-        note=f"granularity {g.shown()} ({g.how}): {g.note}",
+        note=f"reuse granularity {shown} ({g.how}), from {points} divergence points",
     )  # fmt: skip
     for p in pre.points:
         reuse.add(p["position"], p["prompt_tokens"], p["cached"], p["prompt_tokens"] - p["cached"])
@@ -78,7 +83,7 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
     res.summary = (
         "Not measurable as configured: the comparison of page sizes needs pages a client "
         f"cannot set on a server. Measured instead: the server's reuse granularity is "
-        f"{g.shown()} ({g.how}); a prompt that diverges at token d reuses "
+        f"{shown} ({g.how}); a prompt that diverges at token d reuses "
         + (reuse_rule if page else "an amount the staircase did not resolve")
         + " (tables above, in the storage results)."
     )
