@@ -35,6 +35,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "profile",
     "serve",
     "bench",
+    "probe",
     "memory",
     "rag",
     "workshop",

@@ -74,6 +74,16 @@ def register(app: typer.Typer) -> None:
             help="Run only these demonstrations, e.g. 1,3,6 (skips the eval).",
             metavar="N,N",
         ),
+        server: str = typer.Option(
+            None,
+            "--server",
+            help="Measure through this OpenAI-compatible server (root URL, no /v1); see "
+            "docs/deployment.md.",
+        ),
+        api_key: str = typer.Option(None, "--api-key", help="Bearer key for --server."),
+        server_model: str = typer.Option(
+            None, "--server-model", help="Model name --server expects (default: its only one)."
+        ),
         print_config: bool = typer.Option(
             False, "--print-config", help="Print the default config, commented, and exit."
         ),
@@ -95,7 +105,21 @@ def register(app: typer.Typer) -> None:
         from ctxlab.workshop.runner import run_workshop
 
         label = str(config) if config is not None else "the embedded default config"
-        results = run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
+        backend = None
+        if server is not None:
+            from ctxlab.workshop.runner import load_default_model
+            from ctxlab.workshop.server_backend import ServerLLM
+
+            loaded = load_default_model(cfg)
+            backend = ServerLLM.connect(
+                server, api_key, server_model, loaded.tokenizer, loaded.config.vocab_size
+            )
+            results = run_workshop(
+                cfg, folder, quick=quick, only=picked, config_label=label, loaded=loaded,
+                server=backend,
+            )  # fmt: skip
+        else:
+            results = run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
         report = folder / results["files"]["markdown"]
         if as_json:
             typer.echo(

@@ -52,6 +52,7 @@ class _ClientGone(Exception):
 
 def create_app(engine: LLMEngine, settings: ServeSettings) -> FastAPI:
     metrics = ServeMetrics(settings.model_name, settings.metrics_prefix)
+    metrics.describe_cache(engine)
     loop = EngineLoop(engine, metrics, settings.max_waiting, settings.request_timeout)
 
     @asynccontextmanager

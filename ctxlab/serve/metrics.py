@@ -10,7 +10,8 @@ What vLLM does not have, always under `ctxlab:`: the bytes of KV blocks in use (
 from the pool, so a retention policy's savings show here), the pool's size and free blocks,
 the KV bytes a policy had dropped from each finished request (full-cache blocks of its
 computed tokens minus the blocks it held at its end), and the bytes a recall policy moved
-to and back from its far tier.
+to and back from its far tier. `cache_config_info` carries vLLM's labels (`block_size`,
+`num_gpu_blocks`: pages per layer and head, `enable_prefix_caching`, `cache_dtype`).
 
 Everything is written by the engine thread (prometheus_client is thread-safe) and read by
 `GET /metrics`.
@@ -25,6 +26,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     disable_created_metrics,
 )
 
@@ -101,6 +103,20 @@ class ServeMetrics:
         self.step_failures = counter("step_failures", "Engine steps that raised.", c)
         self._last: dict[str, int] = {}
         self._tier: Any = None
+        self.cache_config = Info(
+            f"{p}:cache_config", "Information of the cache config.", registry=reg
+        )
+
+    def describe_cache(self, engine: LLMEngine) -> None:
+        """vLLM's `cache_config_info`: the page (block) size and how many pages one layer's
+        pool holds, so capacity in tokens is num_gpu_blocks x block_size (as on vLLM)."""
+        kv = engine.kv
+        self.cache_config.info({
+            "block_size": str(kv.block_size),
+            "num_gpu_blocks": str(kv.pool_tokens // kv.block_size),
+            "enable_prefix_caching": str(bool(kv.enable_prefix_caching)),
+            "cache_dtype": str(kv.kv_format or "auto"),
+        })  # fmt: skip
 
     def _delta(self, key: str, value: int) -> int:
         """How far a cumulative engine count moved since the last look (never negative)."""

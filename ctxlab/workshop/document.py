@@ -57,11 +57,20 @@ def _status(res: dict[str, Any]) -> list[Block]:
     load0 = " / ".join(fmt(x, 2) for x in run["load_average_start"]) or "n/a"
     load1 = " / ".join(fmt(x, 2) for x in run["load_average_end"]) or "n/a"
     counts = res["verdict_counts"]
+    server = res.get("server")
+    where = []
+    if server:
+        where = [
+            f"server: {server['label']}; demonstrations one, two, five and six sent their "
+            "requests to it, three measured its page size, four is not measurable through it, "
+            "seven and the eval ran on the local engine"
+        ]
     return [
         Block("p", f"**{head}**: {res['status_reason']}."),
         Block(
             "list",
             items=[
+                *where,
                 f"model: {run['model']}; config: {run['config']}"
                 + ("; --quick sizes" if run["quick"] else "")
                 + (

@@ -19,7 +19,7 @@ from ctxlab.stats import Interval
 
 Layer = Literal["storage", "serving", "retrieval", "task", "cost"]
 Mode = Literal["measured", "modeled", "measured and modeled"]
-Status = Literal["run", "not selected"]
+Status = Literal["run", "not selected", "not measurable"]
 
 # The report's five result tables and the layer of the stack each belongs to.
 LAYERS: dict[str, str] = {

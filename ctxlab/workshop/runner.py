@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,13 @@ def run_workshop(
     config_label: str = "the embedded default config",
     loaded: Any = None,
     show_progress: bool = True,
+    server: Any = None,
 ) -> dict[str, Any]:
-    """Run, write results.json, report.md and report.html under `out`; return the results."""
+    """Run, write results.json, report.md and report.html under `out`; return the results.
+
+    `server` (a `ServerLLM`, from `ctxlab workshop --server`): demonstrations 1, 2, 5 and 6
+    send their requests to it, 3 measures its page size, 4 is not measurable through it,
+    7 runs as without a server (modeled, and measured on the local engine)."""
     load0 = load_average()
     with Timer() as total:
         if loaded is None:
@@ -70,7 +76,10 @@ def run_workshop(
             torch.set_num_threads(cfg.model.threads)
         session = Session(cfg, loaded, out, quick=quick)
         session.check_arch()
-        demos = _run_demos(session, only, show_progress)
+        through = None
+        if server is not None:
+            through = _through_server(session, server, only, show_progress)
+        demos = _run_demos(session, only, show_progress, through)
         useful = None
         if cfg.useful_context.enabled and only is None:
             useful = _useful_context(session, show_progress)
@@ -81,6 +90,8 @@ def run_workshop(
             "demos": demo_json,
             "useful_context": useful,
         }
+        if server is not None:
+            results["server"] = {**server.info.as_dict(), "label": server.label(code=True)}
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
         results["verdicts"] = [v.to_json() for v in verdicts]
@@ -117,19 +128,95 @@ def run_workshop(
     return results
 
 
-def _run_demos(session: Session, only: set[int] | None, show: bool) -> dict[str, DemoResult]:
+# Through a server: the demonstrations whose requests go to it.
+THROUGH_SERVER = ("prefix_miss", "warm_prefix", "compaction", "retrieval_depth")
+NEEDS_CACHED_TOKENS = ("prefix_miss", "warm_prefix")
+
+
+@dataclass
+class Through:
+    """What `--server` decided before the demonstrations ran."""
+
+    label: str
+    staircase: Any  # ctxlab.probe.prefix.PrefixResult
+    cached_reported: bool
+
+
+def _through_server(session: Session, server: Any, only: set[int] | None, show: bool) -> Through:
+    """Measure the server's page size once (demonstrations 1 and 3 need it) and whether it
+    reports cached tokens; demonstrations then see the server's page, not the config's."""
+    from ctxlab.workshop import server_demos
+
+    session.server = server
+    with progress(f"measuring {server.label()}", enabled=show):
+        cached = server.reports_cached()
+        longest = 64 if session.quick else max(64, min(300, session.cfg.page_size.pair_tokens))
+        pre = server_demos.probe_page(server, longest)
+    page = pre.granularity.value
+    if isinstance(page, int):
+        engine = session.cfg.engine.model_copy(update={"page_size": page})
+        session.cfg = session.cfg.model_copy(update={"engine": engine})
+    return Through(server.label(code=True), pre, cached)
+
+
+def _run_demos(
+    session: Session, only: set[int] | None, show: bool, through: Through | None = None
+) -> dict[str, DemoResult]:
     demos: dict[str, DemoResult] = {}
     for demo in DEMOS:
         if only is not None and demo.number not in only:
             demos[demo.key] = DemoResult(demo.number, demo.key, demo.title, "not selected", "")
             continue
+        if through is not None:
+            early = _server_variant(session, demo.key, through)
+            if early is not None:
+                demos[demo.key] = early
+                continue
         module = importlib.import_module(f"ctxlab.workshop.{demo.module}")
         label = f"demonstration {demo.number}/{len(DEMOS)}: {demo.title}"
-        with progress(label, module.steps(session), enabled=show) as tracker, Timer() as t:
-            res = module.run(session, tracker)
+        session.use_server = through is not None and demo.key in THROUGH_SERVER
+        try:
+            with progress(label, module.steps(session), enabled=show) as tracker, Timer() as t:
+                res = module.run(session, tracker)
+        finally:
+            session.use_server = False
         res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+        if through is not None:
+            _name_the_server(res, demo.key, through.label)
         demos[demo.key] = res
     return demos
+
+
+def _server_variant(session: Session, key: str, through: Through) -> DemoResult | None:
+    """The result for a demonstration that cannot run as written through a server."""
+    from ctxlab.workshop import server_demos
+
+    if key in NEEDS_CACHED_TOKENS and not through.cached_reported:
+        return server_demos.not_measurable(
+            key, "the server does not report cached prompt tokens (vLLM needs "
+            "--enable-prompt-tokens-details, SGLang --enable-cache-report)",
+        )  # fmt: skip
+    if key == "page_size":
+        res = server_demos.page_size(session, through.staircase)
+        _name_the_server(res, key, through.label)
+        return res
+    if key == "eviction":
+        return server_demos.not_measurable(key, server_demos.EVICTION_REASON)
+    return None
+
+
+def _name_the_server(res: DemoResult, key: str, label: str) -> None:
+    where = f"through {label}" if key in THROUGH_SERVER or key == "page_size" else (
+        "on the local engine, not the server"
+    )  # fmt: skip
+    for table in res.tables:
+        if label not in table.title:
+            table.title = f"{table.title} ({where})"
+        if key in THROUGH_SERVER and "read from the pool" in table.note:
+            table.note += (
+                " (through a server: the planner's bytes per token for the local model; the "
+                "server's own pool is not visible through its API)"
+            )
 
 
 def _useful_context(session: Session, show: bool) -> dict[str, Any]:
@@ -171,7 +258,9 @@ def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list:
     for key, predictions in cfg.predictions.items():
         demo = demos[key]
         for metric, p in predictions.items():
-            if demo.status != "run":
+            if demo.status == "not measurable":
+                out.append(judge(demo.number, key, metric, p, None, demo.summary))
+            elif demo.status != "run":
                 why = f"demonstration {demo.number} was {demo.status}"
                 out.append(judge(demo.number, key, metric, p, None, why))
                 continue
@@ -201,10 +290,15 @@ def _required(cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] 
         assert not isinstance(found, str)  # the config checked every name
         demo_spec, metric = found
         demo = demos[demo_spec.key]
-        selected = only is None or demo_spec.number in only
+        # A demonstration a server cannot run is not required of that run; its verdicts
+        # and the report say why.
+        through = demo.status == "not measurable"
+        selected = (only is None or demo_spec.number in only) and not through
         obs = demo.observations.get(metric.name)
         measured = obs is not None and obs.measurable
-        if not selected:
+        if through:
+            why = demo.summary
+        elif not selected:
             why = "not selected with --only"
         elif demo.status != "run":
             why = f"demonstration {demo.number} was {demo.status}"

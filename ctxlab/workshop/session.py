@@ -27,6 +27,10 @@ class Session:
     _ids: list[int] = field(default_factory=list)
     _cursor: int = 0
     resident_tokens: list[tuple[str, int]] = field(default_factory=list)
+    # `ctxlab workshop --server`: the server, and whether the running demonstration goes
+    # through it (the runner sets this per demonstration; the others use the local engine)
+    server: Any = None  # ctxlab.workshop.server_backend.ServerLLM
+    use_server: bool = False
 
     # -- prompts --------------------------------------------------------------------------
     def text_ids(self, n: int) -> list[int]:
@@ -61,8 +65,12 @@ class Session:
         warm_up: bool = True,
     ) -> Any:
         """An engine over the shared model; `warm_up` runs one short untimed request first,
-        so the first measured request does not pay for lazy allocations."""
+        so the first measured request does not pay for lazy allocations. Through a server
+        (`use_server`) it is the server itself: its page size and pool are its own."""
         from ctxlab.engine import LLM, SamplingParams
+
+        if self.use_server and self.server is not None:
+            return self.server
 
         e = self.cfg.engine
         llm = LLM(
@@ -79,14 +87,19 @@ class Session:
             llm.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="warm-up")
         return llm
 
-    @staticmethod
-    def slot_bytes(llm: Any) -> int:
-        """Pool bytes of one token slot over every layer and KV head, read from the pool."""
+    def slot_bytes(self, llm: Any) -> int:
+        """Pool bytes of one token slot over every layer and KV head, read from the pool
+        (through a server: the planner's bytes per token of the local model's arch)."""
+        if llm is self.server and self.server is not None:
+            return self.arch().kv_bytes_per_token()
         kv = llm.engine.kv
         return kv.pool.block_bytes * kv.n_lanes // kv.block_size
 
     def note_resident(self, where: str, resident_bytes: int, llm: Any) -> None:
-        """Record one request's resident cache tokens (for the six context numbers)."""
+        """Record one request's resident cache tokens (for the six context numbers); a
+        server does not tell them (None), so nothing is recorded."""
+        if resident_bytes is None:
+            return
         self.resident_tokens.append((where, resident_bytes // self.slot_bytes(llm)))
 
     # -- the planner's view of the same model ---------------------------------------------

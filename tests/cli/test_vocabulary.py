@@ -88,7 +88,8 @@ def test_same_option_object_means_same_help():
     """The shared flags carry the same help text wherever they appear."""
     helps: dict[str, set[str]] = {}
     for path, command in COMMANDS:
-        remote = path.startswith("ctxlab bench")  # --model there names a server's model (vLLM's)
+        # --model there names a server's model (vLLM's), not a model file ctxlab loads
+        remote = path.startswith(("ctxlab bench", "ctxlab probe"))
         for p in command.params:
             if remote and "--model" in p.opts:
                 continue

@@ -1,0 +1,156 @@
+"""`ctxlab probe`: measure a deployment's cache from outside (prefix caching and its
+granularity, cache_salt isolation, capacity, a step-time profile for the simulator).
+
+Nothing here imports torch: the probe runs where no model is installed, against vLLM,
+SGLang, llama.cpp's server or `ctxlab serve`. Exit codes: 0 done (a section the budget
+could not pay for is listed as not run), 2 a user mistake or a server that refused the
+probe before it measured anything (unreachable, wrong key, not OpenAI-compatible, unknown
+model), 3 the server stopped answering mid-run (the report with the finished sections is
+still written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from ctxlab.commands.options import JsonOpt, output_file
+
+DEFAULT_OUT = Path("out/probe/probe.json")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("probe")
+    def probe(
+        server: str = typer.Option(
+            ..., "--server", help="Server root, e.g. http://127.0.0.1:8000 (no /v1)."
+        ),
+        api_key: str = typer.Option(
+            None, "--api-key", help="Bearer key for the server (never written to the report)."
+        ),
+        model: str = typer.Option(
+            None, "--model", help="Model name the server expects (default: its only model)."
+        ),
+        out: Path = typer.Option(
+            DEFAULT_OUT, "--out", help="Report JSON; the step profile is written beside it."
+        ),
+        sections: str = typer.Option(
+            "prefix,isolation,capacity,profile",
+            "--sections",
+            help="Comma list of prefix, isolation, capacity, profile (capacity needs prefix).",
+        ),
+        max_requests: int = typer.Option(
+            1000, "--max-requests", help="Most requests the probe sends."
+        ),
+        max_tokens: int = typer.Option(
+            400_000, "--max-tokens", help="Most prompt tokens the probe sends."
+        ),
+        max_seconds: float = typer.Option(
+            900.0, "--max-seconds", help="Stop sending after this many seconds."
+        ),
+        longest: int = typer.Option(
+            300, "--longest", help="Longest divergence position of the staircase (tokens)."
+        ),
+        full: bool = typer.Option(
+            False, "--full", help="The longer step-time design (more lengths and batch sizes)."
+        ),
+        yes: bool = typer.Option(
+            False, "--yes", help="No 5 s pause after the printed plan on a terminal."
+        ),
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Measure a server's prefix cache from outside: on/off and page size, cache_salt
+        isolation, capacity, and a step profile for `ctxlab simulate --profile`. Probe only
+        deployments you operate: the capacity test evicts other users' cached prefixes."""
+        from rich.console import Console
+
+        from ctxlab.probe.runner import ProbeConfig, run
+        from ctxlab.progress import progress
+
+        output_file(out, ".json")
+        cfg = ProbeConfig(
+            server=server, model=model, api_key=api_key,
+            sections=tuple(s for s in sections.replace(" ", "").split(",") if s),
+            max_requests=max_requests, max_tokens=max_tokens, max_seconds=max_seconds,
+            longest=longest, quick=not full,
+        ).check()  # fmt: skip
+        console = Console(stderr=True)
+        bars: list = []  # the progress bar starts once the server answered (so a bad URL
+        # or key is one line, not a bar and then a line)
+
+        def announce(info, plan) -> None:
+            console.print(f"probing {info.label()}")
+            console.print(
+                f"it will send at most {plan['total requests (at most)']:,} requests and "
+                f"{plan['total prompt tokens (at most)']:,} prompt tokens within "
+                f"{cfg.max_seconds:g} s (--max-requests, --max-tokens, --max-seconds cap them)"
+            )
+            if "capacity" in cfg.sections:
+                console.print(
+                    "the capacity test fills the cache until it evicts: other users' cached "
+                    "prefixes on this server are evicted too. Probe only deployments you operate."
+                )
+            if not yes and sys.stdin.isatty():
+                console.print("starting in 5 s (Ctrl-C cancels; --yes skips this pause)")
+                time.sleep(5)
+            bars.append(stack.enter_context(progress("probing", total=None)))
+
+        def step(msg: str) -> None:
+            if bars:
+                bars[0].advance()
+                bars[0].describe(msg)
+
+        with contextlib.ExitStack() as stack:
+            report = run(cfg, step, announce)
+        doc = report.document()
+        profile = doc["details"].pop("profile", None)
+        if profile is not None and len(profile["steps"]) >= 5:
+            path = out.with_name(out.stem + "-step-profile.json")
+            path.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
+            doc["profile_file"] = str(path)
+        out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        if as_json:
+            typer.echo(json.dumps(doc))
+        else:
+            _tables(Console(), doc, out)
+        if report.error:
+            typer.echo(f"error: {report.error}; partial results in {out}", err=True)
+            raise typer.Exit(3)
+
+
+def _tables(console, doc: dict, out: Path) -> None:
+    from rich.table import Table
+
+    s = doc["server"]
+    ver = f" {s['version']}" if s["version"] else ""
+    model = s["model"].rsplit("/", 1)[-1] if len(s["model"]) > 48 else s["model"]
+    where = f"{s['engine']}{ver} at {s['url']}, model {model}"
+    console.print(f"server: {where}")
+    if doc["token_rule"]:
+        console.print(f"tokens: {doc['token_rule']}")
+    for section, figures in doc["sections"].items():
+        table = Table(title=f"{section} ({where})", title_justify="left")
+        for col in ("figure", "value", "how", "evidence"):
+            table.add_column(col, justify="right" if col == "value" else "left")
+        for f in figures:
+            from ctxlab.probe.figures import Figure
+
+            table.add_row(f["name"], Figure(**f).shown(), f["how"], f["note"])
+        console.print(table)
+    for section, why in doc["not_run"].items():
+        console.print(f"not run: {section}: {why}")
+    missing = doc["details"].get("profile missing") or []
+    for m in missing:
+        console.print(f"profile: not measured: {m}")
+    sent = doc["sent"]
+    console.print(
+        f"sent {sent.get('requests', 0):,} requests, {sent.get('prompt tokens', 0):,} prompt tokens"
+    )
+    if doc["profile_file"]:
+        console.print(f"step profile: {doc['profile_file']} (ctxlab simulate --profile)")
+    console.print(f"report: {out}")

@@ -1,0 +1,233 @@
+"""One probe run: identify the server, check the token rule, then the sections in order
+(prefix caching, isolation, capacity, step-time profile), each bounded by the run's budget.
+
+A section the budget cannot pay for is skipped with the reason; a server that dies mid-run
+ends the run with the sections done so far kept in the report (the caller writes it).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ctxlab.errors import CtxlabError
+from ctxlab.probe import capacity, isolation, prefix, steptime
+from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
+from ctxlab.probe.figures import Figure
+from ctxlab.probe.identify import ServerInfo, check_url, identify, tokenize
+from ctxlab.probe.metrics import published_capacity, scrape, usage_gauge
+from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
+from ctxlab.probe.report import ProbeReport
+
+SECTIONS = ("prefix", "isolation", "capacity", "profile")
+CALIBRATION = (48, 112)  # words in the two calibration prompts
+
+
+@dataclass
+class ProbeConfig:
+    server: str
+    model: str | None = None
+    api_key: str | None = None
+    sections: tuple[str, ...] = SECTIONS
+    max_requests: int = 1000
+    max_tokens: int = 400_000
+    max_seconds: float = 900.0
+    longest: int = 300  # the staircase's longest divergence position
+    quick: bool = True
+    timeout: float = 300.0
+    nonce: int = field(default_factory=lambda: secrets.randbits(32))
+    profile_design: steptime.ProfileDesign | None = None  # library callers: their own design
+
+    def check(self) -> ProbeConfig:
+        check_url(self.server)
+        bad = [s for s in self.sections if s not in SECTIONS]
+        if bad or not self.sections:
+            raise CtxlabError(
+                f"--sections {','.join(bad) or '(empty)'}: use a comma list of "
+                f"{', '.join(SECTIONS)}"
+            )
+        if self.max_requests < 1 or self.max_tokens < 1 or not self.max_seconds > 0:
+            raise CtxlabError("--max-requests, --max-tokens and --max-seconds must be positive")
+        if not 16 <= self.longest <= 100_000:
+            raise CtxlabError(f"--longest {self.longest} must be between 16 and 100000 tokens")
+        return self
+
+    def design(self) -> steptime.ProfileDesign:
+        if self.profile_design is not None:
+            return self.profile_design
+        return steptime.QUICK if self.quick else steptime.FULL
+
+
+def plan(cfg: ProbeConfig) -> dict[str, int]:
+    """Requests and prompt tokens each section sends at most (capacity: what the budget
+    leaves, since it sends until the cache evicts)."""
+    out: dict[str, int] = {"calibration requests": 2, "calibration tokens": sum(CALIBRATION)}
+    if "prefix" in cfg.sections:
+        r, t = prefix.planned(cfg.longest)
+        out |= {"prefix requests": r, "prefix tokens": t}
+    if "isolation" in cfg.sections:
+        r, t = isolation.planned()
+        out |= {"isolation requests": r, "isolation tokens": t}
+    if "profile" in cfg.sections:
+        r, t = cfg.design().planned()
+        out |= {"profile requests": r + 1, "profile tokens": t + 32}
+    fixed_r = sum(v for k, v in out.items() if k.endswith("requests"))
+    fixed_t = sum(v for k, v in out.items() if k.endswith("tokens"))
+    if "capacity" in cfg.sections:
+        out |= {
+            "capacity requests (at most)": max(0, cfg.max_requests - fixed_r),
+            "capacity tokens (at most)": max(0, cfg.max_tokens - fixed_t),
+        }
+    out["total requests (at most)"] = min(
+        cfg.max_requests, sum(v for k, v in out.items() if "requests" in k)
+    )
+    out["total prompt tokens (at most)"] = min(
+        cfg.max_tokens, sum(v for k, v in out.items() if "tokens" in k and "total" not in k)
+    )
+    return out
+
+
+def run(
+    cfg: ProbeConfig,
+    step: Callable[[str], None] | None = None,
+    on_identified: Callable[[ServerInfo, dict[str, int]], None] | None = None,
+) -> ProbeReport:
+    """Run the probe; raises CtxlabError before anything is measured (bad URL, key, model),
+    otherwise always returns a report (its `error` says if the server died mid-run)."""
+    cfg.check()
+    say = step or (lambda _m: None)
+    budget = Budget(cfg.max_requests, cfg.max_tokens, cfg.max_seconds)
+    client = ProbeClient(cfg.server, cfg.model or "", cfg.api_key, budget, cfg.timeout)
+    try:
+        info = identify(client, cfg.model)
+        client.model = info.model
+        report = ProbeReport(info, plan(cfg), cfg.nonce)
+        if on_identified is not None:
+            on_identified(info, report.plan)
+        words = Words(cfg.nonce)
+        try:
+            rule = _calibrate(client, info, words)
+            report.token_rule = f"prompt tokens = words + {rule.offset} (checked by {rule.how})"
+            say("calibrated")
+            _sections(cfg, client, info, words, rule, report, say)
+        except ServerGone as exc:
+            report.error = (
+                f"the server at {info.url} stopped answering during the probe ({exc}); the "
+                "sections finished before it are kept"
+            )
+        except BudgetSpent:
+            report.not_run.setdefault("calibration", "the budget is smaller than the calibration")
+        report.sent = {"requests": budget.requests, "prompt tokens": budget.tokens}
+        return report
+    finally:
+        client.close()
+
+
+def _calibrate(client: ProbeClient, info: ServerInfo, words: Words) -> TokenRule:
+    counts: dict[int, int] = {}
+    tokenized: dict[int, int] = {}
+    for n in CALIBRATION:
+        w = words.take(n)
+        counts[n] = client.complete(text(w), n).prompt_tokens
+        ids = tokenize(client, info, text(w))
+        if ids is not None:
+            tokenized[n] = len(ids)
+    return check_rule(counts, tokenized or None)
+
+
+def _sections(
+    cfg: ProbeConfig,
+    client: ProbeClient,
+    info: ServerInfo,
+    words: Words,
+    rule: TokenRule,
+    report: ProbeReport,
+    say: Callable[[str], None],
+) -> None:
+    page: int | None = None
+    if "prefix" in cfg.sections:
+        try:
+            pre = prefix.measure(client, words, rule, cfg.longest, say)
+            report.add("prefix caching", pre.figures())
+            report.details["staircase"] = pre.points
+            report.add("prefix caching", [_kind_of_cache(info, pre.granularity)])
+            if isinstance(pre.granularity.value, int):
+                page = pre.granularity.value
+        except BudgetSpent:
+            report.not_run["prefix"] = (
+                "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
+            )
+    if "isolation" in cfg.sections:
+        try:
+            iso = isolation.measure(client, words, rule, cfg.nonce, say)
+            report.add("isolation", iso.figures())
+            report.details["isolation"] = iso.reused
+        except BudgetSpent:
+            report.not_run["isolation"] = (
+                "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
+            )
+    samples = scrape(client) if info.has_metrics else None
+    if "capacity" in cfg.sections:
+        pub = published_capacity(samples)
+        if info.engine == "llama.cpp" and info.slots and info.max_model_len:
+            pub = Figure(
+                "capacity published in /props", info.slots * info.max_model_len, "measured",
+                f"{info.slots} slots x {info.max_model_len} tokens of context each (/props); "
+                "each slot keeps one prompt", "tokens",
+            )  # fmt: skip
+        figures = [pub]
+        if page is None:
+            report.not_run["capacity"] = "needs the cache granularity from the prefix section"
+        else:
+            try:
+                cap = capacity.measure(client, words, rule, page, info.max_model_len or 2048, say)
+                figures.insert(0, cap.capacity)
+                report.details["capacity trials"] = cap.trials
+            except BudgetSpent:
+                report.not_run["capacity"] = (
+                    "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
+                )
+        figures.append(usage_gauge(scrape(client) if info.has_metrics else None))
+        report.add("capacity", figures)
+    if "profile" in cfg.sections:
+        try:
+            prof = steptime.measure(client, words, rule, cfg.design(), say, info.slots)
+            report.add("step times", prof.figures())
+            report.details["profile steps"] = prof.steps
+            report.details["profile missing"] = prof.missing
+            cap_fig = report.figure("capacity", "prefix-cache capacity")
+            cap_val = cap_fig.value if cap_fig and isinstance(cap_fig.value, int) else None
+            report.details["profile"] = steptime.profile_document(
+                prof, info.url, info.model, page, cap_val, "quick" if cfg.quick else "full"
+            )
+        except BudgetSpent:
+            report.not_run["profile"] = (
+                "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
+            )
+
+
+def _kind_of_cache(info: ServerInfo, granularity: Figure) -> Figure:
+    """What kind of cache the staircase and the engine's own description say this is."""
+    if granularity.value == 1 and info.engine == "llama.cpp":
+        n = f"{info.slots} slots" if info.slots else "its slots"
+        return Figure(
+            "kind of cache", "one cached prompt per slot, longest common prefix", "inferred",
+            f"token-granular staircase and llama.cpp's {n} (/props); a new prompt reuses the "
+            "longest prefix it shares with the prompt its slot last held",
+        )  # fmt: skip
+    if granularity.value == 1:
+        return Figure(
+            "kind of cache",
+            "token-granular prefix reuse",
+            "inferred",
+            "cached = divergence position (a radix tree or per-slot longest common prefix)",
+        )
+    if isinstance(granularity.value, int):
+        return Figure(
+            "kind of cache",
+            f"shared pages of {granularity.value} tokens",
+            "inferred",
+            "only whole pages are reused; a prompt's last partial page never is",
+        )
+    return Figure("kind of cache", None, "not measurable", granularity.note)

@@ -1,0 +1,176 @@
+"""Servers for the probe tests: `ctxlab serve` (the serving tests' helper), llama.cpp's
+server from the xllamacpp wheel, and scripted stand-ins (standard library, in a thread) for
+the failures a real server is hard to make on demand: a refused key, a server that is not
+OpenAI-compatible, one that dies mid-run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.serve.conftest import ROOT, ctxlab_serve, serve_model  # noqa: F401 (fixtures)
+
+_LLAMACPP = """
+import sys, time, socket, xllamacpp
+path, parallel, ctx, ram = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+p = xllamacpp.CommonParams()
+p.model.path = path
+p.port = port
+p.n_parallel = parallel
+p.n_ctx = ctx
+p.cache_ram_mib = ram
+p.cpuparams.n_threads = 1
+p.cpuparams_batch.n_threads = 1
+p.endpoint_metrics = True
+server = xllamacpp.Server(p)
+print(f"ready http://127.0.0.1:{port}", flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+@contextlib.contextmanager
+def llamacpp_serve(parallel: int = 2, ctx: int = 4096, cache_ram_mib: int = 0) -> Iterator[str]:
+    """llama.cpp's server on the default GGUF, on a free loopback port; yield its URL."""
+    pytest.importorskip("xllamacpp")
+    from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
+
+    gguf = str(packaged_path(REGISTRY[DEFAULT_MODEL]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", _LLAMACPP, gguf, str(parallel), str(ctx), str(cache_ram_mib)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line.startswith("ready "):
+            raise RuntimeError(f"llama.cpp's server did not start: {line!r}")
+        url = line.split()[1]
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Script:
+    """How the stand-in answers: `status` for every request, or an OpenAI stream that
+    counts words as tokens; after `die_after` completions the server closes."""
+
+    status: int = 200
+    models_body: str = '{"object": "list", "data": [{"id": "m", "object": "model"}]}'
+    die_after: int | None = None
+    served: int = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    script: Script
+    server_ref: list[Any]
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: str, kind: str = "application/json") -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        s = self.script
+        if s.status != 200:
+            self._send(s.status, json.dumps({"error": {"message": "scripted", "code": s.status}}))
+        elif self.path == "/v1/models":
+            self._send(200, s.models_body, "application/json")
+        else:
+            self._send(404, "<html>not found</html>", "text/html")
+
+    def do_POST(self) -> None:
+        s = self.script
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if s.status != 200:
+            self._send(s.status, json.dumps({"error": {"message": "scripted", "code": s.status}}))
+            return
+        if self.path != "/v1/completions":
+            self._send(404, "<html>not found</html>", "text/html")
+            return
+        if s.die_after is not None and s.served >= s.die_after:
+            self.close_connection = True
+            threading.Thread(target=self.server_ref[0].shutdown, daemon=True).start()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        s.served += 1
+        n = len(str(body.get("prompt", "")).split())
+        events = [
+            {"choices": [{"index": 0, "text": " x", "finish_reason": "length"}]},
+            {"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1,
+                                      "prompt_tokens_details": {"cached_tokens": 0}}},
+        ]  # fmt: skip
+        text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        self._send(200, text, "text/event-stream")
+
+
+@contextlib.contextmanager
+def stand_in(script: Script) -> Iterator[str]:
+    ref: list[Any] = []
+    handler = type("H", (_Handler,), {"script": script, "server_ref": ref})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    ref.append(server)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`ctxlab probe ARGS` in its own process (as a user runs it)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-c", "from ctxlab.cli import main; main()", "probe", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def report(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
