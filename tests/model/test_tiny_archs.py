@@ -1,6 +1,7 @@
 """Small random models of each supported family: transformers writes them, ctxlab reads them
 from the safetensors folder, and both must give the same logits. Covers untied embeddings,
-GQA, qkv bias (Qwen2), q/k-norm (Qwen3), sliding windows (Mistral) and RoPE scaling."""
+GQA, qkv bias (Qwen2), q/k-norm (Qwen3), sliding windows (Mistral), RoPE scaling, and Gemma 3's
+block (its config.json read by the architecture registry's hook)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,17 @@ CASES = {
     "mistral-sliding": ("MistralConfig", {"sliding_window": 8, "head_dim": 16}),
     "qwen2-bias": ("Qwen2Config", {}),
     "qwen3-qknorm": ("Qwen3Config", {"head_dim": 24}),
+    # local/global layers with their own RoPE bases, a query scale that is not head_dim's
+    "gemma3-local-global": (
+        "Gemma3TextConfig",
+        {
+            "head_dim": 16,
+            "sliding_window": 12,
+            "query_pre_attn_scalar": 24,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "tie_word_embeddings": True,
+        },
+    ),
 }
 
 
