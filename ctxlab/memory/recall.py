@@ -34,25 +34,9 @@ class RecallMemory:
         """Store messages (one transaction); returns them with their ids and dates."""
         if not messages:
             return []
-        vectors = self.embedder.embed([m.content for m in messages]) if self.embedder else None
-        stored: list[Message] = []
+        vectors = self._embed(messages)
         with self.store.transaction() as conn:
-            for i, m in enumerate(messages):
-                created = m.created_at or now_iso()
-                cur = conn.execute(
-                    "INSERT INTO messages(agent, session, role, content, created_at, embedding) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        self.agent,
-                        m.session,
-                        m.role,
-                        m.content,
-                        created,
-                        None if vectors is None else to_blob(vectors[i]),
-                    ),
-                )
-                stored.append(replace(m, id=int(cur.lastrowid or 0), created_at=created))
-        return stored
+            return self._insert(conn, messages, vectors)
 
     def import_history(self, messages: Sequence[Message]) -> tuple[list[Message], int]:
         """Store the messages not stored yet; (the stored ones, how many were already there)."""
