@@ -245,21 +245,4 @@ class Gemma3Model(LlamaModel):
                 "post_feedforward_layernorm",
             ):
                 own[dst + name + ".weight"] = norm(src + name + ".weight")
-        leftovers = [k for k in remaining if not k.endswith("rotary_emb.inv_freq")]
-        if leftovers:
-            raise CtxlabError(
-                f"the checkpoint has {len(leftovers)} tensors this architecture does not use "
-                f"(first: {leftovers[0]})."
-            )
-        expected = self.state_dict()
-        for name, value in own.items():
-            if tuple(value.shape) != tuple(expected[name].shape):
-                raise CtxlabError(
-                    f"tensor {name} has shape {tuple(value.shape)} but the config implies "
-                    f"{tuple(expected[name].shape)}."
-                )
-        self.load_state_dict(
-            {k: v.to(dtype=dtype, device=device).contiguous() for k, v in own.items()},
-            strict=True,
-            assign=True,
-        )
+        self.install(own, remaining, dtype, device)

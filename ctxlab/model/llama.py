@@ -126,6 +126,17 @@ class LlamaModel(nn.Module):
             own[dst + "post_attention_layernorm.weight"] = take(
                 src + "post_attention_layernorm.weight"
             )
+        self.install(own, remaining, dtype, device)
+
+    def install(
+        self,
+        own: dict[str, torch.Tensor],
+        remaining: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        """Load `own` (this class's names) after checking nothing of the checkpoint is left
+        unused and every shape is the config's; one sentence otherwise."""
         leftovers = [k for k in remaining if not k.endswith("rotary_emb.inv_freq")]
         if leftovers:
             raise CtxlabError(
