@@ -12,17 +12,21 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.serve.conftest import ROOT, ctxlab_serve, serve_model  # noqa: F401 (fixtures)
+from tests.serve.conftest import (  # noqa: F401 (fixtures)
+    ROOT,
+    ctxlab_serve,
+    serve_model,
+    stop,
+    wait_healthy,
+)
 
 _LLAMACPP = """
 import sys, time, socket, xllamacpp
@@ -61,22 +65,10 @@ def llamacpp_serve(parallel: int = 2, ctx: int = 4096, cache_ram_mib: int = 0) -
         if not line.startswith("ready "):
             raise RuntimeError(f"llama.cpp's server did not start: {line!r}")
         url = line.split()[1]
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+        wait_healthy(url, proc, 120, "llama.cpp's server")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 @dataclass

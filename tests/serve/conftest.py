@@ -39,24 +39,34 @@ def ctxlab_serve(
             err = proc.stderr.read() if proc.stderr else ""
             raise RuntimeError(f"ctxlab serve did not start: {line!r} {err[-2000:]}")
         url = line.split()[1]
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > end:
-                raise RuntimeError("ctxlab serve did not become healthy")
-            time.sleep(0.1)
+        wait_healthy(url, proc, timeout, "ctxlab serve")
         yield url
     finally:
-        proc.terminate()
+        stop(proc)
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    """Poll `url`/health until it answers 200; RuntimeError if `proc` dies or time runs out."""
+    end = time.monotonic() + timeout
+    while True:
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > end:
+            raise RuntimeError(f"{what} did not become healthy")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Terminate a server process, killing it if it does not exit within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @contextlib.contextmanager
