@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 BASE_CONFIG = {
@@ -367,6 +367,7 @@ def test_non_utf8_bytes_in_every_file_argument_name_the_file_and_byte(cli, files
     cut = min(cut, len(data))
     raw = data[:cut] + bytes([bad]) + (b"\x00" if bad == 0xC3 else b"") + data[cut:]
     offset = _first_bad(raw)
+    assume(offset is not None)  # a lone 0x80 after a lead byte (b"\xc2\x80") is valid text
     for name, template in FILE_ARGS.items():
         args = _args(template, "input")
         path = next(a for a in args if a.startswith("input"))
@@ -378,12 +379,13 @@ def test_non_utf8_bytes_in_every_file_argument_name_the_file_and_byte(cli, files
         assert f"{path} is not UTF-8 text: byte {offset} " in lines[0], (name, lines[0])
 
 
-def _first_bad(raw: bytes) -> int:
+def _first_bad(raw: bytes) -> int | None:
+    """The offset of the first byte that is not UTF-8 text, or None when all of it is."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return exc.start
-    raise AssertionError("the bytes decode")
+    return None
 
 
 CHEAP_FILE_ARGS = ("plan --config", "simulate trace.jsonl", "simulate trace.csv",
