@@ -40,7 +40,7 @@ from ctxlab.errors import CtxlabError
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.layers import MLP, Attention, RMSNorm, rope_tables
-from ctxlab.model.llama import LlamaModel
+from ctxlab.model.llama import LlamaModel, taker
 from ctxlab.model.rope import RotaryEmbedding
 
 SLIDING_PATTERN = 6  # layer i is global when (i + 1) % 6 == 0, else sliding
@@ -208,12 +208,7 @@ class Gemma3Model(LlamaModel):
         """Load weights named and valued as transformers' Gemma3ForCausalLM (norms as w)."""
         cfg = self.config
         remaining = dict(tensors)
-
-        def take(name: str) -> torch.Tensor:
-            try:
-                return remaining.pop(name)
-            except KeyError:
-                raise CtxlabError(f"the checkpoint lacks the tensor {name}.") from None
+        take = taker(remaining)
 
         def norm(name: str, scale: float = 1.0) -> torch.Tensor:
             return (1.0 + take(name).float()) * scale

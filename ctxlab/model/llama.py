@@ -8,6 +8,8 @@ one token per sequence, and the vocabulary projection is the largest matmul of a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -91,12 +93,7 @@ class LlamaModel(nn.Module):
         """
         cfg = self.config
         remaining = dict(tensors)
-
-        def take(name: str) -> torch.Tensor:
-            try:
-                return remaining.pop(name)
-            except KeyError:
-                raise CtxlabError(f"the checkpoint lacks the tensor {name}.") from None
+        take = taker(remaining)
 
         own: dict[str, torch.Tensor] = {"embed_tokens.weight": take("model.embed_tokens.weight")}
         own["norm.weight"] = take("model.norm.weight")
@@ -156,3 +153,16 @@ class LlamaModel(nn.Module):
             strict=True,
             assign=True,
         )
+
+
+def taker(remaining: dict[str, torch.Tensor]) -> Callable[[str], torch.Tensor]:
+    """`take(name)`: pop a checkpoint tensor from `remaining` (what is left must be unused at
+    the end, see `LlamaModel.install`), or one sentence naming the missing tensor."""
+
+    def take(name: str) -> torch.Tensor:
+        try:
+            return remaining.pop(name)
+        except KeyError:
+            raise CtxlabError(f"the checkpoint lacks the tensor {name}.") from None
+
+    return take
