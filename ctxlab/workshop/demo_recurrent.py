@@ -33,6 +33,18 @@ GIB = 2**30
 WINDOWED_PAIR = (("all-global", "smollm2-135m"), ("windowed", "gemma3-270m"))
 
 
+# What one engine run of the long workload measured, in the order both tables print it.
+ENGINE_RUN_COLUMNS = (
+    Column("requests"),
+    Column("tokens per request"),
+    Column("concurrency reached"),
+    Column("MiB per request (pool)", 3),
+    Column("TTFT p50 ms", 1),
+    Column("TTFT p99 ms", 1),
+    Column("preemptions"),
+)
+
+
 def steps(session: Session) -> int:
     return 4 + 2 + len(WINDOWED_PAIR)
 
@@ -263,13 +275,7 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
         "measured",
         [
             Column("workload"),
-            Column("requests"),
-            Column("tokens per request"),
-            Column("concurrency reached"),
-            Column("MiB per request (pool)", 3),
-            Column("TTFT p50 ms", 1),
-            Column("TTFT p99 ms", 1),
-            Column("preemptions"),
+            *ENGINE_RUN_COLUMNS,
         ],
         note="bytes per request: blocks the request held at its end, measured from the pool",
     )
@@ -322,13 +328,7 @@ def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None
         [
             Column("model"),
             Column("layers"),
-            Column("requests"),
-            Column("tokens per request"),
-            Column("concurrency reached"),
-            Column("MiB per request (pool)", 3),
-            Column("TTFT p50 ms", 1),
-            Column("TTFT p99 ms", 1),
-            Column("preemptions"),
+            *ENGINE_RUN_COLUMNS,
         ],
         note="the long engine workload on each model; equal pool bytes (the all-global "
         "model's engine_pool_tokens); a sliding layer hands back the pages behind its window, "
