@@ -23,7 +23,7 @@ def parse_only(text: str | None) -> set[int] | None:
     """'1,3,6' -> {1, 3, 6}; every number must name one of the seven demonstrations."""
     if text is None:
         return None
-    from ctxlab.workshop.catalog import BY_NUMBER
+    from ctxlab.workshop.registry import BY_NUMBER
 
     picked: set[int] = set()
     for part in (p.strip() for p in text.split(",")):

@@ -1,7 +1,8 @@
-"""The lab: one experiment config, the seven demonstrations, one report (`ctxlab workshop`).
+"""The lab: one experiment config, the demonstrations, one report (`ctxlab workshop`).
 
-`config` (the TOML contract, pydantic), `catalog` (demonstrations and their metrics),
-`verdicts` (predictions against observations), one `demo_*` module per demonstration,
+`demonstration` (what a demonstration declares), one `demo_*` module per demonstration,
+`registry` (the registered demonstrations and the config schema they make), `config` (the
+shared tables of the TOML contract, pydantic), `verdicts` (predictions against observations),
 `useful_context`, `context_numbers`, `checklist`, `document` and the report writers, and
 `runner` (one run end to end). Importing the package loads no torch.
 """

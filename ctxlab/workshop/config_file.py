@@ -19,8 +19,8 @@ from pydantic import ValidationError
 
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import load_toml
-from ctxlab.workshop.config import WorkshopConfig
 from ctxlab.workshop.default_config import DEFAULT_TOML
+from ctxlab.workshop.registry import WorkshopConfig
 
 
 def default_document() -> dict[str, Any]:

@@ -9,17 +9,20 @@ was read or measured, or why this run has no value for it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ctxlab.workshop.result import fmt
+from ctxlab.workshop.result import JSONObject, fmt
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.session import Session
 
 
 def context_numbers(
-    session: Any, demos: dict[str, dict[str, Any]], useful: dict[str, Any] | None
-) -> list[dict[str, Any]]:
+    session: Session, demos: dict[str, JSONObject], useful: JSONObject | None
+) -> list[JSONObject]:
     cfg = session.cfg
     advertised = int(getattr(session.loaded.config, "max_position", 0)) or None
-    rows: list[dict[str, Any]] = [
+    rows: list[JSONObject] = [
         {
             "name": "advertised window",
             "tokens": advertised,

@@ -17,15 +17,17 @@ not by the tokens it saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from ctxlab.progress import Tracker
-from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
+from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
 from ctxlab.workshop.measure import Timer
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
-DEMO = BY_KEY["compaction"]
 LABELS = {
     "truncation": "truncation",
     "summary": "recursive summary (by the model)",
@@ -51,7 +53,7 @@ class Outcome:
 
 
 def steps(session: Session) -> int:
-    c = session.cfg.compaction
+    c = DEMO.config(session.cfg)
     return len(c.strategies) + (1 if c.ceiling else 0)
 
 
@@ -93,8 +95,8 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.memory.embed import WordLlamaEmbedder
     from ctxlab.workshop.memory_backend import workshop_backend
 
-    c = session.cfg.compaction
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured")
+    c = DEMO.config(session.cfg)
+    res = DemoResult.of(DEMO, "run", "measured")
     fx = conversation_fixture(c.fixture_seed, c.sessions, c.turns_per_session, c.facts)
     n = len(fx.facts)
     # the largest batch: every fact's question at once, each prompt within the window
@@ -198,7 +200,7 @@ def _tables(
     outcomes: dict[str, Outcome],
     ceiling: float | None,
 ) -> None:
-    c, cost = session.cfg.compaction, session.cfg.cost
+    c, cost = DEMO.config(session.cfg), session.cfg.cost
     n = len(fx.facts)
     task = Table(
         "compaction_task",
@@ -342,7 +344,7 @@ def _explain(
     outcomes: dict[str, Outcome],
     ceiling: float | None,
 ) -> None:
-    f, c = res.figures, session.cfg.compaction
+    f, c = res.figures, DEMO.config(session.cfg)
     n = len(fx.facts)
     first = next(iter(outcomes.values())).report
     res.summary = (
@@ -472,3 +474,155 @@ def _discard_gain(f: Any, compact: Outcome, tiered: Outcome, n: int) -> Gain:
         f"same {n} facts); what compaction drops is gone for every later question, not only "
         "for this one",
     )
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+class CompactionSection(Section):
+    strategies: list[
+        Literal["truncation", "summary", "summary-extractive", "tiered", "compact"]
+    ] = Field(min_length=1)
+    sessions: Annotated[int, Field(ge=2)]
+    turns_per_session: Annotated[int, Field(ge=3)]
+    facts: Annotated[int, Field(ge=1, le=10)]
+    window_tokens: Annotated[int, Field(ge=64)]
+    reserve_tokens: Pos
+    note_position: Literal["system", "turn"]
+    summary_tokens: Annotated[int, Field(ge=8)]
+    search_k: Pos
+    retriever: Literal["bm25", "dense", "hybrid"]
+    answer_tokens: Pos
+    ceiling: bool
+    fixture_seed: Seed
+
+    @field_validator("strategies")
+    @classmethod
+    def _distinct(cls, names: list[str]) -> list[str]:
+        if len(set(names)) != len(names):
+            raise ValueError("strategies must be distinct")
+        return names
+
+    @model_validator(mode="after")
+    def _budget(self) -> CompactionSection:
+        if self.reserve_tokens + self.answer_tokens > self.window_tokens // 2:
+            raise ValueError(
+                f"reserve_tokens {self.reserve_tokens} and answer_tokens {self.answer_tokens} "
+                f"leave less than half of window_tokens {self.window_tokens} for the context"
+            )
+        if self.answer_tokens > self.reserve_tokens:
+            raise ValueError(
+                f"answer_tokens {self.answer_tokens} exceeds the output reserve_tokens "
+                f"{self.reserve_tokens}"
+            )
+        return self
+
+
+_TRUNC, _TIERED = "truncation", "tiered memory with an archive"
+METRICS = (
+    Metric(
+        "facts_in_context", "facts", _TRUNC, _TIERED, "planted facts still in the compacted context"
+    ),
+    Metric(
+        "facts_recoverable",
+        "facts",
+        _TRUNC,
+        _TIERED,
+        "planted facts out of the context that a search of the message log brings back",
+    ),
+    Metric("facts_lost", "facts", _TRUNC, _TIERED, "planted facts neither in context nor found"),
+    Metric(
+        "facts_in_prompt",
+        "facts",
+        _TRUNC,
+        _TIERED,
+        "planted facts whose answer is in the prompt the strategy builds for the fact's question",
+    ),
+    Metric("answer_accuracy_pct", "%", _TRUNC, _TIERED, "accuracy on the facts' questions"),
+    Metric("context_tokens", "tokens", _TRUNC, _TIERED, "tokens in the compacted context"),
+)
+
+TOML = """\
+# -- 5: compaction: what a strategy keeps, what a search brings back, what is lost ------------
+[compaction]
+strategies = ["truncation", "summary", "tiered", "compact"]  # also: "summary-extractive"
+sessions = 4                  # the seeded conversation: weekly sessions of small talk ...
+turns_per_session = 9         # ... of this many user turns each (a reply after each) ...
+facts = 10                    # ... with this many planted facts (one corrected later), 1 to 10
+window_tokens = 1024          # the context window the history is compacted into
+reserve_tokens = 64           # output reserved out of it: the prompt budget is the rest
+note_position = "system"      # where the summary or recall note sits: system or turn
+summary_tokens = 64           # longest summary the model writes ("summary" strategy)
+search_k = 3                  # a fact is recoverable when a search of the message log for
+retriever = "hybrid"          # its question returns its message in the top search_k
+answer_tokens = 16            # each fact's question is answered greedily, at most this long
+ceiling = true                # also ask each question with only its own message (model limit)
+fixture_seed = 0
+"""
+
+PREDICTIONS_TOML = """\
+[predictions.compaction]      # baseline: truncation; observed: tiered memory
+# Recall memory keeps every message under every strategy and both are classified by the same
+# search of that log, so what a search can still bring back does not depend on the strategy;
+# what differs is whether the strategy itself brings the stating message back when asked.
+facts_lost = { direction = "unchanged", tolerance = 0.0 }
+facts_in_prompt = { direction = "up" }
+answer_accuracy_pct = { direction = "up" }
+# both compact at 90% of the same budget down to 70% of it (tiered also writes a short note):
+# within 50% of each other, and never past the budget (window_tokens - reserve_tokens)
+context_tokens = { direction = "unchanged", tolerance = 0.5, range = [0, 960] }
+"""
+
+QUICK_TOML = """\
+[quick.compaction]
+sessions = 2
+turns_per_session = 5
+facts = 4
+window_tokens = 384
+reserve_tokens = 32
+summary_tokens = 32
+answer_tokens = 12
+ceiling = false
+
+[quick.predictions.compaction]
+facts_lost = { direction = "unchanged", tolerance = 0.0 }
+facts_in_prompt = { direction = "up" }
+context_tokens = { direction = "unchanged", tolerance = 0.5, range = [0, 352] }
+"""
+
+
+def check(c: CompactionSection, cfg: CommonConfig) -> None:
+    fits(cfg, "compaction.window_tokens", c.window_tokens)
+
+
+def _guard_summaries(f: Figures) -> tuple[str, str]:
+    names = [k.removeprefix("accuracy_") for k in f if k.startswith("accuracy_")]
+    per = "; ".join(
+        f"{name}: {fmt(f[f'tokens_after_{name}'])} tokens, {fmt(f[f'in_prompt_{name}'])} of "
+        f"{fmt(f['facts'])} answers in the prompt when asked, {fmt(f[f'accuracy_{name}'], 1)}% "
+        "answered right"
+        for name in names
+    )
+    return "guarded", (
+        f"demonstration {DEMO.number} judges each strategy by the planted facts it kept, the "
+        f"ones a search still finds and the ones lost, and by the answers, beside its tokens "
+        f"({per})"
+    )
+
+
+DEMO = Demonstration(
+    number=5,
+    key="compaction",
+    title="Compact a history: what cannot be reconstructed",
+    section=CompactionSection,
+    metrics=METRICS,
+    layers=("task", "cost"),
+    steps=steps,
+    run=run,
+    toml=TOML,
+    predictions_toml=PREDICTIONS_TOML,
+    quick_toml=QUICK_TOML,
+    guards=((Risk.SUMMARIES, _guard_summaries),),
+    check=check,
+    required=("facts_lost",),
+)

@@ -15,16 +15,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from ctxlab.errors import CtxlabError
 from ctxlab.progress import Tracker
-from ctxlab.workshop.catalog import BY_KEY
-from ctxlab.workshop.config import eviction_pool_tokens
+from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
+from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
 from ctxlab.workshop.measure import Timer, pct
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
-DEMO = BY_KEY["eviction"]
 ORDERS = ("grouped", "interleaved")
 
 
@@ -43,7 +45,7 @@ def steps(session: Session) -> int:
 def build_jobs(session: Session) -> list[Job]:
     """Each group's prefix, then one own suffix per request; hash ids for the simulator name
     the same blocks the engine's prefix cache sees (one id per page)."""
-    ev, page = session.cfg.eviction, session.cfg.engine.page_size
+    ev, page = DEMO.config(session.cfg), session.cfg.engine.page_size
     prefixes = [session.text_ids(ev.prefix_tokens) for _ in range(ev.groups)]
     fresh = 1_000_000
     jobs = []
@@ -70,7 +72,7 @@ def profile_design(session: Session):
     `concurrency` requests at the requests' length, and a prefill beside running decodes."""
     from ctxlab.engine.profile import Design
 
-    ev = session.cfg.eviction
+    ev = DEMO.config(session.cfg)
     request = ev.prefix_tokens + ev.suffix_tokens
     return Design(
         prefill=((request, 1), (ev.suffix_tokens, max(2, request // ev.suffix_tokens))),
@@ -89,7 +91,7 @@ def step_profile(session: Session, res: DemoResult) -> tuple[Path, str]:
     from ctxlab.engine.profile import measure, profile_document, warm_up
     from ctxlab.sim.steptime import ProfileStepTime
 
-    choice = session.cfg.eviction.profile
+    choice = DEMO.config(session.cfg).profile
     if choice != "measure":
         path = Path(choice)
         return path, ProfileStepTime(path).label  # a bad file is one sentence
@@ -120,7 +122,7 @@ def run_engine(session: Session, jobs: list[Job], pool: int) -> dict:
     """Every job added at once, stepped to the end; the pool's and requests' own counts."""
     from ctxlab.engine import SamplingParams
 
-    ev, e = session.cfg.eviction, session.cfg.engine
+    ev, e = DEMO.config(session.cfg), session.cfg.engine
     llm = session.llm(
         pool_tokens=pool,
         max_num_seqs=ev.concurrency,
@@ -160,7 +162,7 @@ def run_simulator(session: Session, jobs: list[Job], pool: int, profile: Path) -
     from ctxlab.sim.steptime import ArchCost
     from ctxlab.sim.trace import Request, Trace
 
-    ev, e = session.cfg.eviction, session.cfg.engine
+    ev, e = DEMO.config(session.cfg), session.cfg.engine
     arch = session.arch()
     reqs = [Request(i, 0.0, len(j.ids), ev.output_tokens, j.hash_ids) for i, j in enumerate(jobs)]
     trace = Trace("workshop eviction", reqs, block_tokens=e.page_size)
@@ -189,8 +191,8 @@ def run_simulator(session: Session, jobs: list[Job], pool: int, profile: Path) -
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
-    ev = session.cfg.eviction
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured and modeled")
+    ev = DEMO.config(session.cfg)
+    res = DemoResult.of(DEMO, "run", "measured and modeled")
     session.llm(pool_tokens=256)  # warms the model up outside the measured pools
     profile, profile_label = step_profile(session, res)
     tracker.advance()
@@ -235,7 +237,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
 
 
 def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_label: str) -> None:
-    ev = session.cfg.eviction
+    ev = DEMO.config(session.cfg)
     storage = Table(
         "eviction_storage",
         "storage",
@@ -317,7 +319,7 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
 
 def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: int) -> None:
     f = res.figures
-    ev = session.cfg.eviction
+    ev = DEMO.config(session.cfg)
     g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
     sg, si = runs["grouped"]["simulator"], runs["interleaved"]["simulator"]
     working = ev.groups * ev.prefix_tokens
@@ -376,3 +378,144 @@ def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: i
         "LRU is recency, not meaning: the cache keeps what was used last, and knows nothing "
         "about which prefix will come back; that is why the arrival order alone moves reuse."
     )
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+class EvictionSection(Section):
+    groups: Annotated[int, Field(ge=2)]
+    requests_per_group: Annotated[int, Field(ge=2)]
+    prefix_tokens: Pos
+    suffix_tokens: Pos
+    output_tokens: Pos
+    pool_share: Annotated[float, Field(gt=0, lt=1)]
+    concurrency: Pos
+    profile: str = Field(min_length=1)
+
+
+_GROUPED, _INTERLEAVED = "grouped arrivals (engine)", "interleaved arrivals (engine)"
+METRICS = (
+    Metric("reused_tokens", "tokens", _GROUPED, _INTERLEAVED, "prompt tokens served by the cache"),
+    Metric(
+        "recomputed_tokens",
+        "tokens",
+        _GROUPED,
+        _INTERLEAVED,
+        "prompt tokens computed although an earlier request had computed them",
+    ),
+    Metric("evictions", "blocks", _GROUPED, _INTERLEAVED, "cached blocks evicted to make room"),
+    Metric("ttft_p50_ms", "ms", _GROUPED, _INTERLEAVED, "median time to first token"),
+    Metric("ttft_p95_ms", "ms", _GROUPED, _INTERLEAVED, "95th percentile time to first token"),
+    Metric("ttft_p99_ms", "ms", _GROUPED, _INTERLEAVED, "99th percentile time to first token"),
+    Metric(
+        "sim_vs_engine_reused_tokens",
+        "tokens",
+        "engine, interleaved",
+        "simulator, interleaved",
+        "the simulator's reuse prediction on the same request list",
+    ),
+    Metric(
+        "sim_vs_engine_evictions",
+        "blocks",
+        "engine, interleaved",
+        "simulator, interleaved",
+        "the simulator's eviction prediction",
+    ),
+    Metric(
+        "sim_vs_engine_ttft_p50_ms",
+        "ms",
+        "engine, interleaved",
+        "simulator, interleaved",
+        "the simulator's median TTFT prediction",
+    ),
+)
+
+TOML = """\
+# -- 4: forced eviction with interleaved prefixes -------------------------------------------
+[eviction]
+groups = 4                    # prefix groups (e.g. four tenants' system prompts)
+requests_per_group = 4
+prefix_tokens = 384           # a whole number of pages of [engine] page_size
+suffix_tokens = 40
+output_tokens = 4
+pool_share = 0.6              # the pool holds this share of the groups' prefixes (< 1: eviction)
+concurrency = 2               # requests running at once (all arrive together, served in order)
+profile = "measure"           # simulator step times: "measure" (steps shaped like these requests,
+                              # measured here first) or a ctxlab-step-profile/1 file
+"""
+
+PREDICTIONS_TOML = """\
+[predictions.eviction]        # baseline: grouped arrivals; observed: interleaved
+reused_tokens = { direction = "down" }
+recomputed_tokens = { direction = "up" }
+evictions = { direction = "up" }
+ttft_p50_ms = { direction = "up" }
+ttft_p99_ms = { direction = "up" }
+sim_vs_engine_reused_tokens = { direction = "unchanged", tolerance = 0.1 }
+sim_vs_engine_evictions = { direction = "unchanged", tolerance = 0.25 }
+sim_vs_engine_ttft_p50_ms = { direction = "unchanged", tolerance = 0.5 }
+"""
+
+QUICK_TOML = """\
+[quick.eviction]
+groups = 4
+requests_per_group = 3
+prefix_tokens = 128
+pool_share = 0.7
+suffix_tokens = 24
+output_tokens = 2
+"""
+
+
+def eviction_pool_tokens(cfg: CommonConfig) -> int:
+    """This demonstration's pool: `pool_share` of the groups' prefixes, in whole pages."""
+    ev, page = DEMO.config(cfg), cfg.engine.page_size
+    tokens = ev.pool_share * ev.groups * ev.prefix_tokens
+    return max(page, -(-int(tokens) // page) * page)
+
+
+def check(ev: EvictionSection, cfg: CommonConfig) -> None:
+    """Whole pages of prefix, a pool that holds the running requests, requests that fit."""
+    page = cfg.engine.page_size
+    if ev.prefix_tokens % page:
+        raise ValueError(
+            f"eviction.prefix_tokens {ev.prefix_tokens} is not a whole number of "
+            f"engine.page_size {page} pages"
+        )
+    request = ev.prefix_tokens + ev.suffix_tokens + ev.output_tokens
+    slots = -(-request // page) * page
+    pool = eviction_pool_tokens(cfg)
+    if pool < ev.concurrency * slots:
+        raise ValueError(
+            f"eviction.pool_share {ev.pool_share} gives a pool of {pool} tokens, less than "
+            f"{ev.concurrency} running requests of {slots} tokens; raise pool_share or "
+            "lower concurrency"
+        )
+    fits(cfg, "eviction", request)
+
+
+def _guard_lru(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"the prefix cache is reported as an LRU cache of exact token blocks: in demonstration "
+        f"{DEMO.number} the arrival order alone moved reuse from {fmt(f['reused_grouped'])} to "
+        f"{fmt(f['reused_interleaved'])} tokens, which no memory of meaning would do"
+    )
+
+
+DEMO = Demonstration(
+    number=4,
+    key="eviction",
+    title="Forced eviction with interleaved prefixes",
+    section=EvictionSection,
+    metrics=METRICS,
+    layers=("storage", "serving", "cost"),
+    steps=steps,
+    run=run,
+    toml=TOML,
+    predictions_toml=PREDICTIONS_TOML,
+    quick_toml=QUICK_TOML,
+    guards=((Risk.LRU_AS_MEMORY, _guard_lru),),
+    check=check,
+    required=("reused_tokens", "ttft_p99_ms", "sim_vs_engine_reused_tokens"),
+)

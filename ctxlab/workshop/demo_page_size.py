@@ -10,19 +10,22 @@ sharing figure. The bytes one token slot costs are read from the pool at every p
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
 from ctxlab.plan.paging import paged_request
 from ctxlab.plan.sharing import prefix_sharing
 from ctxlab.progress import Tracker
-from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
+from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
 from ctxlab.workshop.measure import send
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
-
-DEMO = BY_KEY["page_size"]
 
 
 def steps(session: Session) -> int:
-    return 2 * len(session.cfg.page_size.page_sizes)
+    return 2 * len(DEMO.config(session.cfg).page_sizes)
 
 
 def held_at_once(session: Session, page: int, lengths: list[int]) -> dict[str, float]:
@@ -74,8 +77,8 @@ def diverging_pair(session: Session, page: int, pair: int, at: int) -> dict[str,
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
-    cfg = session.cfg.page_size
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured")
+    cfg = DEMO.config(session.cfg)
+    res = DemoResult.of(DEMO, "run", "measured")
     arch = session.arch()
     per_token = arch.kv_bytes_per_token()
     rows = []
@@ -132,7 +135,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
 
 
 def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int) -> None:
-    cfg = session.cfg.page_size
+    cfg = DEMO.config(session.cfg)
     lengths = ", ".join(f"{n:,}" for n in cfg.request_tokens)
     waste = Table(
         "page_size_waste",
@@ -197,7 +200,7 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
 
 def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
     f = res.figures
-    cfg = session.cfg.page_size
+    cfg = DEMO.config(session.cfg)
     lo, hi = rows[0], rows[-1]
     pool = session.cfg.engine.kv_pool_tokens
     fit_lo = pool // (lo["allocated"] // len(cfg.request_tokens) or 1)
@@ -239,3 +242,142 @@ def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
         "page size, so no saving here is a smaller token; it is fewer empty slots or more "
         "shared ones."
     )
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+class PageSizeSection(Section):
+    page_sizes: list[Pos] = Field(min_length=2)
+    request_tokens: list[Pos] = Field(min_length=1)
+    pair_tokens: Annotated[int, Field(ge=2)]
+    divergence_at: Pos
+
+    @model_validator(mode="after")
+    def _shape(self) -> PageSizeSection:
+        if sorted(set(self.page_sizes)) != self.page_sizes:
+            raise ValueError("page_sizes must be distinct and in increasing order")
+        if self.divergence_at >= self.pair_tokens:
+            raise ValueError(
+                f"divergence_at {self.divergence_at} must fall inside the pair's "
+                f"{self.pair_tokens} tokens"
+            )
+        if all(self.divergence_at % p == 0 for p in self.page_sizes):
+            raise ValueError(
+                f"divergence_at {self.divergence_at} is a multiple of every page size, so it "
+                "cannot show reuse granularity"
+            )
+        return self
+
+
+_SMALL, _LARGE = "smallest page size", "largest page size"
+METRICS = (
+    Metric(
+        "waste_tokens",
+        "tokens",
+        _SMALL,
+        _LARGE,
+        "page-rounding waste over the request set, measured from the pool",
+    ),
+    Metric(
+        "waste_tokens_vs_planner",
+        "tokens",
+        "planner's prediction (all page sizes)",
+        "measured from the pool (all page sizes)",
+        "total rounding waste",
+    ),
+    Metric(
+        "bytes_per_token_slot",
+        "bytes",
+        _SMALL,
+        _LARGE,
+        "pool bytes of one token slot over all layers and KV heads",
+    ),
+    Metric(
+        "reused_tokens_at_divergence",
+        "tokens",
+        _SMALL,
+        _LARGE,
+        "tokens reused by a prompt "
+        "that diverges from a cached one at a position that is not a page multiple",
+    ),
+    Metric(
+        "reused_tokens_vs_planner",
+        "tokens",
+        "planner: full pages before the divergence (all page sizes)",
+        "measured (all page sizes)",
+        "reuse granularity",
+    ),
+    Metric(
+        "ttft_ms_after_divergence",
+        "ms",
+        _SMALL,
+        _LARGE,
+        "time to first token of the diverging prompt",
+    ),
+)
+
+TOML = """\
+# -- 3: page size ----------------------------------------------------------------------------
+[page_size]
+page_sizes = [1, 16, 64, 256]
+request_tokens = [100, 300, 700]   # requests held at once; waste = allocated - held slots
+pair_tokens = 1200            # two prompts of this length ...
+divergence_at = 1000          # ... identical up to this token (not a multiple of most pages)
+"""
+
+PREDICTIONS_TOML = """\
+[predictions.page_size]       # baseline: smallest page; observed: largest page
+waste_tokens = { direction = "up" }
+waste_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+bytes_per_token_slot = { direction = "unchanged", tolerance = 0.0 }
+reused_tokens_at_divergence = { direction = "down", range = [768, 768] }
+reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+ttft_ms_after_divergence = { direction = "up" }
+"""
+
+QUICK_TOML = """\
+[quick.page_size]
+page_sizes = [1, 16, 64]
+request_tokens = [100, 300]
+pair_tokens = 320
+divergence_at = 200
+
+[quick.predictions.page_size]
+waste_tokens = { direction = "up" }
+waste_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+bytes_per_token_slot = { direction = "unchanged", tolerance = 0.0 }
+reused_tokens_at_divergence = { direction = "down", range = [192, 192] }
+reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
+"""
+
+
+def check(ps: PageSizeSection, cfg: CommonConfig) -> None:
+    fits(cfg, "page_size.pair_tokens", ps.pair_tokens + 1)
+    fits(cfg, "page_size.request_tokens", max(ps.request_tokens) + 1)
+
+
+def _guard_paging_bytes(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"demonstration {DEMO.number} reads the bytes of one token slot from the pool at every "
+        f"page size ({fmt(f['slot_bytes'])} bytes each time): paging changes waste and reuse, "
+        "not the size of a token"
+    )
+
+
+DEMO = Demonstration(
+    number=3,
+    key="page_size",
+    title="Page size: rounding waste and reuse granularity",
+    section=PageSizeSection,
+    metrics=METRICS,
+    layers=("storage", "serving"),
+    steps=steps,
+    run=run,
+    toml=TOML,
+    predictions_toml=PREDICTIONS_TOML,
+    quick_toml=QUICK_TOML,
+    guards=((Risk.PAGING_BYTES, _guard_paging_bytes),),
+    check=check,
+    required=("waste_tokens_vs_planner", "reused_tokens_at_divergence"),
+)

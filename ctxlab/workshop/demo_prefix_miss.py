@@ -11,18 +11,22 @@ time so no repeat can reuse another's blocks.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
 from ctxlab.progress import Tracker
-from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
+from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
 from ctxlab.workshop.measure import Sent, median, send, spread
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
-DEMO = BY_KEY["prefix_miss"]
 CASES = ("token 0", "middle", "last block")
 
 
 def steps(session: Session) -> int:
-    return 1 + session.cfg.prefix_miss.repeats * (2 + len(CASES))
+    return 1 + DEMO.config(session.cfg).repeats * (2 + len(CASES))
 
 
 def positions(prompt_tokens: int, page: int) -> dict[str, int]:
@@ -35,8 +39,8 @@ def positions(prompt_tokens: int, page: int) -> dict[str, int]:
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
-    cfg, page = session.cfg.prefix_miss, session.cfg.engine.page_size
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured")
+    cfg, page = DEMO.config(session.cfg), session.cfg.engine.page_size
+    res = DemoResult.of(DEMO, "run", "measured")
     llm = session.llm()
     base = session.text_ids(cfg.prompt_tokens)
 
@@ -179,3 +183,140 @@ def _explain(res: DemoResult, reused, recomputed, ttft, where, prompt_tokens: in
             "someone else sent the same prompt",
         )
     )
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+class PrefixMissSection(Section):
+    prompt_tokens: Annotated[int, Field(ge=8)]
+    output_tokens: Pos
+    repeats: Pos
+
+
+_RESEND = "exact resend (warm)"
+METRICS = (
+    Metric(
+        "reused_tokens_at_token0",
+        "tokens",
+        _RESEND,
+        "token 0 changed",
+        "prompt tokens served by the prefix cache when the first token differs",
+    ),
+    Metric(
+        "reused_tokens_mid",
+        "tokens",
+        _RESEND,
+        "middle token changed",
+        "reused tokens when the token in the middle differs",
+    ),
+    Metric(
+        "reused_tokens_last_block",
+        "tokens",
+        _RESEND,
+        "last-block token changed",
+        "reused tokens when a token of the last block differs",
+    ),
+    Metric(
+        "recomputed_tokens_at_token0",
+        "tokens",
+        _RESEND,
+        "token 0 changed",
+        "prompt tokens computed again",
+    ),
+    Metric(
+        "recomputed_tokens_mid",
+        "tokens",
+        _RESEND,
+        "middle token changed",
+        "prompt tokens computed again",
+    ),
+    Metric(
+        "recomputed_tokens_last_block",
+        "tokens",
+        _RESEND,
+        "last-block token changed",
+        "prompt tokens computed again",
+    ),
+    Metric("ttft_ms_at_token0", "ms", _RESEND, "token 0 changed", "time to first token"),
+    Metric("ttft_ms_mid", "ms", _RESEND, "middle token changed", "time to first token"),
+    Metric("ttft_ms_last_block", "ms", _RESEND, "last-block token changed", "time to first token"),
+    Metric(
+        "reused_tokens_other_tenant",
+        "tokens",
+        _RESEND,
+        "same prompt, other tenant's cache_salt",
+        "reuse across an isolation key (must be none)",
+    ),
+)
+
+TOML = """\
+# -- 1: change one early token ---------------------------------------------------------------
+[prefix_miss]
+prompt_tokens = 1024          # one prompt, cached, then sent again with one token changed
+output_tokens = 4
+repeats = 3                   # each case is sent this many times (a new token value each time)
+"""
+
+PREDICTIONS_TOML = """\
+[predictions.prefix_miss]     # baseline: the same prompt sent again unchanged (warm)
+reused_tokens_at_token0 = { direction = "down", range = [0, 0] }
+reused_tokens_mid = { direction = "down", range = [512, 512] }
+reused_tokens_last_block = { direction = "unchanged", tolerance = 0.0 }
+recomputed_tokens_at_token0 = { direction = "up", range = [1024, 1024] }
+ttft_ms_at_token0 = { direction = "up" }
+ttft_ms_mid = { direction = "up" }
+# 16 tokens computed on both sides; single TTFTs of ~150 ms scatter widely on a shared CPU
+ttft_ms_last_block = { direction = "unchanged", tolerance = 1.0 }
+reused_tokens_other_tenant = { direction = "down", range = [0, 0] }
+"""
+
+QUICK_TOML = """\
+[quick.prefix_miss]
+prompt_tokens = 256
+
+[quick.predictions.prefix_miss]
+reused_tokens_at_token0 = { direction = "down", range = [0, 0] }
+reused_tokens_mid = { direction = "down", range = [128, 128] }
+reused_tokens_last_block = { direction = "unchanged", tolerance = 0.0 }
+recomputed_tokens_at_token0 = { direction = "up", range = [256, 256] }
+ttft_ms_at_token0 = { direction = "up" }
+reused_tokens_other_tenant = { direction = "down", range = [0, 0] }
+"""
+
+
+def check(pm: PrefixMissSection, cfg: CommonConfig) -> None:
+    fits(cfg, "prefix_miss.prompt_tokens", pm.prompt_tokens + pm.output_tokens, pool=True)
+
+
+def _guard_hit_requests(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"reuse is counted in tokens: in demonstration {DEMO.number} the middle change is a hit "
+        f"request that reused {fmt(f['reused_mid'])} tokens and recomputed "
+        f"{fmt(f['recomputed_mid'])}"
+    )
+
+
+def _guard_tenants(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"demonstration {DEMO.number} sent the same prompt under another tenant's cache_salt: "
+        f"it reused {fmt(f['reused_tenant'])} tokens"
+    )
+
+
+DEMO = Demonstration(
+    number=1,
+    key="prefix_miss",
+    title="Change one early token",
+    section=PrefixMissSection,
+    metrics=METRICS,
+    layers=("storage", "serving"),
+    steps=steps,
+    run=run,
+    toml=TOML,
+    predictions_toml=PREDICTIONS_TOML,
+    quick_toml=QUICK_TOML,
+    guards=((Risk.HIT_REQUESTS, _guard_hit_requests), (Risk.TENANTS, _guard_tenants)),
+    check=check,
+    required=("reused_tokens_at_token0", "reused_tokens_mid", "ttft_ms_at_token0"),
+)

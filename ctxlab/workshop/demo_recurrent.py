@@ -19,14 +19,24 @@ growing"; the recurrent side stays modeled.
 
 from __future__ import annotations
 
+from pydantic import field_validator, model_validator
+
 from ctxlab.progress import Tracker
-from ctxlab.workshop.catalog import BY_KEY
-from ctxlab.workshop.config import SimWorkload, Workload, arch_from
+from ctxlab.workshop.config import (
+    CommonConfig,
+    Pos,
+    PosFloat,
+    Section,
+    SimWorkload,
+    Workload,
+    arch_from,
+    fits,
+)
+from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
 from ctxlab.workshop.measure import Timer, median, pct
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
-DEMO = BY_KEY["recurrent_vs_kv"]
 GIB = 2**30
 # The measured windowed pair: (role, registry name), the all-global model first (its pool of
 # engine_pool_tokens tokens sets the bytes both get).
@@ -78,7 +88,7 @@ def engine_workload(session: Session, w: Workload) -> dict:
     """`w` on the real engine with the demonstration's pool: concurrency and bytes measured."""
     from ctxlab.engine import SamplingParams
 
-    cfg = session.cfg.recurrent_vs_kv
+    cfg = DEMO.config(session.cfg)
     llm = session.llm(
         pool_tokens=cfg.engine_pool_tokens,
         max_num_seqs=w.requests,
@@ -117,7 +127,7 @@ def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[d
     from ctxlab.eval.vocab import essay_text
     from ctxlab.model import load_model
 
-    cfg, e = session.cfg.recurrent_vs_kv, session.cfg.engine
+    cfg, e = DEMO.config(session.cfg), session.cfg.engine
     width = 4 if session.cfg.model.dtype == "float32" else 2
     rows: list[dict] = []
     pool_bytes = 0
@@ -176,8 +186,8 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.plan.devices import get_device
     from ctxlab.plan.report import build_plan
 
-    cfg = session.cfg.recurrent_vs_kv
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured and modeled")
+    cfg = DEMO.config(session.cfg)
+    res = DemoResult.of(DEMO, "run", "measured and modeled")
     device = get_device(cfg.device)
     pool_bytes = int(cfg.pool_gib * GIB)
     modeled: list[dict] = []
@@ -231,7 +241,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
 
 
 def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:
-    cfg = session.cfg.recurrent_vs_kv
+    cfg = DEMO.config(session.cfg)
     storage = Table(
         "recurrent_storage",
         "storage",
@@ -317,7 +327,7 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
 
 
 def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None:
-    w = session.cfg.recurrent_vs_kv.engine_long
+    w = DEMO.config(session.cfg).engine_long
     table = Table(
         "recurrent_windowed",
         "serving",
@@ -351,7 +361,7 @@ def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None
 
 def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:
     f = res.figures
-    cfg = session.cfg.recurrent_vs_kv
+    cfg = DEMO.config(session.cfg)
     pick = {(r["role"], r["workload"]): r for r in modeled}
     ks, rs = pick[("KV-heavy", "short")], pick[("recurrent", "short")]
     kl, rl = pick[("KV-heavy", "long")], pick[("recurrent", "long")]
@@ -408,3 +418,154 @@ def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: d
         "request is a storage and capacity result, not evidence that the recurrent model "
         "answers as well over long context."
     )
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+class RecurrentSection(Section):
+    recurrent_arch: str
+    kv_arch: str
+    device: str
+    pool_gib: PosFloat
+    short: SimWorkload
+    long: SimWorkload
+    engine_pool_tokens: Pos
+    engine_short: Workload
+    engine_long: Workload
+
+    @field_validator("recurrent_arch", "kv_arch")
+    @classmethod
+    def _arch(cls, name: str) -> str:
+        arch_from(name)  # an unknown preset or an unreadable file is one sentence
+        return name
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, name: str) -> str:
+        from ctxlab.plan.devices import DEVICES
+
+        if name not in DEVICES:
+            raise ValueError(f"{name!r} is not a device (known: {', '.join(DEVICES)})")
+        return name
+
+    @model_validator(mode="after")
+    def _kinds(self) -> RecurrentSection:
+        rec, kv = arch_from(self.recurrent_arch), arch_from(self.kv_arch)
+        if rec.fixed_state_bytes() == 0:
+            raise ValueError(f"recurrent_arch {self.recurrent_arch!r} has no recurrent layer")
+        if kv.fixed_state_bytes() != 0 or kv.kv_bytes_per_token() == 0:
+            raise ValueError(f"kv_arch {self.kv_arch!r} is not a pure KV-cache architecture")
+        for name, w in (("engine_short", self.engine_short), ("engine_long", self.engine_long)):
+            if w.input_tokens + w.output_tokens > self.engine_pool_tokens:
+                raise ValueError(
+                    f"one {name} request ({w.input_tokens} + {w.output_tokens} tokens) does not "
+                    f"fit engine_pool_tokens {self.engine_pool_tokens}"
+                )
+        return self
+
+
+_KV, _REC = "KV-heavy architecture", "fixed-recurrent-state architecture"
+METRICS = (
+    Metric("bytes_per_request", "bytes", _KV, _REC, "cache bytes of one short request (plan)"),
+    Metric(
+        "concurrency_reached",
+        "requests",
+        _KV,
+        _REC,
+        "most requests running at once, short workload at equal memory (simulated)",
+    ),
+    Metric("ttft_p99_ms", "ms", _KV, _REC, "p99 TTFT, short workload at equal memory (simulated)"),
+    Metric(
+        "engine_concurrency_reached",
+        "requests",
+        "long requests (engine)",
+        "short requests (engine)",
+        "most requests running at once on the real engine's pool",
+    ),
+    Metric(
+        "engine_bytes_per_request",
+        "bytes",
+        "long requests (engine)",
+        "short requests (engine)",
+        "resident cache bytes per request, measured from the pool",
+    ),
+    Metric(
+        "engine_ttft_p99_ms",
+        "ms",
+        "long requests (engine)",
+        "short requests (engine)",
+        "p99 TTFT on the real engine",
+    ),
+)
+
+TOML = """\
+# -- 7: fixed recurrent state against a KV-heavy cache at equal memory ----------------------
+[recurrent_vs_kv]
+recurrent_arch = "jamba-v0.1" # with recurrent layers (modeled: plan + simulate); a preset,
+                              # a .gguf file (header only) or a Hugging Face config.json
+kv_arch = "llama-3.1-8b"      # a cache that grows with every token; the same three sources
+device = "h100"               # the device the simulator prices steps on (roofline)
+pool_gib = 16.0               # equal memory: the same KV pool for both, in GiB
+# many short requests and a few long ones, arriving evenly at `rate` per second (0: at once)
+short = { requests = 256, input_tokens = 2048, output_tokens = 512, rate = 8.0 }
+long = { requests = 16, input_tokens = 32768, output_tokens = 256, rate = 0.5 }
+engine_pool_tokens = 2560     # the real engine's pool for its KV-heavy contrast
+engine_short = { requests = 16, input_tokens = 128, output_tokens = 8 }
+engine_long = { requests = 4, input_tokens = 1024, output_tokens = 8 }
+"""
+
+PREDICTIONS_TOML = """\
+[predictions.recurrent_vs_kv] # baseline: KV-heavy; observed: recurrent (engine: long vs short)
+bytes_per_request = { direction = "down" }
+concurrency_reached = { direction = "up" }
+ttft_p99_ms = { direction = "down" }
+engine_concurrency_reached = { direction = "up" }
+engine_bytes_per_request = { direction = "down" }
+"""
+
+QUICK_TOML = """\
+[quick.recurrent_vs_kv]
+engine_pool_tokens = 1024
+engine_short = { requests = 8, input_tokens = 64, output_tokens = 4 }
+engine_long = { requests = 2, input_tokens = 384, output_tokens = 4 }
+"""
+
+
+def check(r: RecurrentSection, cfg: CommonConfig) -> None:
+    w = r.engine_long
+    fits(cfg, "recurrent_vs_kv.engine_long", w.input_tokens + w.output_tokens)
+
+
+def _guard_lossless(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"demonstration {DEMO.number} calls the recurrent state a fixed, lossy summary and "
+        "claims only capacity and latency for it; it says that no quality decision is "
+        "established"
+    )
+
+
+def _guard_p99(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"in demonstration {DEMO.number} the KV-heavy model's short workload has p50 TTFT "
+        f"{fmt(f['kv_short_p50'], 1)} ms and p99 {fmt(f['kv_short_p99'], 1)} ms, with "
+        f"{fmt(f['kv_short_preemptions'])} preemptions behind the tail"
+    )
+
+
+DEMO = Demonstration(
+    number=7,
+    key="recurrent_vs_kv",
+    title="Fixed recurrent state against a KV-heavy cache at equal memory",
+    section=RecurrentSection,
+    metrics=METRICS,
+    layers=("storage", "serving"),
+    steps=steps,
+    run=run,
+    toml=TOML,
+    predictions_toml=PREDICTIONS_TOML,
+    quick_toml=QUICK_TOML,
+    guards=((Risk.RECURRENT_LOSSLESS, _guard_lossless), (Risk.P99, _guard_p99)),
+    check=check,
+    required=("concurrency_reached", "engine_concurrency_reached"),
+)

@@ -20,16 +20,17 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
 
 from ctxlab.progress import Tracker
 from ctxlab.workshop import retrieval_depth_report as report
-from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.config import Pos, Section, Seed
+from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
 from ctxlab.workshop.measure import Timer
-from ctxlab.workshop.result import DemoResult
+from ctxlab.workshop.result import DemoResult, fmt
 from ctxlab.workshop.session import Session
-
-DEMO = BY_KEY["retrieval_depth"]
 
 
 @dataclass
@@ -79,7 +80,7 @@ def _gold(retriever: Any, key: str) -> Any:
 
 
 def steps(session: Session) -> int:
-    c = session.cfg.retrieval_depth
+    c = DEMO.config(session.cfg)
     batches = -(-c.answer_questions // session.cfg.engine.max_num_seqs)
     return 1 + batches * len(c.k_values) + (1 if c.gold_row else 0)
 
@@ -108,8 +109,8 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.rag.retriever import order_passages
     from ctxlab.workshop.memory_backend import workshop_backend
 
-    c, cost = session.cfg.retrieval_depth, session.cfg.cost
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured")
+    c, cost = DEMO.config(session.cfg), session.cfg.cost
+    res = DemoResult.of(DEMO, "run", "measured")
     fx = corpus_fixture(c.fixture_seed)
     asked = fx.questions[: c.questions]
     answered = subset(asked, c.answer_questions, c.fixture_seed)
@@ -226,3 +227,109 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         )
     )
     return res
+
+
+# -- declarations ---------------------------------------------------------------------------
+
+
+class RetrievalSection(Section):
+    k_values: list[Pos] = Field(min_length=1)
+    retriever: Literal["bm25", "dense", "hybrid"]
+    questions: Annotated[int, Field(ge=1, le=100)]  # the fixture has 100 gold questions
+    answer_questions: Pos
+    answer_tokens: Pos
+    order: Literal["relevance", "edges"]
+    gold_row: bool
+    fixture_seed: Seed
+
+    @model_validator(mode="after")
+    def _shape(self) -> RetrievalSection:
+        if sorted(set(self.k_values)) != self.k_values:
+            raise ValueError("k_values must be distinct and in increasing order")
+        if self.answer_questions > self.questions:
+            raise ValueError(
+                f"answer_questions {self.answer_questions} is more than the {self.questions} "
+                "questions retrieval is measured on"
+            )
+        return self
+
+
+_KMIN, _KMAX = "smallest k", "largest k"
+METRICS = (
+    Metric("recall_at_k_pct", "%", _KMIN, _KMAX, "evidence sentences found in the top k"),
+    Metric("citation_precision_pct", "%", _KMIN, _KMAX, "cited chunks that are gold"),
+    Metric("citation_recall_pct", "%", _KMIN, _KMAX, "gold chunks that are cited"),
+    Metric("answer_accuracy_pct", "%", _KMIN, _KMAX, "answers matching the gold answer"),
+    Metric(
+        "context_tokens_per_question",
+        "tokens",
+        _KMIN,
+        _KMAX,
+        "tokens the retrieved passages add to the prompt",
+    ),
+    Metric("cost_per_question_usd", "USD", _KMIN, _KMAX, "hosted price of one question"),
+)
+
+TOML = """\
+# -- 6: retrieval depth k --------------------------------------------------------------------
+[retrieval_depth]
+k_values = [1, 2, 4, 8]
+retriever = "bm25"            # bm25, dense or hybrid (bm25: see docs/statistics.md)
+questions = 100               # gold questions of the seeded corpus: recall, tokens and cost over
+                              # all of them at every k
+answer_questions = 100        # questions answered by the model at every k (all of them; fewer
+                              # is a seeded subset, the same questions at every k)
+answer_tokens = 16            # greedy answers of at most this many tokens
+order = "relevance"           # passages best first, or "edges" (against lost in the middle)
+gold_row = false              # also answer the subset from its gold passages alone (the
+                              # model's ceiling; one more model call per question)
+fixture_seed = 0
+"""
+
+PREDICTIONS_TOML = """\
+[predictions.retrieval_depth] # baseline: smallest k; observed: largest k
+# the top k are nested (the top 8 hold the top 1), so recall and tokens can only grow with k
+recall_at_k_pct = { direction = "up" }
+context_tokens_per_question = { direction = "up" }
+cost_per_question_usd = { direction = "up" }
+"""
+
+QUICK_TOML = """\
+[quick.retrieval_depth]
+k_values = [1, 4]
+answer_questions = 4          # --quick: a seeded subset of 4 questions, said so in the report
+answer_tokens = 12
+"""
+
+
+def _guard_recall_only(f: Figures) -> tuple[str, str]:
+    return "guarded", (
+        f"demonstration {DEMO.number} reports answer accuracy and citation precision beside "
+        f"recall@k: recall {fmt(f['recall_lo_pct'], 1)}% -> {fmt(f['recall_hi_pct'], 1)}% over "
+        f"all {fmt(f['questions'])} questions, accuracy {fmt(f['accuracy_lo_pct'], 1)}% -> "
+        f"{fmt(f['accuracy_hi_pct'], 1)}% and citation precision "
+        f"{fmt(f['citation_precision_lo_pct'], 1)}% -> {fmt(f['citation_precision_hi_pct'], 1)}% "
+        + (
+            f"on all {fmt(f['answered'])} questions"
+            if f["answered"] == f["questions"]
+            else f"on a seeded subset of {fmt(f['answered'])}"
+        )
+        + ", smallest k to largest"
+    )
+
+
+DEMO = Demonstration(
+    number=6,
+    key="retrieval_depth",
+    title="Retrieval depth k",
+    section=RetrievalSection,
+    metrics=METRICS,
+    layers=("retrieval", "task", "cost"),
+    steps=steps,
+    run=run,
+    toml=TOML,
+    predictions_toml=PREDICTIONS_TOML,
+    quick_toml=QUICK_TOML,
+    guards=((Risk.RECALL_ONLY, _guard_recall_only),),
+    required=("recall_at_k_pct",),
+)

@@ -11,10 +11,9 @@ explained twice, the "what could go wrong" list, and the files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from ctxlab.workshop.catalog import BY_KEY
-from ctxlab.workshop.result import LAYERS, fmt
+from ctxlab.workshop.registry import BY_KEY
+from ctxlab.workshop.result import LAYERS, JSONObject, fmt
 
 
 @dataclass
@@ -31,7 +30,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]], note: str = ""
     return Block("table", title, columns=columns, rows=rows, note=note)
 
 
-def _stored_table(t: dict[str, Any]) -> Block:
+def _stored_table(t: JSONObject) -> Block:
     cols = t["columns"]
     rows = [
         [fmt(cell, col["digits"]) for cell, col in zip(row, cols, strict=True)] for row in t["rows"]
@@ -39,7 +38,7 @@ def _stored_table(t: dict[str, Any]) -> Block:
     return _table(f"{t['title']} ({t['mode']})", [c["name"] for c in cols], rows, t.get("note", ""))
 
 
-def build_document(res: dict[str, Any]) -> list[Block]:
+def build_document(res: JSONObject) -> list[Block]:
     doc: list[Block] = [Block("h1", "ctxlab workshop report")]
     doc += _status(res)
     doc += _predictions(res)
@@ -51,7 +50,7 @@ def build_document(res: dict[str, Any]) -> list[Block]:
     return doc
 
 
-def _status(res: dict[str, Any]) -> list[Block]:
+def _status(res: JSONObject) -> list[Block]:
     run = res["run"]
     head = "Status: complete" if res["status"] == "complete" else "Status: INCOMPLETE"
     load0 = " / ".join(fmt(x, 2) for x in run["load_average_start"]) or "n/a"
@@ -90,7 +89,7 @@ def _status(res: dict[str, Any]) -> list[Block]:
     ]
 
 
-def _predictions(res: dict[str, Any]) -> list[Block]:
+def _predictions(res: JSONObject) -> list[Block]:
     from ctxlab.workshop.config import Prediction
     from ctxlab.workshop.verdicts import describe
 
@@ -138,7 +137,7 @@ def _predictions(res: dict[str, Any]) -> list[Block]:
     return out
 
 
-def _context(res: dict[str, Any]) -> list[Block]:
+def _context(res: JSONObject) -> list[Block]:
     rows = [[r["name"], fmt(r["tokens"]), r["source"]] for r in res["context_numbers"]]
     return [
         Block("h2", "The six context numbers"),
@@ -153,7 +152,7 @@ def _context(res: dict[str, Any]) -> list[Block]:
     ]
 
 
-def _layers(res: dict[str, Any]) -> list[Block]:
+def _layers(res: JSONObject) -> list[Block]:
     out: list[Block] = []
     for layer, stack in LAYERS.items():
         out.append(Block("h2", f"{layer.capitalize()} results"))
@@ -177,16 +176,12 @@ def _layers(res: dict[str, Any]) -> list[Block]:
 
 
 def _owns(key: str, layer: str) -> bool:
-    """Which layer's table a demonstration that did not run would have filled."""
-    return (key, layer) in {
-        ("retrieval_depth", "retrieval"),
-        ("retrieval_depth", "cost"),
-        ("retrieval_depth", "task"),
-        ("compaction", "task"),
-    }
+    """Whether a demonstration that did not run would have filled this layer's table."""
+    demo = BY_KEY.get(key)
+    return demo is not None and layer in demo.layers
 
 
-def _demos(res: dict[str, Any]) -> list[Block]:
+def _demos(res: JSONObject) -> list[Block]:
     out = [Block("h2", "The demonstrations")]
     for d in res["demos"].values():
         head = f"{d['number']}. {d['title']}"
@@ -215,7 +210,7 @@ def _demos(res: dict[str, Any]) -> list[Block]:
     return out
 
 
-def _checklist(res: dict[str, Any]) -> list[Block]:
+def _checklist(res: JSONObject) -> list[Block]:
     rows = [[c["risk"], c["status"], c["how"]] for c in res["checklist"]]
     return [
         Block("h2", "What could go wrong, checked against this run"),
@@ -227,7 +222,7 @@ def _checklist(res: dict[str, Any]) -> list[Block]:
     ]
 
 
-def _files(res: dict[str, Any]) -> list[Block]:
+def _files(res: JSONObject) -> list[Block]:
     files = [res["files"]["results"], res["files"]["html"]]
     if res.get("useful_context"):
         files.append(res["useful_context"]["rows_file"])

@@ -13,16 +13,20 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ctxlab.engine.metrics import percentile
+from ctxlab.engine.metrics import RequestMetrics, percentile
+
+if TYPE_CHECKING:
+    from ctxlab.engine import LLM
+    from ctxlab.workshop.server_backend import ServerLLM
 
 
 @dataclass(frozen=True)
 class Sent:
     """One finished request: the engine's metrics and the CPU seconds it took."""
 
-    metrics: Any  # ctxlab.engine.RequestMetrics
+    metrics: RequestMetrics
     cpu_s: float
 
     @property
@@ -42,7 +46,7 @@ class Sent:
         return self.metrics.prompt_tokens - self.metrics.reused_tokens
 
 
-def send(llm: Any, ids: list[int], max_tokens: int, salt: str | None = None) -> Sent:
+def send(llm: LLM | ServerLLM, ids: list[int], max_tokens: int, salt: str | None = None) -> Sent:
     """Run one request alone to completion (EOS ignored, so it makes `max_tokens` tokens)."""
     from ctxlab.engine import SamplingParams
 

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxlab.memory.backend import Chat, Reply
 from ctxlab.memory.engine_backend import EngineBackend
+
+if TYPE_CHECKING:
+    from ctxlab.engine import LLM
+    from ctxlab.workshop.server_backend import ServerLLM
+    from ctxlab.workshop.session import Session
 
 
 @dataclass
@@ -45,7 +50,7 @@ class CallLog:
 class WorkshopBackend(EngineBackend):
     """An `EngineBackend` over `llm` that warms shared prefixes and logs every call."""
 
-    def __init__(self, llm: Any, context_window: int, min_shared_tokens: int) -> None:
+    def __init__(self, llm: LLM | ServerLLM, context_window: int, min_shared_tokens: int) -> None:
         super().__init__(llm, context_window=context_window)
         self.min_shared_tokens = min_shared_tokens
         self.log = CallLog()
@@ -87,7 +92,7 @@ def _common_prefix(ids: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def workshop_backend(session: Any, pool_tokens: int, max_num_seqs: int) -> WorkshopBackend:
+def workshop_backend(session: Session, pool_tokens: int, max_num_seqs: int) -> WorkshopBackend:
     """A backend over a fresh engine on the run's model: `pool_tokens` (whole pages) and
     `max_num_seqs` sized by the demonstration for its largest batch; a shared prefix is
     warmed when it fills at least one page."""

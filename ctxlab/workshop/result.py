@@ -12,10 +12,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from ctxlab import stats
 from ctxlab.stats import Interval
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from ctxlab.workshop.demonstration import Demonstration
+
+# What results.json holds: the report, the checklist and the plots read these back.
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+JSONObject = dict[str, JSONValue]
+Cell = str | int | float | None  # one cell of a table
 
 Layer = Literal["storage", "serving", "retrieval", "task", "cost"]
 Mode = Literal["measured", "modeled", "measured and modeled"]
@@ -31,11 +41,11 @@ LAYERS: dict[str, str] = {
 }
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def fmt(value: Any, digits: int = 0) -> str:
+def fmt(value: object, digits: int = 0) -> str:
     """The printed form of a number: thousands separators, `digits` decimals for floats."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
@@ -59,10 +69,10 @@ class Table:
     title: str
     mode: Mode
     columns: list[Column]
-    rows: list[list[Any]] = field(default_factory=list)
+    rows: list[list[Cell]] = field(default_factory=list)
     note: str = ""
 
-    def add(self, *cells: Any) -> None:
+    def add(self, *cells: Cell) -> None:
         if len(cells) != len(self.columns):
             raise ValueError(
                 f"table {self.key}: {len(cells)} cells for {len(self.columns)} columns"
@@ -70,7 +80,10 @@ class Table:
         self.rows.append([_clean(c) for c in cells])
 
 
-def _clean(value: Any) -> Any:
+V = TypeVar("V")
+
+
+def _clean(value: V) -> V | None:
     """NaN and inf are not JSON: they become None (printed n/a)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -104,9 +117,9 @@ class Figures:
     """Named numbers the prose uses; `say` records one and returns it as printed."""
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
+        self.values: JSONObject = {}
 
-    def say(self, name: str, value: Any, digits: int = 0) -> str:
+    def say(self, name: str, value: JSONValue, digits: int = 0) -> str:
         self.values[name] = _clean(value)
         return fmt(value, digits)
 
@@ -136,12 +149,20 @@ class DemoResult:
     plots: list[Path] = field(default_factory=list)
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    declared: tuple[str, ...] | None = None  # the metric names `observe` accepts
+
+    @classmethod
+    def of(
+        cls, demo: Demonstration[BaseModel], status: Status = "run", mode: str = "measured"
+    ) -> DemoResult:
+        """A result of `demo`: it accepts only the metrics `demo` declares."""
+        return cls(demo.number, demo.key, demo.title, status, mode, declared=demo.metric_names)
 
     def observe(
         self,
         metric: str,
-        baseline: Any,
-        observed: Any,
+        baseline: float | None,
+        observed: float | None,
         digits: int = 0,
         noise: float | None = None,
         why_missing: str | None = None,
@@ -150,6 +171,8 @@ class DemoResult:
     ) -> None:
         """Record a metric; `change` is the 95 % interval of observed - baseline, when the
         two come from samples (`test` says how it was made)."""
+        if self.declared is not None and metric not in self.declared:
+            raise ValueError(f"{metric!r} is not a declared metric of {self.key}")
         lo = hi = n = None
         if change is not None and math.isfinite(change.low) and math.isfinite(change.high):
             lo, hi, n = change.low, change.high, change.n
@@ -188,7 +211,7 @@ class DemoResult:
             f"{len(observed)} repeats",
         )
 
-    def to_json(self, out_dir: Path) -> dict[str, Any]:
+    def to_json(self, out_dir: Path) -> JSONObject:
         return {
             "number": self.number,
             "key": self.key,

@@ -10,7 +10,6 @@ metric of the selected demonstrations was measured.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -18,23 +17,27 @@ import platform
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxlab.progress import progress
 from ctxlab.workshop import checklist
-from ctxlab.workshop.catalog import DEMOS, metric_ref
-from ctxlab.workshop.config import WorkshopConfig
 from ctxlab.workshop.context_numbers import context_numbers
 from ctxlab.workshop.measure import Timer, load_average
-from ctxlab.workshop.result import DemoResult
+from ctxlab.workshop.registry import REGISTERED, WorkshopConfig, metric_ref
+from ctxlab.workshop.result import DemoResult, JSONObject, Table
 from ctxlab.workshop.session import Session
-from ctxlab.workshop.verdicts import VERDICT_KINDS, judge
+from ctxlab.workshop.verdicts import VERDICT_KINDS, Verdict, judge
+
+if TYPE_CHECKING:
+    from ctxlab.model import LoadedModel
+    from ctxlab.probe.prefix import PrefixResult
+    from ctxlab.workshop.server_backend import ServerLLM
 
 SCHEMA = "ctxlab.workshop/1"
 COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
 
 
-def load_default_model(cfg: WorkshopConfig, enabled: bool = True) -> Any:
+def load_default_model(cfg: WorkshopConfig, enabled: bool = True) -> LoadedModel:
     from ctxlab.commands.options import EngineOptions
 
     EngineOptions(model=cfg.model.source, dtype=cfg.model.dtype).check()
@@ -57,10 +60,10 @@ def run_workshop(
     quick: bool = False,
     only: set[int] | None = None,
     config_label: str = "the embedded default config",
-    loaded: Any = None,
+    loaded: LoadedModel | None = None,
     show_progress: bool = True,
-    server: Any = None,
-) -> dict[str, Any]:
+    server: ServerLLM | None = None,
+) -> JSONObject:
     """Run, write results.json, report.md and report.html under `out`; return the results.
 
     `server` (a `ServerLLM`, from `ctxlab workshop --server`): demonstrations 1, 2, 5 and 6
@@ -84,7 +87,7 @@ def run_workshop(
         if cfg.useful_context.enabled and only is None:
             useful = _useful_context(session, show_progress)
         demo_json = {k: d.to_json(out) for k, d in demos.items()}
-        results: dict[str, Any] = {
+        results: JSONObject = {
             "schema": SCHEMA,
             "config": cfg.model_dump(),
             "demos": demo_json,
@@ -138,11 +141,13 @@ class Through:
     """What `--server` decided before the demonstrations ran."""
 
     label: str
-    staircase: Any  # ctxlab.probe.prefix.PrefixResult
+    staircase: PrefixResult
     cached_reported: bool
 
 
-def _through_server(session: Session, server: Any, only: set[int] | None, show: bool) -> Through:
+def _through_server(
+    session: Session, server: ServerLLM, only: set[int] | None, show: bool
+) -> Through:
     """Measure the server's page size once (demonstrations 1 and 3 need it) and whether it
     reports cached tokens; demonstrations then see the server's page, not the config's."""
     from ctxlab.workshop import server_demos
@@ -163,21 +168,20 @@ def _run_demos(
     session: Session, only: set[int] | None, show: bool, through: Through | None = None
 ) -> dict[str, DemoResult]:
     demos: dict[str, DemoResult] = {}
-    for demo in DEMOS:
+    for demo in REGISTERED:
         if only is not None and demo.number not in only:
-            demos[demo.key] = DemoResult(demo.number, demo.key, demo.title, "not selected", "")
+            demos[demo.key] = DemoResult.of(demo, "not selected", "")
             continue
         if through is not None:
             early = _server_variant(session, demo.key, through)
             if early is not None:
                 demos[demo.key] = early
                 continue
-        module = importlib.import_module(f"ctxlab.workshop.{demo.module}")
-        label = f"demonstration {demo.number}/{len(DEMOS)}: {demo.title}"
+        label = f"demonstration {demo.number}/{len(REGISTERED)}: {demo.title}"
         session.use_server = through is not None and demo.key in THROUGH_SERVER
         try:
-            with progress(label, module.steps(session), enabled=show) as tracker, Timer() as t:
-                res = module.run(session, tracker)
+            with progress(label, demo.steps(session), enabled=show) as tracker, Timer() as t:
+                res = demo.run(session, tracker)
         finally:
             session.use_server = False
         res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
@@ -219,7 +223,7 @@ def _name_the_server(res: DemoResult, key: str, label: str) -> None:
             )
 
 
-def _useful_context(session: Session, show: bool) -> dict[str, Any]:
+def _useful_context(session: Session, show: bool) -> JSONObject:
     from ctxlab.workshop import useful_context
 
     label = "measured useful context: a small eval"
@@ -229,19 +233,19 @@ def _useful_context(session: Session, show: bool) -> dict[str, Any]:
     return result
 
 
-def _table_json(table: Any) -> dict[str, Any]:
+def _table_json(table: Table) -> JSONObject:
     from dataclasses import asdict
 
     return asdict(table)
 
 
-def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list:
+def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list[Verdict]:
     """Every prediction judged; a timing measured once (no repeats, no interval of its own)
     is read against the largest scatter of repeated timings in this run, since the same
     machine produced both: a change smaller than that is within noise, never held."""
     from dataclasses import replace
 
-    from ctxlab.workshop.catalog import BY_KEY
+    from ctxlab.workshop.registry import BY_KEY
 
     def timed(key: str, metric: str) -> bool:
         m = BY_KEY[key].metric(metric)
@@ -312,7 +316,7 @@ def _required(cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] 
     return rows
 
 
-def write_reports(results: dict[str, Any], out: Path) -> dict[str, Path]:
+def write_reports(results: JSONObject, out: Path) -> dict[str, Path]:
     """results.json first; both reports are rendered from what was written to it."""
     from ctxlab.workshop.document import build_document
     from ctxlab.workshop.report_html import render_html

@@ -15,7 +15,7 @@ import secrets
 
 from ctxlab.probe import prefix
 from ctxlab.probe.prompts import Words, check_rule, text
-from ctxlab.workshop.catalog import BY_KEY
+from ctxlab.workshop.registry import BY_KEY
 from ctxlab.workshop.result import Column, DemoResult, Table
 from ctxlab.workshop.server_backend import ServerLLM
 from ctxlab.workshop.session import Session
@@ -29,7 +29,7 @@ EVICTION_REASON = (
 
 def not_measurable(key: str, reason: str) -> DemoResult:
     demo = BY_KEY[key]
-    res = DemoResult(demo.number, demo.key, demo.title, "not measurable", "measured")
+    res = DemoResult.of(demo, "not measurable")
     res.summary = f"Not measurable through the server: {reason}."
     res.notes.append(res.summary)
     return res
@@ -48,7 +48,7 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
     demo = BY_KEY["page_size"]
     # Its predictions compare page sizes, which a server does not let a client choose: the
     # demonstration as configured is not measurable; what the server's page is, is.
-    res = DemoResult(demo.number, demo.key, demo.title, "not measurable", "measured")
+    res = DemoResult.of(demo, "not measurable")
     g = pre.granularity
     page = g.value if isinstance(g.value, int) else None
     f = res.figures

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ctxlab.workshop.config import WorkshopConfig
+from ctxlab.workshop.config import CommonConfig
+
+if TYPE_CHECKING:
+    from ctxlab.arch.spec import ArchSpec
+    from ctxlab.engine import LLM
+    from ctxlab.model import LoadedModel
+    from ctxlab.workshop.server_backend import ServerLLM
 
 WARM_UP_TOKENS = 48
 TEXT_CHARS = 400_000  # about 100,000 tokens: far more than one run's prompts need
@@ -20,8 +26,8 @@ TEXT_CHARS = 400_000  # about 100,000 tokens: far more than one run's prompts ne
 
 @dataclass
 class Session:
-    cfg: WorkshopConfig
-    loaded: Any  # ctxlab.model.LoadedModel
+    cfg: CommonConfig  # a registry.WorkshopConfig: each demonstration reads its table
+    loaded: LoadedModel
     out: Path
     quick: bool = False
     _ids: list[int] = field(default_factory=list)
@@ -29,7 +35,7 @@ class Session:
     resident_tokens: list[tuple[str, int]] = field(default_factory=list)
     # `ctxlab workshop --server`: the server, and whether the running demonstration goes
     # through it (the runner sets this per demonstration; the others use the local engine)
-    server: Any = None  # ctxlab.workshop.server_backend.ServerLLM
+    server: ServerLLM | None = None
     use_server: bool = False
 
     # -- prompts --------------------------------------------------------------------------
@@ -63,7 +69,7 @@ class Session:
         max_num_batched_tokens: int | None = None,
         prefix_caching: bool = True,
         warm_up: bool = True,
-    ) -> Any:
+    ) -> LLM | ServerLLM:
         """An engine over the shared model; `warm_up` runs one short untimed request first,
         so the first measured request does not pay for lazy allocations. Through a server
         (`use_server`) it is the server itself: its page size and pool are its own."""
@@ -87,7 +93,7 @@ class Session:
             llm.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="warm-up")
         return llm
 
-    def slot_bytes(self, llm: Any) -> int:
+    def slot_bytes(self, llm: LLM | ServerLLM) -> int:
         """Pool bytes of one token slot over every layer and KV head, read from the pool
         (through a server: the planner's bytes per token of the local model's arch)."""
         if llm is self.server and self.server is not None:
@@ -95,7 +101,7 @@ class Session:
         kv = llm.engine.kv
         return kv.pool.block_bytes * kv.n_lanes // kv.block_size
 
-    def note_resident(self, where: str, resident_bytes: int, llm: Any) -> None:
+    def note_resident(self, where: str, resident_bytes: int | None, llm: LLM | ServerLLM) -> None:
         """Record one request's resident cache tokens (for the six context numbers); a
         server does not tell them (None), so nothing is recorded."""
         if resident_bytes is None:
@@ -103,7 +109,7 @@ class Session:
         self.resident_tokens.append((where, resident_bytes // self.slot_bytes(llm)))
 
     # -- the planner's view of the same model ---------------------------------------------
-    def arch(self) -> Any:
+    def arch(self) -> ArchSpec:
         """The architecture for plan and simulate, its cache at the engine's dtype width."""
         from ctxlab.workshop.config import arch_from
 

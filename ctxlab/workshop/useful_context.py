@@ -8,11 +8,9 @@ grid, backend and scoring with the full cache, so the figure is the eval's, not 
 
 from __future__ import annotations
 
-from typing import Any
-
 from ctxlab.progress import Tracker
 from ctxlab.workshop.measure import Timer
-from ctxlab.workshop.result import Column, Table
+from ctxlab.workshop.result import Column, JSONObject, Table
 from ctxlab.workshop.session import Session
 
 
@@ -21,7 +19,7 @@ def steps(session: Session) -> int:
     return len(u.tasks) * len(u.lengths) * u.samples
 
 
-def measure(session: Session, tracker: Tracker) -> dict[str, Any]:
+def measure(session: Session, tracker: Tracker) -> JSONObject:
     """Scores per task and length, the mean per length, and the effective length."""
     from ctxlab.eval.engine_backend import EngineBackend, token_counter
     from ctxlab.eval.runner import Grid, PolicyRun, run_grid
@@ -41,7 +39,7 @@ def measure(session: Session, tracker: Tracker) -> dict[str, Any]:
     rows_path.unlink(missing_ok=True)
     pool = max(u.lengths) * 2 + 1024
 
-    def backend_for(run: PolicyRun) -> Any:
+    def backend_for(run: PolicyRun) -> EngineBackend:
         return EngineBackend(session.loaded, run, kv_pool_tokens=pool)
 
     with Timer() as t:
@@ -67,7 +65,7 @@ def measure(session: Session, tracker: Tracker) -> dict[str, Any]:
     }
 
 
-def table(result: dict[str, Any]) -> Table:
+def table(result: JSONObject) -> Table:
     t = Table(
         "useful_context_task",
         "task",

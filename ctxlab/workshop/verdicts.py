@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ctxlab.stats import Interval, exact
 from ctxlab.stats import verdict as verdict_of
 from ctxlab.workshop.config import Prediction
-from ctxlab.workshop.result import Observation, fmt
+from ctxlab.workshop.result import JSONObject, Observation, fmt
 
 VerdictKind = Literal["held", "failed", "within noise", "not measurable"]
 VERDICT_KINDS: tuple[str, ...] = ("held", "failed", "within noise", "not measurable")
@@ -50,7 +50,7 @@ class Verdict:
     change_high: float | None = None
     samples: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "demo": self.demo,
             "key": self.key,

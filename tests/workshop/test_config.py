@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from ctxlab.errors import CtxlabError
-from ctxlab.workshop.catalog import BY_KEY, DEMOS
-from ctxlab.workshop.config import eviction_pool_tokens
 from ctxlab.workshop.config_file import load_config
 from ctxlab.workshop.default_config import DEFAULT_TOML
+from ctxlab.workshop.demo_eviction import eviction_pool_tokens
+from ctxlab.workshop.registry import BY_KEY, REGISTERED
 
 
 def test_default_and_quick_are_valid() -> None:
     cfg, quick = load_config(), load_config(quick=True)
     assert cfg.prefix_miss.prompt_tokens > quick.prefix_miss.prompt_tokens
-    assert set(cfg.predictions) == {d.key for d in DEMOS}
+    assert set(cfg.predictions) == {d.key for d in REGISTERED}
     assert "compaction.facts_lost" in cfg.required_metrics
     assert quick.useful_context.enabled is False
     assert eviction_pool_tokens(cfg) % cfg.engine.page_size == 0
@@ -115,6 +115,6 @@ def test_a_missing_file_is_one_sentence(tmp_path: Path) -> None:
 
 def test_docs_list_every_metric() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "workshop.md").read_text()
-    for demo in DEMOS:
+    for demo in REGISTERED:
         for name in demo.metric_names:
             assert f"`{name}`" in text, name

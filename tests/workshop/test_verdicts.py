@@ -89,8 +89,8 @@ def test_with_no_tolerance_exactly_one_direction_holds(base: float, seen: float)
 
 
 def test_a_timing_without_repeats_is_read_against_the_runs_largest_scatter() -> None:
-    from ctxlab.workshop.catalog import BY_KEY
     from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.registry import BY_KEY
     from ctxlab.workshop.result import DemoResult
     from ctxlab.workshop.runner import _verdicts
 

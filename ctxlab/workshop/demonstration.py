@@ -1,0 +1,106 @@
+"""What a demonstration declares: its number, key, config section, metrics, default config
+and the risks it guards against.
+
+A demonstration is one module that builds one `Demonstration` and one line in
+`registry.REGISTERED`. Everything else reads these declarations: the config schema takes the
+section model, the default config takes the TOML fragments, a prediction or a required metric
+must name a declared metric, `DemoResult.observe` refuses an undeclared one, and the "what
+could go wrong" list asks each demonstration that ran for its guards. Nothing here imports
+torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:  # the session and the progress tracker only appear in signatures
+    from ctxlab.progress import Tracker
+    from ctxlab.workshop.result import DemoResult, JSONValue, Layer
+    from ctxlab.workshop.session import Session
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One quantity a demonstration observes twice: at a baseline and at the observed value."""
+
+    name: str
+    unit: str  # "tokens", "ms", "bytes", "requests", "%", "USD", "blocks", "facts"
+    baseline: str  # what the observed value is compared against
+    observed: str
+    description: str
+
+
+class Risk(StrEnum):
+    """The known ways to fool oneself about long context (the "what could go wrong" list),
+    in the order the report lists them."""
+
+    USEFUL_CONTEXT = "configured context reported as useful context"
+    PAYLOAD_VS_COMPUTE = "KV payload and prefill compute treated as one complexity"
+    PAGING_BYTES = "paging credited with smaller bytes per token"
+    HIT_REQUESTS = "hit requests counted instead of reused tokens"
+    LRU_AS_MEMORY = "an LRU cache called semantic memory"
+    TENANTS = "cross-tenant reuse without an isolation key"
+    SUMMARIES = "summary quality judged by token reduction alone"
+    RECALL_ONLY = "retrieval recall without answer and citation quality"
+    STORAGE_RATIOS = "MQA/GQA/MLA storage ratios read as quality claims"
+    RECURRENT_LOSSLESS = "recurrent state treated as lossless history"
+    OFFLOAD = "offload without queueing"
+    P99 = "averages hiding p99 collapse"
+    DISAGGREGATION = "disaggregation without duplicate weights and transfer"
+    PRICING = "pricing without misses, failures or idle reserve"
+
+
+Figures = dict[str, "JSONValue"]
+# A guard reads the figures of a demonstration that ran and says how it guards against its
+# risk: ("guarded" or "partly guarded", the sentence that cites this run's figures).
+GuardFn = Callable[[Figures], tuple[str, str]]
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Demonstration(Generic[S]):
+    """One demonstration's declarations and its two entry points.
+
+    `toml`, `predictions_toml` and `quick_toml` are this demonstration's commented fragments
+    of the embedded default config (its `[key]` table, its `[predictions.key]` table, and its
+    `[quick.key]` / `[quick.predictions.key]` tables, or ""); `required` names the metrics
+    the default config requires it to measure."""
+
+    number: int
+    key: str  # the config section and the prefix of its metric names
+    title: str
+    section: type[S]
+    metrics: tuple[Metric, ...]
+    layers: tuple[Layer, ...]  # the report tables its results go to
+    steps: Callable[[Session], int]
+    run: Callable[[Session, Tracker], DemoResult]
+    toml: str
+    predictions_toml: str
+    quick_toml: str = ""
+    required: tuple[str, ...] = ()
+    guards: tuple[tuple[Risk, GuardFn], ...] = ()
+    # what the section needs of the shared config, checked when a config is read; raises
+    # ValueError with the sentence (a pool too small, a prompt past max_model_len)
+    check: Callable[[S, BaseModel], None] | None = None
+    metric_names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "metric_names", tuple(m.name for m in self.metrics))
+        unknown = set(self.required) - set(self.metric_names)
+        if unknown:
+            raise ValueError(f"{self.key}: required metrics not declared: {sorted(unknown)}")
+
+    def metric(self, name: str) -> Metric | None:
+        return next((m for m in self.metrics if m.name == name), None)
+
+    def config(self, cfg: BaseModel) -> S:
+        """This demonstration's section of a workshop config."""
+        section = getattr(cfg, self.key)
+        assert isinstance(section, self.section)
+        return section
