@@ -1,4 +1,4 @@
-"""`ctxlab workshop [CONFIG.toml]`: the seven demonstrations, one report (`make run`).
+"""`ctxlab workshop [CONFIG.toml]`: the registered demonstrations, one report (`make run`).
 
 The config is read and checked before the model loads (a mistake costs a second, not a
 model load); torch and the model are imported inside the command so `ctxlab --help` stays
@@ -20,7 +20,7 @@ DEFAULT_OUT = Path("out/workshop")
 
 
 def parse_only(text: str | None) -> set[int] | None:
-    """'1,3,6' -> {1, 3, 6}; every number must name one of the seven demonstrations."""
+    """'1,3,6' -> {1, 3, 6}; every number must name one of the registered demonstrations."""
     if text is None:
         return None
     from ctxlab.workshop.registry import BY_NUMBER
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: JsonOpt = False,
     ) -> None:
-        """Run the workshop: predictions, seven demonstrations, one report with verdicts."""
+        """Run the workshop: predictions, the demonstrations, one report with verdicts."""
         from ctxlab.workshop.config_file import load_config
         from ctxlab.workshop.default_config import DEFAULT_TOML
 
