@@ -12,15 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from ctxlab import stats
 from ctxlab.stats import Interval
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
-
-    from ctxlab.workshop.demonstration import Demonstration
 
 # What results.json holds: the report, the checklist and the plots read these back.
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
@@ -133,6 +128,19 @@ class Gain:
     product: str | None
 
 
+class Declared(Protocol):
+    """What a result needs of its demonstration's declaration (`Demonstration` has it)."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+    @property
+    def metric_names(self) -> tuple[str, ...]: ...
+
+
 @dataclass
 class DemoResult:
     number: int
@@ -152,9 +160,7 @@ class DemoResult:
     declared: tuple[str, ...] | None = None  # the metric names `observe` accepts
 
     @classmethod
-    def of(
-        cls, demo: Demonstration[BaseModel], status: Status = "run", mode: str = "measured"
-    ) -> DemoResult:
+    def of(cls, demo: Declared, status: Status = "run", mode: str = "measured") -> DemoResult:
         """A result of `demo`: it accepts only the metrics `demo` declares."""
         return cls(demo.number, demo.key, demo.title, status, mode, declared=demo.metric_names)
 
