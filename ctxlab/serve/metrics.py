@@ -103,6 +103,8 @@ class ServeMetrics:
         self.step_failures = counter("step_failures", "Engine steps that raised.", c)
         self._last: dict[str, int] = {}
         self._tier: Any = None
+        self._offload: Any = None  # OffloadMetrics, made when an engine has the tier
+        self._prefix = p
         self.cache_config = Info(
             f"{p}:cache_config", "Information of the cache config.", registry=reg
         )
@@ -117,6 +119,15 @@ class ServeMetrics:
             "enable_prefix_caching": str(bool(kv.enable_prefix_caching)),
             "cache_dtype": str(kv.kv_format or "auto"),
         })  # fmt: skip
+        if engine.offload is not None:  # its series show from the start, at zero
+            self._offload_series()
+
+    def _offload_series(self) -> Any:
+        if self._offload is None:
+            from ctxlab.serve.offload_metrics import OffloadMetrics
+
+            self._offload = OffloadMetrics(self.registry, self._prefix, self.model_name)
+        return self._offload
 
     def _delta(self, key: str, value: int) -> int:
         """How far a cumulative engine count moved since the last look (never negative)."""
@@ -138,6 +149,8 @@ class ServeMetrics:
         self.prefix_hits.inc(self._delta("hits", st.prefix_cache_hits))
         self.preemptions.inc(self._delta("preemptions", engine.num_preemptions))
         self.step_failures.inc(self._delta("failures", engine.num_failed_steps))
+        if engine.offload is not None:  # the prefix cache's offload tier
+            self._offload_series().observe(engine.offload)
         far = getattr(engine.runtime, "far", None)  # a recall policy's far reads, if any
         tier = getattr(far, "tier", None)
         if tier is not None:
