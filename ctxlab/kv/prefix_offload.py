@@ -63,6 +63,21 @@ class OffloadStats:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class TransferProfile:
+    """A restore's cost as latency + bytes / bandwidth, fitted on this machine: what the
+    simulator's `offload_latency` and `offload_bandwidth` take."""
+
+    tier: str  # "host" or "disk"
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    block_bytes: int
+    points: tuple[tuple[int, float], ...]  # (blocks restored, median seconds)
+
+    def seconds(self, nbytes: int) -> float:
+        return self.latency_s + nbytes / self.bandwidth_bytes_per_s
+
+
 class PrefixOffload:
     """Glue between a `KVCacheManager` and its `OffloadTier` (see the module docstring)."""
 
@@ -178,6 +193,55 @@ class PrefixOffload:
         return groups
 
     # -- measurements ----------------------------------------------------------------------
+    def measure_profile(
+        self, tier: str = HOST, sizes: tuple[int, ...] = (1, 8, 32), repeats: int = 5
+    ) -> TransferProfile:
+        """Time restores of `sizes` blocks (queue, copy back and the write into the pool, as
+        a prefix hit pays them) with scratch blocks and hashes, then fit latency + bytes /
+        bandwidth by least squares. Run it on an idle engine; nothing it stores stays."""
+        if tier == DISK and self.tier.directory is None:
+            raise CtxlabError("a disk transfer profile needs an offload directory.")
+        kv, n = self.kv, self.kv.n_lanes
+        need = max(sizes) * n
+        if kv.alloc.num_free < need:
+            raise CtxlabError(f"the pool needs {need} free blocks to measure transfers.")
+        blocks = kv.alloc.allocate(need)
+        saved = (self.tier.host_bytes, self.tier.store_bytes, dict(self.tier.load_bytes))
+        if tier == DISK:
+            self.tier.host_bytes = 0  # straight to disk
+        else:
+            self.tier.host_bytes = max(self.tier.host_bytes, need * self.tier.block_bytes)
+        points = []
+        try:
+            for size in sizes:
+                times = []
+                for r in range(repeats):
+                    hashes = [f"profile/{size}/{r}/{i}".encode() for i in range(size)]
+                    for i, h in enumerate(hashes):
+                        k, v = kv.pool.read_rows(self._rows(blocks[i * n : (i + 1) * n]))
+                        self.tier.put(h, k, v)
+                    self.transfers.drain()
+                    t0 = time.perf_counter()
+                    got = self.tier.load(hashes).result()
+                    for i, (k, v) in enumerate(got):
+                        kv.pool.write_rows(self._rows(blocks[i * n : (i + 1) * n]), k, v)
+                    times.append(time.perf_counter() - t0)
+                points.append((size, sorted(times)[len(times) // 2]))
+        finally:
+            kv.alloc.decref(blocks)
+            self.tier.host_bytes, self.tier.store_bytes = saved[0], saved[1]
+            self.tier.load_bytes.update(saved[2])
+            for d in (LOAD, STORE):  # the profile's transfers are not the engine's
+                self.transfers.waits[d].clear()
+        xs = [p[0] * self.tier.block_bytes for p in points]
+        ys = [p[1] for p in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        slope = max(slope, 1e-15)
+        latency = max(0.0, my - slope * mx)
+        return TransferProfile(tier, latency, 1 / slope, self.tier.block_bytes, tuple(points))
+
     def stats(self) -> OffloadStats:
         t = self.tier
         lw, sw = self.transfers.waits[LOAD], self.transfers.waits[STORE]

@@ -176,3 +176,20 @@ def test_bad_tier_options_are_one_sentence(tmp_path):
     eng = LLMEngine(MODEL, CFG, kv_pool_tokens=POOL, block_size=BS, enable_prefix_caching=False)
     with pytest.raises(CtxlabError, match="enable prefix caching"):
         eng.attach_offload(1 << 20, None)
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+def test_transfer_profile_is_fitted_and_leaves_nothing_behind(tier, tmp_path):
+    eng = _engine()
+    off = eng.attach_offload(1 << 20, str(tmp_path))
+    free = eng.kv.alloc.num_free
+    prof = off.measure_profile(tier, sizes=(1, 2, 4), repeats=2)
+    assert prof.bandwidth_bytes_per_s > 0 and prof.latency_s >= 0
+    assert [p[0] for p in prof.points] == [1, 2, 4]
+    assert prof.block_bytes == BLOCK_BYTES
+    st = off.stats()
+    assert st.host_blocks == st.disk_blocks == 0 and st.kv_offload_load_bytes == 0
+    assert eng.kv.alloc.num_free == free
+    eng.kv.alloc.check_invariants()
+    assert _run(eng, PROMPTS) == EXPECTED
+    off.close()
