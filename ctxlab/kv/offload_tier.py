@@ -175,6 +175,27 @@ class OffloadTier:
                     self._unlink(h)
         return out
 
+    def inject(self, h: BlockHash, kind: str) -> None:
+        """Damage block `h`'s file so its next restore fails: "missing" deletes it,
+        "checksum" flips one byte, "io" puts a directory where it was (reading it raises an
+        OSError). For tests and demonstration 8; call after `transfers.drain()`."""
+        if self.where(h) != DISK:
+            raise CtxlabError("only a block on disk can be damaged.")
+        path = self.path(h)
+        if kind == "missing":
+            os.unlink(path)
+        elif kind == "checksum":
+            with open(path, "r+b") as f:
+                f.seek(4 + self.block_bytes // 2)
+                b = f.read(1)
+                f.seek(4 + self.block_bytes // 2)
+                f.write(bytes([b[0] ^ 0xFF]))
+        elif kind == "io":
+            os.unlink(path)
+            os.mkdir(path)
+        else:
+            raise CtxlabError(f"unknown failure kind {kind!r}; use missing, checksum or io.")
+
     # -- files (worker thread) -------------------------------------------------------------
     def _write(self, h: BlockHash, k: torch.Tensor, v: torch.Tensor) -> None:
         data = k.contiguous().view(torch.uint8).numpy().tobytes()

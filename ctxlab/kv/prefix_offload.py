@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.kv.hashing import BlockHash
+from ctxlab.kv.hashing import BlockHash, hash_blocks
 from ctxlab.kv.offload_tier import DISK, HOST, OffloadTier, RestoreFailed
 from ctxlab.kv.transfer_queue import LOAD, STORE, TransferQueue
 from ctxlab.stats import percentile
@@ -58,6 +58,8 @@ class OffloadStats:
     store_wait_p99_s: float = float("nan")
     host_blocks: int = 0
     disk_blocks: int = 0
+    host_used_bytes: int = 0
+    disk_used_bytes: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -116,6 +118,10 @@ class PrefixOffload:
     @property
     def transfers(self) -> TransferQueue:
         return self.tier.transfers
+
+    def hashes_of(self, token_ids: list[int], salt: str | None = None) -> list[BlockHash]:
+        """The prefix-cache hashes of the full blocks of `token_ids` (the tier's keys)."""
+        return hash_blocks(token_ids, self.kv.block_size, self.kv._extra(salt))
 
     def _rows(self, group: tuple[int, ...] | list[int]) -> torch.Tensor:
         blocks = torch.tensor(group, dtype=torch.int64)
@@ -265,6 +271,8 @@ class PrefixOffload:
             store_wait_p99_s=percentile(sw, 99),
             host_blocks=len(t.index[HOST]),
             disk_blocks=len(t.index[DISK]),
+            host_used_bytes=t.used(HOST),
+            disk_used_bytes=t.used(DISK),
         )
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""The lab: one experiment config, the seven demonstrations, one report (`ctxlab workshop`).
+"""The lab: one experiment config, the demonstrations, one report (`ctxlab workshop`).
 
 `config` (the TOML contract, pydantic), `catalog` (demonstrations and their metrics),
 `verdicts` (predictions against observations), one `demo_*` module per demonstration,

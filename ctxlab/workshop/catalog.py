@@ -1,4 +1,4 @@
-"""The seven demonstrations and the metrics each one reports: the names a config may use.
+"""The demonstrations and the metrics each one reports: the names a config may use.
 
 A prediction (`[predictions.<demo>.<metric>]`) and a required metric (`"<demo>.<metric>"`)
 must name a metric listed here, so a typo is caught when the config is read, not after a
@@ -264,6 +264,43 @@ _D7 = (
     ),
 )
 
+_NO_TIER, _TIER = "no offload tier (engine, interleaved)", "offload tier (engine, interleaved)"
+_D8 = (
+    _m("reused_tokens", "tokens", _NO_TIER, _TIER, "prompt tokens served by the cache"),
+    _m(
+        "recomputed_tokens",
+        "tokens",
+        _NO_TIER,
+        _TIER,
+        "prompt tokens computed although an earlier request had computed them",
+    ),
+    _m("restored_tokens", "tokens", _NO_TIER, _TIER, "prompt tokens restored from the tier"),
+    _m("ttft_p50_ms", "ms", _NO_TIER, _TIER, "median time to first token"),
+    _m("ttft_p99_ms", "ms", _NO_TIER, _TIER, "99th percentile time to first token"),
+    _m("bytes_moved", "bytes", _NO_TIER, _TIER, "KV bytes stored to and restored from the tier"),
+    _m(
+        "wrong_tokens_under_failure",
+        "tokens",
+        "no offload tier (engine)",
+        "tier with injected restore failures (engine)",
+        "output tokens that differ from the run without a tier",
+    ),
+    _m(
+        "sim_vs_engine_ttft_p50_ms",
+        "ms",
+        "engine, offload tier",
+        "simulator, offload tier (measured transfer profile)",
+        "the simulator's median TTFT prediction",
+    ),
+    _m(
+        "sim_vs_engine_reused_tokens",
+        "tokens",
+        "engine, offload tier",
+        "simulator, offload tier",
+        "the simulator's reuse prediction on the same request list",
+    ),
+)
+
 DEMOS: tuple[Demo, ...] = (
     Demo(1, "prefix_miss", "Change one early token", _D1, "demo_prefix_miss"),
     Demo(
@@ -286,6 +323,7 @@ DEMOS: tuple[Demo, ...] = (
         _D7,
         "demo_recurrent",
     ),
+    Demo(8, "offload", "A second tier for the prefix cache", _D8, "demo_offload"),
 )
 
 BY_KEY: dict[str, Demo] = {d.key: d for d in DEMOS}

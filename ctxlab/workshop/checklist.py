@@ -150,9 +150,21 @@ def _recurrent(res: Results) -> tuple[str, str]:
 
 
 def _offload(res: Results) -> tuple[str, str]:
-    return "not exercised", (
-        "no demonstration offloads KV to a slower tier; the simulator models offload through "
-        "one queued link (`ctxlab simulate --offload-bytes`), which this config does not use"
+    f = _fig(res, "offload")
+    if f is None:
+        return "not exercised", _not_run(res, "offload", 8) + (
+            "; the simulator models offload through one queued link "
+            "(`ctxlab simulate --offload-bytes`)"
+        )
+    return "guarded", (
+        f"demonstration 8 ran the prefix cache's tier ({fmt(f['tier_mib'], 1)} MiB of host "
+        f"memory) through one bounded transfer queue: {fmt(f['restored_blocks'])} restores "
+        f"of {fmt(f['stored_blocks'])} stored blocks, each waiting "
+        f"{fmt(f['restore_wait_p50_ms'], 2)} ms (p50) and {fmt(f['restore_wait_p99_ms'], 2)} ms "
+        f"(p99) behind other transfers, {fmt(f['dropped_blocks'])} blocks dropped for "
+        f"capacity; {fmt(f['injected_failures'])} injected restore failures "
+        f"({f['injected_kinds']}) recomputed {fmt(f['failure_recomputed_tokens'])} tokens "
+        f"with {fmt(f['wrong_tokens'])} wrong output tokens"
     )
 
 

@@ -148,6 +148,35 @@ class EvictionSection(_Strict):
     profile: str = Field(min_length=1)
 
 
+class OffloadSection(_Strict):
+    """Demonstration 8: demonstration 4's workload with the prefix cache's offload tier."""
+
+    offload_bytes: str = Field(min_length=1)  # host memory, e.g. "128MiB" (0: disk only)
+    offload_dir: str = ""  # "": host memory only; a folder under the run's output directory
+
+    @field_validator("offload_bytes")
+    @classmethod
+    def _bytes(cls, text: str) -> str:
+        from ctxlab.errors import CtxlabError
+        from ctxlab.plan.units import parse_bytes
+
+        try:
+            size = parse_bytes(text, "offload.offload_bytes")
+        except CtxlabError as exc:
+            raise ValueError(str(exc)) from None
+        if size < 0:
+            raise ValueError("offload.offload_bytes must be zero or more")
+        return text
+
+    @model_validator(mode="after")
+    def _somewhere(self) -> OffloadSection:
+        from ctxlab.plan.units import parse_bytes
+
+        if parse_bytes(self.offload_bytes) == 0 and not self.offload_dir:
+            raise ValueError("offload.offload_bytes 0 keeps nothing; give a size or offload_dir")
+        return self
+
+
 class Workload(_Strict):
     requests: Pos
     input_tokens: Pos
@@ -310,6 +339,7 @@ class WorkshopConfig(_Strict):
     compaction: CompactionSection
     retrieval_depth: RetrievalSection
     recurrent_vs_kv: RecurrentSection
+    offload: OffloadSection
     useful_context: UsefulContextSection
     required_metrics: list[str]
     predictions: dict[str, dict[str, Prediction]]

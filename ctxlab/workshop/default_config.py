@@ -27,6 +27,8 @@ required_metrics = [
   "retrieval_depth.recall_at_k_pct",
   "recurrent_vs_kv.concurrency_reached",
   "recurrent_vs_kv.engine_concurrency_reached",
+  "offload.restored_tokens",
+  "offload.wrong_tokens_under_failure",
 ]
 
 [model]
@@ -130,6 +132,13 @@ engine_pool_tokens = 2560     # the real engine's pool for its KV-heavy contrast
 engine_short = { requests = 16, input_tokens = 128, output_tokens = 8 }
 engine_long = { requests = 4, input_tokens = 1024, output_tokens = 8 }
 
+# -- 8: a second tier for the prefix cache (demonstration 4's workload, [eviction]) ---------
+[offload]
+offload_bytes = "128MiB"      # host memory for evicted prefix-cache blocks (like vLLM's CPU
+                              # offload); enough for every prefix here, so nothing is dropped
+offload_dir = ""              # "": host memory only; a folder (under the run's output) puts
+                              # block files below host memory, one LRU across both
+
 # -- measured useful context (the sixth context number; a small eval) ------------------------
 [useful_context]
 enabled = true
@@ -203,6 +212,19 @@ ttft_p99_ms = { direction = "down" }
 engine_concurrency_reached = { direction = "up" }
 engine_bytes_per_request = { direction = "down" }
 
+[predictions.offload]         # baseline: interleaved, no tier; observed: the same with the tier
+reused_tokens = { direction = "up" }
+recomputed_tokens = { direction = "down" }
+restored_tokens = { direction = "up" }
+ttft_p50_ms = { direction = "down" }
+ttft_p99_ms = { direction = "down" }
+bytes_moved = { direction = "up" }
+# every injected restore failure recomputes its request: not one output token may differ
+wrong_tokens_under_failure = { direction = "unchanged", tolerance = 0.0, range = [0, 0] }
+# the simulator's tier moves blocks at the transfer profile measured just before
+sim_vs_engine_ttft_p50_ms = { direction = "unchanged", tolerance = 0.25 }
+sim_vs_engine_reused_tokens = { direction = "unchanged", tolerance = 0.1 }
+
 # -- --quick: the same demonstrations at small sizes (merged over the tables above) ----------
 [quick.engine]
 kv_pool_tokens = 4096
@@ -228,6 +250,9 @@ prefix_tokens = 128
 pool_share = 0.7
 suffix_tokens = 24
 output_tokens = 2
+
+[quick.offload]
+offload_bytes = "32MiB"
 
 [quick.recurrent_vs_kv]
 engine_pool_tokens = 1024

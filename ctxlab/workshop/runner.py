@@ -1,6 +1,6 @@
 """One workshop run: load the model once, run the selected demonstrations, judge, write.
 
-The order is fixed: demonstrations 1 to 7 (a demonstration whose module is not in this
+The order is fixed: demonstrations 1 to 8 (a demonstration whose module is not in this
 build, or that `--only` leaves out, is recorded with that status and no numbers), the small
 useful-context eval, the six context numbers, the verdicts, the required-metric check, the
 "what could go wrong" list, then results.json, and the Markdown and HTML reports rendered
