@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 import zlib
 from collections import OrderedDict
 from concurrent.futures import Future
@@ -78,6 +79,8 @@ class OffloadTier:
                 raise CtxlabError(f"the offload directory {directory} is not writable.")
             directory = tempfile.mkdtemp(prefix="ctxlab-offload-", dir=directory)
             self._own_dir = True
+            # the block files go with the tier, or at the latest when the process exits
+            self._cleanup = weakref.finalize(self, shutil.rmtree, directory, True)
         self.directory = directory
         self.transfers = transfers or TransferQueue()
         # engine-thread index, most recently used last
@@ -230,8 +233,8 @@ class OffloadTier:
 
     def close(self) -> None:
         self.transfers.close()
-        if self._own_dir and self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        if self._own_dir:
+            self._cleanup()
 
 
 def _numel(shape: tuple[int, ...]) -> int:

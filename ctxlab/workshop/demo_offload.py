@@ -15,6 +15,7 @@ bandwidth of a host restore) measured here first, side by side.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,7 @@ def transfer_profiles(session: Session, pool: int, blocks: int) -> dict[str, Any
         return {tier: off.measure_profile(tier, sizes, repeats=3) for tier in ("host", "disk")}
     finally:
         off.close()
+        shutil.rmtree(session.out / "offload-profile", ignore_errors=True)
 
 
 def _stats_run(session: Session, jobs: list[Job], pool: int, tier: tuple) -> dict:
@@ -129,6 +131,7 @@ def failure_run(session: Session, jobs: list[Job], pool: int, expected: list[lis
         st = off.stats()
     finally:
         off.close()
+        shutil.rmtree(session.out / "offload-failures", ignore_errors=True)
     wrong = sum(
         sum(1 for a, b in zip(got, want, strict=False) if a != b) + abs(len(got) - len(want))
         for got, want in zip(tokens, expected, strict=True)
