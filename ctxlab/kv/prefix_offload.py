@@ -19,6 +19,7 @@ sliding lane's partial groups are refused at construction.
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.hashing import BlockHash, hash_blocks
-from ctxlab.kv.offload_tier import DISK, HOST, OffloadTier, RestoreFailed
+from ctxlab.kv.offload_tier import DISK, HOST, KV, OffloadTier, RestoreFailed
 from ctxlab.kv.transfer_queue import LOAD, STORE, TransferQueue
 from ctxlab.stats import percentile
 
@@ -161,8 +162,13 @@ class PrefixOffload:
                 plan, want = plan[: plan.index((want[n_fit], None))], want[:n_fit]
             if not want:
                 return groups + [g for _, g in plan if g is not None]
+            # Claim the blocks first (they leave the tier's index now): the allocation below
+            # evicts other groups into the tier, which must not push these out of it.
+            tiers = [self.tier.where(h) for h in want]
+            t0 = time.perf_counter()
+            fut = self.tier.load(want)
             fresh = alloc.allocate(len(want) * kv.n_lanes)
-            restored = self._restore(want, fresh)
+            restored = self._restore(want, tiers, fut, fresh, t0)
         finally:
             alloc.decref(held)
         if restored is None:  # failed: compute from the first block the tier should have given
@@ -170,13 +176,17 @@ class PrefixOffload:
         by_hash = dict(zip(want, restored, strict=True))
         return groups + [g if g is not None else by_hash[h] for h, g in plan]
 
-    def _restore(self, want: list[BlockHash], fresh: list[int]) -> list[tuple[int, ...]] | None:
-        """Bring `want` back into `fresh` blocks and register them; None when it failed
-        (the blocks go back to the free queue unregistered)."""
+    def _restore(
+        self,
+        want: list[BlockHash],
+        tiers: list[str | None],
+        fut: Future[list[KV]],
+        fresh: list[int],
+        t0: float,
+    ) -> list[tuple[int, ...]] | None:
+        """Wait for the restore of `want`, write it into `fresh` blocks and register them;
+        None when it failed (the blocks go back to the free queue unregistered)."""
         kv, n = self.kv, self.kv.n_lanes
-        tiers = [self.tier.where(h) for h in want]
-        t0 = time.perf_counter()
-        fut = self.tier.load(want)
         try:
             blocks = fut.result()
         except RestoreFailed as exc:
