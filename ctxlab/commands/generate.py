@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
-        tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache)
+        tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         set_threads(threads)
         from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams

@@ -35,9 +35,15 @@ class _Attachable(Protocol):
 
 
 def check_offload(
-    offload_bytes: str | None, offload_dir: Path | None, prefix_cache: bool = True
+    offload_bytes: str | None,
+    offload_dir: Path | None,
+    prefix_cache: bool = True,
+    kv_format: str | None = None,
+    model: str | None = None,
 ) -> tuple[int, str | None] | None:
-    """(host bytes, directory) when a tier was asked for, else None; one sentence if wrong."""
+    """(host bytes, directory) when a tier was asked for, else None; one sentence if wrong
+    (before the model loads: a quantized KV format or a sliding-window model is refused
+    here, read from the model file's header)."""
     if offload_bytes is None and offload_dir is None:
         return None
     host = parse_bytes(offload_bytes, "--offload-bytes") if offload_bytes is not None else 0
@@ -49,6 +55,20 @@ def check_offload(
         raise CtxlabError("--offload-bytes keeps prefix-cache blocks; drop --no-prefix-cache.")
     if offload_dir is not None and offload_dir.exists() and not offload_dir.is_dir():
         raise CtxlabError(f"--offload-dir {offload_dir} is a file, not a directory.")
+    if kv_format is not None:
+        raise CtxlabError(
+            f"--offload-bytes keeps float KV blocks; it cannot be combined with --kv-format "
+            f"{kv_format}."
+        )
+    if model is not None:
+        from ctxlab.commands.options import has_sliding_layers
+        from ctxlab.model.registry import resolve_model_path
+
+        if has_sliding_layers(resolve_model_path(model)):
+            raise CtxlabError(
+                "--offload-bytes supports full-attention models only; this model has "
+                "sliding-window layers."
+            )
     return host, None if offload_dir is None else str(offload_dir)
 
 

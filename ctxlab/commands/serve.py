@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
-        tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache)
+        tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
         from ctxlab.model.registry import model_positions
         from ctxlab.serve.server import check_log_level

@@ -138,6 +138,11 @@ CASES = [
     ("offload-bytes", ["generate", "hi", "--offload-bytes", "lots"], "--offload-bytes 'lots'"),
     ("offload-zero", ["serve", "--offload-bytes", "0"], "--offload-bytes 0 keeps nothing"),
     (
+        "offload-kv-format",
+        ["generate", "hi", "--offload-bytes", "1MiB", "--kv-format", "int8"],
+        "cannot be combined with --kv-format int8",
+    ),
+    (
         "offload-no-cache",
         ["generate", "hi", "--offload-bytes", "1MiB", "--no-prefix-cache"],
         "drop --no-prefix-cache",
