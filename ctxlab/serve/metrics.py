@@ -119,7 +119,7 @@ class ServeMetrics:
             "enable_prefix_caching": str(bool(kv.enable_prefix_caching)),
             "cache_dtype": str(kv.kv_format or "auto"),
         })  # fmt: skip
-        if engine.offload is not None:  # its series show from the start, at zero
+        if getattr(engine, "offload", None) is not None:  # its series show from the start
             self._offload_series()
 
     def _offload_series(self) -> Any:
@@ -149,8 +149,9 @@ class ServeMetrics:
         self.prefix_hits.inc(self._delta("hits", st.prefix_cache_hits))
         self.preemptions.inc(self._delta("preemptions", engine.num_preemptions))
         self.step_failures.inc(self._delta("failures", engine.num_failed_steps))
-        if engine.offload is not None:  # the prefix cache's offload tier
-            self._offload_series().observe(engine.offload)
+        offload = getattr(engine, "offload", None)  # the prefix cache's offload tier
+        if offload is not None:
+            self._offload_series().observe(offload)
         far = getattr(engine.runtime, "far", None)  # a recall policy's far reads, if any
         tier = getattr(far, "tier", None)
         if tier is not None:
