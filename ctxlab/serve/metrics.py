@@ -10,7 +10,9 @@ What vLLM does not have, always under `ctxlab:`: the bytes of KV blocks in use (
 from the pool, so a retention policy's savings show here), the pool's size and free blocks,
 the KV bytes a policy had dropped from each finished request (full-cache blocks of its
 computed tokens minus the blocks it held at its end), and the bytes a recall policy moved
-to and back from its far tier. `cache_config_info` carries vLLM's labels (`block_size`,
+to and back from its far tier. The prefix cache's offload tier, when the engine has one, adds
+its series (`ctxlab.serve.offload_metrics`, vLLM's names where vLLM has them).
+`cache_config_info` carries vLLM's labels (`block_size`,
 `num_gpu_blocks`: pages per layer and head, `enable_prefix_caching`, `cache_dtype`).
 
 Everything is written by the engine thread (prometheus_client is thread-safe) and read by
