@@ -11,6 +11,12 @@ from pathlib import Path
 
 import typer
 
+from ctxlab.commands.offload_options import (
+    OffloadBytesOpt,
+    OffloadDirOpt,
+    attach,
+    check_offload,
+)
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
@@ -65,6 +71,8 @@ def register(app: typer.Typer) -> None:
         budget: BudgetOpt = None,
         kv_format: KVFormatOpt = None,
         weights: WeightsOpt = "fp32",
+        offload_bytes: OffloadBytesOpt = None,
+        offload_dir: OffloadDirOpt = None,
     ) -> None:
         """Generate text with the paged-KV engine and print one line of metrics."""
         check_sampling(max_tokens, temperature, top_p, top_k)
@@ -89,6 +97,7 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
+        tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         set_threads(threads)
         from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams
@@ -100,6 +109,7 @@ def register(app: typer.Typer) -> None:
         )
         loaded = open_model(model, dtype, weights=weights)
         llm = LLM(loaded, **{k: v for k, v in options.llm_kwargs().items() if k != "model"})
+        attach(llm.engine, tier)
         request = [{"role": "user", "content": prompt}] if chat else prompt
         out = run_one(llm.engine, request, params)
         keeps_all = _budget_keeps_all(budget, len(out.prompt_token_ids), max_tokens)
@@ -122,6 +132,7 @@ def register(app: typer.Typer) -> None:
                 "kv_format": llm.engine.kv.kv_format,
                 "weights": weights,
                 "weight_bytes": weight_bytes(loaded.model),
+                "offload": llm.engine.offload.stats().as_dict() if llm.engine.offload else None,
             }
             typer.echo(dumps(doc))
             return
@@ -134,6 +145,7 @@ def register(app: typer.Typer) -> None:
             + (f" | policy {policy} budget {budget}" if policy else "")
             + (f" | KV {llm.engine.kv.kv_format}" if llm.engine.kv.kv_format else "")
             + (f" | weights {weights}" if weights != "fp32" else "")
+            + _offload_note(llm.engine)
             + "]"
         )
 
@@ -155,3 +167,15 @@ def _rate(m) -> float:
     """Decode tokens per second after the first token."""
     span = m.latency - m.ttft
     return (m.output_tokens - 1) / span if m.output_tokens > 1 and span > 0 else float("nan")
+
+
+def _offload_note(engine) -> str:
+    """The tier's part of the metrics line: tokens restored, bytes moved each way."""
+    if engine.offload is None:
+        return ""
+    st = engine.offload.stats()
+    return (
+        f" | offload restored {st.external_prefix_cache_hits} tok, stored "
+        f"{st.kv_offload_store_bytes / 2**20:.2f} MiB, loaded "
+        f"{st.kv_offload_load_bytes / 2**20:.2f} MiB"
+    )

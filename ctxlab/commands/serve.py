@@ -10,6 +10,12 @@ from pathlib import Path
 
 import typer
 
+from ctxlab.commands.offload_options import (
+    OffloadBytesOpt,
+    OffloadDirOpt,
+    attach,
+    check_offload,
+)
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
@@ -66,6 +72,8 @@ def register(app: typer.Typer) -> None:
         metrics_prefix: str = typer.Option(
             "ctxlab", "--metrics-prefix", help="ctxlab (ctxlab:...) or vllm (vLLM's exact names)."
         ),
+        offload_bytes: OffloadBytesOpt = None,
+        offload_dir: OffloadDirOpt = None,
         threads: ThreadsOpt = None,
         log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level."),
     ) -> None:
@@ -82,6 +90,7 @@ def register(app: typer.Typer) -> None:
             prefix_cache=not no_prefix_cache,
             weights=weights,
         ).check()
+        tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
         from ctxlab.model.registry import model_positions
         from ctxlab.serve.server import check_log_level
@@ -111,6 +120,7 @@ def register(app: typer.Typer) -> None:
                 max_model_len=max_model_len,
             )
             _ = llm.tokenizer  # built now, not on the first request
+            attach(llm.engine, tier)
         _check_max_model_len(max_model_len, int(llm.engine.config.max_position))
         from ctxlab.serve import ServeSettings, create_app
         from ctxlab.serve.server import serve as run

@@ -119,6 +119,9 @@ def register(app: typer.Typer) -> None:
         offload_bandwidth: float = typer.Option(
             25e9, "--offload-bandwidth", help="Host tier bytes/s."
         ),
+        offload_latency: float = typer.Option(
+            0.0, "--offload-latency", help="Seconds each restore from the host tier costs first."
+        ),
         disaggregated: bool = typer.Option(
             False, "--disaggregated", help="Separate prefill and decode instances."
         ),
@@ -209,6 +212,7 @@ def register(app: typer.Typer) -> None:
             reserve_bytes=_bytes(reserve_bytes, "--reserve-bytes"),
             offload_bytes=_bytes(offload_bytes, "--offload-bytes") or 0,
             offload_bandwidth=offload_bandwidth,
+            offload_latency=offload_latency,
             disaggregated=disaggregated,
             prefill_gpus=prefill_gpus,
             kv_transfer_bandwidth=kv_transfer_bandwidth,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from ctxlab.engine.sequence import RequestError, Sequence
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.manager import KVCacheManager, KVStats
+
+if TYPE_CHECKING:
+    from ctxlab.kv.prefix_offload import PrefixOffload
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,19 @@ class LLMEngine:
         self._ids = itertools.count()
         self.seqs: dict[int, Sequence] = {}
         self.num_failed_steps = 0
+        self.offload: PrefixOffload | None = None  # see `attach_offload`
+
+    def attach_offload(self, host_bytes: int, directory: str | None = None) -> PrefixOffload:
+        """Give the prefix cache a second tier: evicted blocks spill to host memory
+        (`host_bytes`) and below it to files in `directory`; later hits restore them."""
+        from ctxlab.kv.prefix_offload import PrefixOffload
+
+        if self.offload is not None:
+            raise CtxlabError("this engine already has an offload tier.")
+        if not self.kv.enable_prefix_caching:
+            raise CtxlabError("the offload tier holds prefix-cache blocks; enable prefix caching.")
+        self.offload = PrefixOffload(self.kv, host_bytes, directory)
+        return self.offload
 
     def _build_runtime(self) -> None:
         """The policy runtime and the runner; built once, and again after a failed step: a

@@ -44,6 +44,9 @@ class BlockAllocator:
         # Told which blocks just lost their last reference (a quantized pool drops the
         # full-precision rows of a partially filled block there).
         self.on_free: Callable[[list[int]], None] | None = None
+        # Told which group left the map (hash, blocks) before its blocks are handed out:
+        # the prefix cache's offload tier copies it out there (`ctxlab.kv.prefix_offload`).
+        self.on_evict: Callable[[BlockHash, tuple[int, ...]], None] | None = None
 
     # -- counts ---------------------------------------------------------------------------
     @property
@@ -84,6 +87,8 @@ class BlockAllocator:
             self.block_hash[b] = None
             self.detached_blocks += 1
             return
+        if self.on_evict is not None and DETACHED not in group:
+            self.on_evict(h, group)
         del self.cached[h]
         for other in group:
             if other != DETACHED:

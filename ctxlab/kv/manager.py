@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -32,6 +32,9 @@ from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
 from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import HOLE, SeqKV
+
+if TYPE_CHECKING:
+    from ctxlab.kv.prefix_offload import PrefixOffload
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class KVCacheManager:
         self.extra = extra  # model identity folded into every first block
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # The offload tier, when one is attached (`PrefixOffload` sets itself here).
+        self.offload: PrefixOffload | None = None
 
     @property
     def pool_tokens(self) -> int:
@@ -130,7 +135,8 @@ class KVCacheManager:
         salt: str | None = None,
         compute_tail: int = 1,
     ) -> PrefixHit:
-        """Cached groups for the leading full blocks of `token_ids` (no side effects).
+        """Cached groups for the leading full blocks of `token_ids`; with an offload tier
+        attached, groups it restores into the pool continue the hit.
 
         The blocks holding the last `compute_tail` tokens are never matched: at least one
         token is computed (its logits give the next token), and a retention policy that
@@ -147,6 +153,8 @@ class KVCacheManager:
                 break
             groups.append(g)
         groups = groups[: self._window_complete(groups)]
+        if self.offload is not None:  # the hit goes on with blocks restored from the tier
+            groups = self.offload.extend(seq, n_share, groups)
         return PrefixHit(seq.block_hashes[:n_share], groups, len(groups) * self.block_size)
 
     def _window_complete(self, groups: list[tuple[int, ...]]) -> int:

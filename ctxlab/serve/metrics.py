@@ -10,7 +10,9 @@ What vLLM does not have, always under `ctxlab:`: the bytes of KV blocks in use (
 from the pool, so a retention policy's savings show here), the pool's size and free blocks,
 the KV bytes a policy had dropped from each finished request (full-cache blocks of its
 computed tokens minus the blocks it held at its end), and the bytes a recall policy moved
-to and back from its far tier. `cache_config_info` carries vLLM's labels (`block_size`,
+to and back from its far tier. The prefix cache's offload tier, when the engine has one, adds
+its series (`ctxlab.serve.offload_metrics`, vLLM's names where vLLM has them).
+`cache_config_info` carries vLLM's labels (`block_size`,
 `num_gpu_blocks`: pages per layer and head, `enable_prefix_caching`, `cache_dtype`).
 
 Everything is written by the engine thread (prometheus_client is thread-safe) and read by
@@ -103,6 +105,8 @@ class ServeMetrics:
         self.step_failures = counter("step_failures", "Engine steps that raised.", c)
         self._last: dict[str, int] = {}
         self._tier: Any = None
+        self._offload: Any = None  # OffloadMetrics, made when an engine has the tier
+        self._prefix = p
         self.cache_config = Info(
             f"{p}:cache_config", "Information of the cache config.", registry=reg
         )
@@ -117,6 +121,15 @@ class ServeMetrics:
             "enable_prefix_caching": str(bool(kv.enable_prefix_caching)),
             "cache_dtype": str(kv.kv_format or "auto"),
         })  # fmt: skip
+        if getattr(engine, "offload", None) is not None:  # its series show from the start
+            self._offload_series()
+
+    def _offload_series(self) -> Any:
+        if self._offload is None:
+            from ctxlab.serve.offload_metrics import OffloadMetrics
+
+            self._offload = OffloadMetrics(self.registry, self._prefix, self.model_name)
+        return self._offload
 
     def _delta(self, key: str, value: int) -> int:
         """How far a cumulative engine count moved since the last look (never negative)."""
@@ -138,6 +151,9 @@ class ServeMetrics:
         self.prefix_hits.inc(self._delta("hits", st.prefix_cache_hits))
         self.preemptions.inc(self._delta("preemptions", engine.num_preemptions))
         self.step_failures.inc(self._delta("failures", engine.num_failed_steps))
+        offload = getattr(engine, "offload", None)  # the prefix cache's offload tier
+        if offload is not None:
+            self._offload_series().observe(offload)
         far = getattr(engine.runtime, "far", None)  # a recall policy's far reads, if any
         tier = getattr(far, "tier", None)
         if tier is not None:

@@ -149,7 +149,9 @@ class Admission:
         s.ready_at = now
         if tier_pages:
             tier_bytes = tier_pages * self.page_bytes
-            s.ready_at = max(now, self.link_free) + tier_bytes / self.setup.config.offload_bandwidth
+            cfg = self.setup.config
+            link = cfg.offload_latency + tier_bytes / cfg.offload_bandwidth
+            s.ready_at = max(now, self.link_free) + link
             self.link_free = s.ready_at
             self.counters.transfer_bytes += tier_bytes
             tier_tokens = min(tier_pages * P, reusable)

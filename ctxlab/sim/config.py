@@ -33,6 +33,7 @@ class SimConfig:
     gpus: int = 1
     offload_bytes: int = 0
     offload_bandwidth: float = 25e9  # bytes/s; PCIe 4.0 x16 moves about 25 GB/s
+    offload_latency: float = 0.0  # seconds each restore costs before its bytes move
     disaggregated: bool = False
     prefill_gpus: int = 1  # in disaggregated mode: the prefill instance's GPUs
     kv_transfer_bandwidth: float = 50e9  # bytes/s between prefill and decode instances
@@ -67,6 +68,10 @@ class SimConfig:
         ):
             if not 0 < value <= 1:
                 raise CtxlabError(f"the {what} must be in (0, 1], got {value}")
+        if not 0 <= self.offload_latency < math.inf:
+            raise CtxlabError(
+                f"the offload latency must be zero or positive, got {self.offload_latency}"
+            )
         if not 0 <= self.step_overhead < math.inf:
             raise CtxlabError(
                 f"the step overhead must be zero or positive, got {self.step_overhead}"

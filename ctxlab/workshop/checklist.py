@@ -42,13 +42,6 @@ def _ratios(res: Results) -> tuple[str, str]:
     )
 
 
-def _offload(res: Results) -> tuple[str, str]:
-    return "not exercised", (
-        "no demonstration offloads KV to a slower tier; the simulator models offload through "
-        "one queued link (`ctxlab simulate --offload-bytes`), which this config does not use"
-    )
-
-
 def _disaggregation(res: Results) -> tuple[str, str]:
     return "not exercised", (
         "this run serves prefill and decode on one engine; `ctxlab simulate --disaggregated` "
@@ -71,7 +64,6 @@ STRUCTURAL: dict[Risk, Check] = {
 }
 # What an item says when nothing in this build could guard it.
 NOT_BUILT: dict[Risk, Check] = {
-    Risk.OFFLOAD: _offload,
     Risk.DISAGGREGATION: _disaggregation,
 }
 

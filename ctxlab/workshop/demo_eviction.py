@@ -13,9 +13,10 @@ queue: the p99 is the last requests' wait.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -118,8 +119,11 @@ def step_profile(session: Session, res: DemoResult) -> tuple[Path, str]:
     )
 
 
-def run_engine(session: Session, jobs: list[Job], pool: int) -> dict:
-    """Every job added at once, stepped to the end; the pool's and requests' own counts."""
+def run_engine(
+    session: Session, jobs: list[Job], pool: int, setup: Callable[[Any], None] | None = None
+) -> dict:
+    """Every job added at once, stepped to the end; the pool's and requests' own counts.
+    `setup` is handed the engine first (demonstration 8 attaches its offload tier there)."""
     from ctxlab.engine import SamplingParams
 
     ev, e = DEMO.config(session.cfg), session.cfg.engine
@@ -130,6 +134,8 @@ def run_engine(session: Session, jobs: list[Job], pool: int) -> dict:
         max_num_batched_tokens=e.max_num_batched_tokens,
     )
     engine = llm.engine
+    if setup is not None:
+        setup(engine)
     before = engine.stats()
     params = SamplingParams(max_tokens=ev.output_tokens, ignore_eos=True)
     with Timer() as t:
@@ -138,6 +144,7 @@ def run_engine(session: Session, jobs: list[Job], pool: int) -> dict:
         while engine.has_unfinished():
             engine.step()
             peak = max(peak, len(engine.scheduler.running))
+    tokens = [engine.output(r).token_ids for r in rids]
     outs = [engine.output(r).metrics for r in rids]
     after = engine.stats()
     start = min(m.arrival_time for m in outs)
@@ -151,11 +158,15 @@ def run_engine(session: Session, jobs: list[Job], pool: int) -> dict:
         "makespan_s": max(m.finish_time for m in outs) - start,
         "peak_running": peak,
         "cpu_s": t.cpu_s,
+        "tokens": tokens,
     }
 
 
-def run_simulator(session: Session, jobs: list[Job], pool: int, profile: Path) -> dict:
-    """The same request list through `ctxlab.sim` with the engine's own settings."""
+def run_simulator(
+    session: Session, jobs: list[Job], pool: int, profile: Path, **options: Any
+) -> dict:
+    """The same request list through `ctxlab.sim` with the engine's own settings (plus
+    `options` for `SimConfig`: demonstration 8's offload tier)."""
     from ctxlab.plan.devices import custom_device
     from ctxlab.sim.config import SimConfig
     from ctxlab.sim.run import simulate
@@ -173,6 +184,7 @@ def run_simulator(session: Session, jobs: list[Job], pool: int, profile: Path) -
         max_running=ev.concurrency,
         pool_bytes=pool_bytes,
         profile=str(profile),
+        **options,
     )
     res = simulate(trace, arch, custom_device(1.0, 1.0, pool_bytes), cfg)
     m = res.metrics
@@ -187,6 +199,8 @@ def run_simulator(session: Session, jobs: list[Job], pool: int, profile: Path) -
         "makespan_s": float(m["makespan_s"]),
         "peak_running": int(m["peak_running_requests"]),
         "cpu_s": None,
+        "transfer_bytes": int(m.get("offload_transfer_bytes", 0) or 0),
+        "restored": int(m.get("reused_from_tier_tokens", 0) or 0),
     }
 
 

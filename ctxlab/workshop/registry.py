@@ -13,6 +13,7 @@ from pydantic import BaseModel, create_model, field_validator, model_validator
 from ctxlab.workshop import (
     demo_compaction,
     demo_eviction,
+    demo_offload,
     demo_page_size,
     demo_prefix_miss,
     demo_recurrent,
@@ -30,6 +31,7 @@ REGISTERED: tuple[Demonstration[BaseModel], ...] = (
     demo_compaction.DEMO,
     demo_retrieval_depth.DEMO,
     demo_recurrent.DEMO,
+    demo_offload.DEMO,
 )
 
 BY_KEY: dict[str, Demonstration[BaseModel]] = {d.key: d for d in REGISTERED}

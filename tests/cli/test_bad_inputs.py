@@ -135,6 +135,18 @@ CASES = [
     ("profile-pool", ["profile", "--kv-pool-tokens", "64"], "raise --kv-pool-tokens"),
     ("threads", ["generate", "hi", "--threads", "0"], "--threads must be at least 1"),
     ("threads-serve", ["serve", "--threads", "0"], "--threads must be at least 1"),
+    ("offload-bytes", ["generate", "hi", "--offload-bytes", "lots"], "--offload-bytes 'lots'"),
+    ("offload-zero", ["serve", "--offload-bytes", "0"], "--offload-bytes 0 keeps nothing"),
+    (
+        "offload-kv-format",
+        ["generate", "hi", "--offload-bytes", "1MiB", "--kv-format", "int8"],
+        "cannot be combined with --kv-format int8",
+    ),
+    (
+        "offload-no-cache",
+        ["generate", "hi", "--offload-bytes", "1MiB", "--no-prefix-cache"],
+        "drop --no-prefix-cache",
+    ),
     # what the argument parser itself refuses: one line that points at --help, not a panel
     ("unknown-option", ["plan", "--nonexistent"], "see 'ctxlab plan --help'"),
     ("unknown-command", ["nosuch"], "No such command 'nosuch'"),

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from ctxlab.kv import KVCacheManager, KVLayout, SeqKV
 from ctxlab.kv.allocator import DETACHED
+from ctxlab.kv.prefix_offload import PrefixOffload
 
 BS = 4
 LAYOUT = KVLayout(n_layers=2, n_kv_heads=2, head_dim=2, head_dim_v=2, block_size=BS)
@@ -28,9 +29,15 @@ SALTS = [None, "tenant-a"]
 class Model:
     """The test's own record of what every live sequence holds."""
 
-    def __init__(self, pool_tokens: int, caching: bool, layout: KVLayout = LAYOUT):
+    def __init__(
+        self, pool_tokens: int, caching: bool, layout: KVLayout = LAYOUT, offload: bool = False
+    ):
         self.layout = layout
         self.kv = KVCacheManager(layout, pool_tokens, enable_prefix_caching=caching)
+        self.offload = None
+        if offload:  # a host tier of 6 groups: evicted blocks come back, some fall off
+            group_bytes = layout.n_lanes * layout.bytes_per_block
+            self.offload = PrefixOffload(self.kv, 6 * group_bytes)
         self.seqs: list[tuple[SeqKV, list[int], int]] = []
         # hash -> (tokens of the block, first position, salt index) as the test computed it
         self.hash_content: dict[bytes, tuple[list[int], int, int]] = {}
@@ -148,11 +155,15 @@ op = st.one_of(
 )
 
 
-@pytest.mark.parametrize("layout", [LAYOUT, WINDOWED], ids=["full", "windowed"])
+@pytest.mark.parametrize(
+    ("layout", "offload"),
+    [(LAYOUT, False), (WINDOWED, False), (LAYOUT, True)],
+    ids=["full", "windowed", "offload"],
+)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=st.lists(op, max_size=40), pool_tokens=st.integers(4, 40), caching=st.booleans())
-def test_random_operations_keep_invariants(layout, ops, pool_tokens, caching):
-    m = Model(pool_tokens, caching, layout)
+def test_random_operations_keep_invariants(layout, offload, ops, pool_tokens, caching):
+    m = Model(pool_tokens, caching, layout, offload=offload and caching)
     for name, a, b in ops:
         if name == "start":
             # Shared prefixes are likely: prompts are drawn from a 3-token alphabet.
@@ -170,6 +181,11 @@ def test_random_operations_keep_invariants(layout, ops, pool_tokens, caching):
         m.free(i)
         m.check()
     assert m.kv.alloc.num_used == 0
+    if m.offload is not None:
+        st_ = m.offload.stats()
+        assert st_.host_used_bytes <= 6 * layout.n_lanes * layout.bytes_per_block
+        assert st_.restored_blocks * BS == st_.external_prefix_cache_hits
+        m.offload.close()
 
 
 def test_repeat_prompt_hits_all_full_blocks_but_the_last_token_block():
@@ -209,3 +225,23 @@ def test_zero_ref_cached_block_stays_findable_until_reused():
     assert kv.stats().cached_blocks_evicted == 1
     e = kv.new_seq()
     assert kv.lookup_prefix(e, tokens).num_tokens == 0
+
+
+def test_a_restore_is_not_pushed_out_by_the_evictions_it_causes():
+    """The tier holds exactly A's two blocks; restoring them takes blocks whose eviction
+    sends B's two blocks to the full tier. A's blocks were claimed first, so they come back
+    (the content check reads them from the pool) and B's take their place in the tier."""
+    m = Model(12, True, LAYOUT)  # 3 logical blocks: one 9-token request fills the pool
+    m.offload = PrefixOffload(m.kv, 2 * LAYOUT.n_lanes * LAYOUT.bytes_per_block)
+    a, b = [1, 2, 0, 1, 2, 2, 1, 0, 1], [2, 2, 1, 0, 0, 1, 2, 1, 0]
+    m.start(a, 0)
+    m.free(0)
+    m.start(b, 0)  # evicts A's two cached groups into the tier
+    m.free(0)
+    m.start(a, 0)
+    m.check()
+    st_ = m.offload.stats()
+    assert st_.restored_blocks == 2 and st_.external_prefix_cache_hits == 8
+    assert st_.host_blocks == 2 and not any(st_.restore_failures.values())
+    assert m.kv.stats().prefix_cache_hits == 8
+    m.offload.close()

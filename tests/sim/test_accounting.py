@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxlab.errors import CtxlabError
 from ctxlab.plan.units import GIB
 from ctxlab.sim.config import SimConfig
 from ctxlab.sim.run import simulate
@@ -151,3 +152,15 @@ def test_offload_tier_turns_recompute_into_transfer(llama8b, h100):
     assert tier.metrics["offload_transfer_bytes"] > 0
     assert tier.counters.reused_tokens > base.counters.reused_tokens
     assert tier.counters.computed_tokens < base.counters.computed_tokens
+
+
+def test_offload_latency_delays_restored_requests_only(llama8b, h100):
+    trace = generate(SHARING)
+    cfg = SimConfig(pool_bytes=GIB, offload_bytes=8 * GIB)
+    fast = simulate(trace, llama8b, h100, cfg, check=True)
+    slow = simulate(trace, llama8b, h100, cfg.with_(offload_latency=0.5), check=True)
+    assert slow.metrics["reused_from_tier_tokens"] > 0
+    assert slow.metrics["ttft_p50"] >= fast.metrics["ttft_p50"]
+    assert slow.metrics["ttft_p99"] > fast.metrics["ttft_p99"]
+    with pytest.raises(CtxlabError, match="offload latency"):
+        cfg.with_(offload_latency=-1.0)

@@ -147,3 +147,24 @@ def test_an_arch_that_is_not_the_engine_model_is_refused(loaded, tiny_config, tm
     with pytest.raises(CtxlabError, match=r"does not describe model\.source"):
         session.check_arch()
     Session(load_config(tiny_config), loaded, tmp_path).check_arch()  # the file's own view
+
+
+def test_offload_restores_what_eviction_dropped_and_failures_change_no_token(tiny_run) -> None:
+    d = demo(tiny_run, "offload")
+    base, tier = obs(d, "restored_tokens")
+    assert base == 0 and tier > 0 and tier % 16 == 0  # whole pages of the prefixes
+    no_tier, with_tier = obs(d, "reused_tokens")
+    assert with_tier >= no_tier + tier  # every restored token is a reused one
+    assert obs(d, "recomputed_tokens")[1] < obs(d, "recomputed_tokens")[0]
+    assert obs(d, "wrong_tokens_under_failure") == (0, 0)
+    assert obs(d, "bytes_moved")[1] > 0
+    f = d["figures"]
+    assert f["injected_failures"] >= 1 and f["failed_restores"] == f["injected_failures"]
+    storage = next(t for t in d["tables"] if t["key"] == "offload_storage")
+    rows = {r[0]: r for r in storage["rows"]}
+    assert set(rows) >= {"engine, no tier", "engine, tier", "simulator, tier"}
+    assert rows["engine, tier"][2] == tier
+    assert {t["layer"] for t in d["tables"]} == {"storage", "serving", "cost"}
+    results, _ = tiny_run
+    row = next(c for c in results["checklist"] if c["risk"] == "offload without queueing")
+    assert row["status"] == "guarded" and "0 wrong output tokens" in row["how"]
