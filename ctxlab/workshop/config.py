@@ -119,6 +119,7 @@ class PageSizeSection(_Strict):
     request_tokens: list[Pos] = Field(min_length=1)
     pair_tokens: Annotated[int, Field(ge=2)]
     divergence_at: Pos
+    repeats: Annotated[int, Field(ge=3)] = 3  # diverging pairs per page size (TTFT's n)
 
     @model_validator(mode="after")
     def _shape(self) -> PageSizeSection:

@@ -73,6 +73,7 @@ page_sizes = [1, 16, 64, 256]
 request_tokens = [100, 300, 700]   # requests held at once; waste = allocated - held slots
 pair_tokens = 1200            # two prompts of this length ...
 divergence_at = 1000          # ... identical up to this token (not a multiple of most pages)
+repeats = 3                   # pairs sent per page size: the TTFT median's sample
 
 # -- 4: forced eviction with interleaved prefixes -------------------------------------------
 [eviction]
