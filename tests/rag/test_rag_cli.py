@@ -81,14 +81,14 @@ try:
     main()
 except SystemExit as exc:
     assert not exc.code, exc.code
-heavy = sorted(m for m in ("torch", "transformers", "wordllama") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "transformers", "wordllama", "numpy") if m in sys.modules)
 print(json.dumps({"heavy": heavy}))
 """
 
 
 def test_ask_through_a_server_times_its_phases_and_imports_no_model(tmp_path, server):
     """`rag ask --backend openai` answers through a running server: the process imports no
-    torch, transformers or embedding library (BM25 needs none), and `--json` reports each
+    torch, transformers, numpy or embedding library (BM25 needs none), and `--json` reports each
     phase, so its cost beyond the model call can be measured."""
     import os
     import subprocess
