@@ -20,6 +20,11 @@ over the questions, with the load average before and after (timings on a shared 
 noisy: read the two paths side by side, not against another day's run).
 
     PYTHONPATH=. .venv/bin/python benchmarks/rag_ask_overhead.py --questions 5
+
+`--before DIR` also asks every question with an older ctxlab tree (e.g. `git archive
+COMMIT | tar -x -C DIR`), alternating with this one on both paths, and prints the median
+wall times side by side and their ratio (an older tree may not report phases, so only
+wall time is compared).
 """
 
 from __future__ import annotations
@@ -47,14 +52,18 @@ def _wall(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def _ask(db: Path, question: str, extra: list[str]) -> dict[str, float]:
+def _ask(db: Path, question: str, extra: list[str], tree: Path = ROOT) -> dict[str, float]:
     cmd = [*CLI, "rag", "ask", question, "--db", str(db), "--max-tokens", "16", "--json", *extra]
+    env = {**ENV, "PYTHONPATH": str(tree)}
     start = time.perf_counter()
-    res = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT)
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
     wall = time.perf_counter() - start
     if res.returncode != 0:
         raise SystemExit(f"rag ask failed:\n{res.stderr[-2000:]}")
-    s = json.loads(res.stdout)["seconds"]
+    doc = json.loads(res.stdout)
+    if "seconds" not in doc:  # an older tree: wall time only
+        return {"wall": wall}
+    s = doc["seconds"]
     inside = s["retrieval"] + s["model_load"] + s["model_call"]
     return {
         **s,
@@ -72,6 +81,7 @@ def _row(name: str, runs: list[dict[str, float]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=5, help="questions asked per path")
+    parser.add_argument("--before", type=Path, help="an older ctxlab tree to compare against")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from ctxlab.rag.corpus import corpus_fixture
@@ -97,10 +107,19 @@ def main() -> None:
         questions = [q.question for q in fixture.questions[: args.questions]]
         local: list[dict[str, float]] = []
         served: list[dict[str, float]] = []
+        old_local: list[dict[str, float]] = []
+        old_served: list[dict[str, float]] = []
         with ctxlab_server() as url:
             remote = ["--backend", "openai", "--base-url", f"{url}/v1", "--served-model", MODEL]
+            # untimed: fills the caches a warm store's user has (tokenizer, weights, page cache)
+            for tree in [ROOT] + ([args.before] if args.before is not None else []):
+                _ask(db, questions[0], [], tree)
             for i, q in enumerate(questions):
+                if args.before is not None:
+                    old_local.append(_ask(db, q, [], args.before))
                 local.append(_ask(db, q, []))
+                if args.before is not None:
+                    old_served.append(_ask(db, q, remote, args.before))
                 served.append(_ask(db, q, remote))
                 print(
                     f"question {i + 1}: in-process {local[-1]['wall']:.2f} s "
@@ -123,6 +142,13 @@ def main() -> None:
         med = statistics.median(r["overhead"] for r in runs)
         verdict = "met" if med < 1.0 else "NOT met"
         print(f"{name}: overhead median {med:.2f} s, worst {worst:.2f} s -> goal < 1 s {verdict}")
+    if args.before is not None:
+        print()
+        print(f"median wall seconds, {args.before} (before) against this tree, alternating:")
+        for name, old, new in (("in-process", old_local, local), ("server", old_served, served)):
+            b = statistics.median(r["wall"] for r in old)
+            a = statistics.median(r["wall"] for r in new)
+            print(f"  {name}: before {b:.2f} s, now {a:.2f} s, now/before {a / b:.2f}")
     print(f"load average before {load_before}, after {load_average()}")
 
 
