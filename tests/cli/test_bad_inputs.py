@@ -135,6 +135,8 @@ CASES = [
     ("profile-pool", ["profile", "--kv-pool-tokens", "64"], "raise --kv-pool-tokens"),
     ("threads", ["generate", "hi", "--threads", "0"], "--threads must be at least 1"),
     ("threads-serve", ["serve", "--threads", "0"], "--threads must be at least 1"),
+    ("threads-ppl", ["eval", "perplexity", "--threads", "0"], "--threads must be at least 1"),
+    ("threads-lim", ["eval", "lost-in-middle", "--threads", "0"], "--threads must be at least 1"),
     # what the argument parser itself refuses: one line that points at --help, not a panel
     ("unknown-option", ["plan", "--nonexistent"], "see 'ctxlab plan --help'"),
     ("unknown-command", ["nosuch"], "No such command 'nosuch'"),
