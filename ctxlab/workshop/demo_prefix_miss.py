@@ -12,6 +12,7 @@ time so no repeat can reuse another's blocks.
 from __future__ import annotations
 
 from ctxlab.progress import Tracker
+from ctxlab.workshop import latency_stats
 from ctxlab.workshop.catalog import BY_KEY
 from ctxlab.workshop.measure import Sent, median, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
@@ -107,17 +108,21 @@ def _tables(res, runs, where, reused, recomputed, ttft, prompt_tokens: int, page
             Column("case"),
             Column("requests"),
             Column("TTFT median ms", 1),
+            Column("TTFT median 95 % low", 1),
+            Column("TTFT median 95 % high", 1),
             Column("TTFT min ms", 1),
             Column("TTFT max ms", 1),
         ],
         note="one request at a time on an otherwise idle engine, the cases taken in turn; "
-        "cold is the first send",
+        "cold is the first send; the median's 95 % interval is a bootstrap over the case's "
+        "requests (ctxlab.stats), zero-wide for a single request",
     )
     for case, sent in runs.items():
         pos = where.get(case, "none")
         storage.add(case, pos, reused[case], recomputed[case], "yes" if reused[case] else "no")
         times = [s.ttft_ms for s in sent]
-        serving.add(case, len(sent), ttft[case], min(times), max(times))
+        _, low, high = latency_stats.cells(times, 50)
+        serving.add(case, len(sent), ttft[case], low, high, min(times), max(times))
     res.tables += [storage, serving]
 
 

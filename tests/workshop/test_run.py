@@ -33,6 +33,11 @@ def test_prefix_miss_counts_reused_tokens(tiny_run) -> None:
     storage = next(t for t in d["tables"] if t["layer"] == "storage")
     rows = {r[0]: r for r in storage["rows"]}
     assert rows["middle"][4] == "yes" and rows["token 0"][4] == "no"  # hit request or not
+    serving = next(t for t in d["tables"] if t["key"] == "prefix_miss_serving")
+    col = columns(serving)
+    for r in serving["rows"]:
+        med = r[col["TTFT median ms"]]
+        assert r[col["TTFT median 95 % low"]] <= med <= r[col["TTFT median 95 % high"]]
 
 
 def test_warm_prefix_reuses_the_prefix(tiny_run) -> None:
