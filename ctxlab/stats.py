@@ -211,9 +211,21 @@ def median_difference(
     a: Sequence[float], b: Sequence[float], paired_items: bool = False, seed: int = SEED
 ) -> Interval:
     """Interval of median(b) - median(a) by bootstrap (paired resamples items together)."""
+    return percentile_difference(a, b, 50.0, paired_items, seed)
+
+
+def percentile_difference(
+    a: Sequence[float],
+    b: Sequence[float],
+    q: float,
+    paired_items: bool = False,
+    seed: int = SEED,
+) -> Interval:
+    """Interval of percentile(b, q) - percentile(a, q) by bootstrap (q in 0..100; paired
+    resamples items together, otherwise each sample is resampled on its own)."""
     if not a or not b:
         return Interval(math.nan, math.nan, math.nan, 0, "none")
-    point = median(b) - median(a)
+    point = percentile(b, q) - percentile(a, q)
     if paired_items:
         if len(a) != len(b):
             raise ValueError("paired samples need the same items")
@@ -222,14 +234,14 @@ def median_difference(
         stats = []
         for _ in range(RESAMPLES):
             draw = [pairs[rng.randrange(n)] for _ in range(n)]
-            stats.append(median([y for _, y in draw]) - median([x for x, _ in draw]))
+            stats.append(percentile([y for _, y in draw], q) - percentile([x for x, _ in draw], q))
     else:
         rng = random.Random(seed)
         stats = []
         for _ in range(RESAMPLES):
             ra = [a[rng.randrange(len(a))] for _ in a]
             rb = [b[rng.randrange(len(b))] for _ in b]
-            stats.append(median(rb) - median(ra))
+            stats.append(percentile(rb, q) - percentile(ra, q))
     stats.sort()
     return Interval(
         point, _quantile(stats, 0.025), _quantile(stats, 0.975), min(len(a), len(b)), "bootstrap"

@@ -166,3 +166,24 @@ def test_the_module_needs_neither_numpy_nor_torch() -> None:
     code = "import sys, ctxlab.stats; print('numpy' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_percentile_difference_reads_any_percentile_and_keeps_pairs():
+    a = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0]
+    b = [x + 5.0 for x in a]
+    for q in (50.0, 90.0, 99.0):
+        iv = stats.percentile_difference(a, b, q)
+        assert iv.value == pytest.approx(5.0) and iv.n == 8
+        assert iv.low <= 5.0 <= iv.high
+        # paired: every item moved by exactly 5, so every resample's difference is 5
+        tight = stats.percentile_difference(a, b, q, paired_items=True)
+        assert (tight.low, tight.high) == pytest.approx((5.0, 5.0))
+    assert stats.percentile_difference(a, b, 50.0) == stats.median_difference(a, b)
+    assert stats.percentile_difference([], b, 99.0).n == 0
+    # a shift far beyond the spread is held; overlapping samples are within noise
+    assert verdict(stats.percentile_difference(a, [x + 50 for x in a], 99.0), "up") == "held"
+    assert verdict(stats.percentile_difference(a, list(reversed(a)), 99.0), "up") == (
+        "within noise"
+    )
+    with pytest.raises(ValueError):
+        stats.percentile_difference(a, b[:3], 50.0, paired_items=True)

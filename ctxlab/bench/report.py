@@ -3,7 +3,9 @@
 The labels and layout are vLLM's (`{:<40} {:<10}` lines under a 50-character banner), so a
 reader, or a script that parses vLLM's output, finds the same lines. One line is ctxlab's
 own: the prompt tokens the server says its prefix cache served (`cached_tokens`), printed
-only when the server reports them.
+only when the server reports them. After each metric's block come ctxlab's lines for its
+sample size and the 95 % bootstrap interval of its median and percentiles (labels vLLM
+does not print, so a parser of vLLM's lines is not misled).
 """
 
 from __future__ import annotations
@@ -60,7 +62,25 @@ def result_lines(
         out.append(_line(f"Median {short} (ms):", m[f"median_{name}_ms"]))
         for p in percentiles:
             out.append(_line(f"P{p_word(p)} {short} (ms):", m[f"p{p_word(p)}_{name}_ms"]))
+        out.extend(_interval_lines(m, name, short, percentiles))
     out.append("=" * 50)
+    return out
+
+
+def _interval_lines(
+    m: dict[str, Any], name: str, short: str, percentiles: list[float]
+) -> list[str]:
+    """`TTFT samples (n):` and `Median TTFT 95% CI (ms): 11.50 - 12.40` lines."""
+    if "samples" not in m:
+        return []
+    out = [_line(f"{short} samples (n):", m["samples"][name])]
+    labels = [("Median", f"median_{name}_ms")]
+    labels += [(f"P{p_word(p)}", f"p{p_word(p)}_{name}_ms") for p in percentiles]
+    for label, key in labels:
+        iv = m["intervals"].get(key)
+        missing = iv is None or iv["low"] is None
+        text = "n/a" if missing else f"{iv['low']:.2f} - {iv['high']:.2f}"
+        out.append(_line(f"{label} {short} 95% CI (ms):", text))
     return out
 
 

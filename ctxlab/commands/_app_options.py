@@ -30,7 +30,12 @@ BaseUrlOpt = Annotated[
     str | None, typer.Option("--base-url", help="OpenAI-compatible server, e.g. http://h:8000/v1.")
 ]
 ServedModelOpt = Annotated[
-    str, typer.Option("--served-model", help="Model name sent to the OpenAI-compatible server.")
+    str,
+    typer.Option(
+        "--served-model",
+        help="Model name sent to the OpenAI-compatible server (default: the server's only "
+        "model, from /v1/models).",
+    ),
 ]
 ApiKeyOpt = Annotated[str, typer.Option("--api-key", help="API key for the server.")]
 TokenizerOpt = Annotated[

@@ -19,8 +19,10 @@ from ctxlab.commands.options import (
     JsonOpt,
     ModelOpt,
     SeedOpt,
+    ThreadsOpt,
     input_file,
     output_dir,
+    set_threads,
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
@@ -182,6 +184,7 @@ def perplexity(
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/ppl-TIMESTAMP).", show_default=False
     ),
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Stream a text longer than the cache through full, window and streaming (sinks)."""
@@ -198,6 +201,7 @@ def perplexity(
     from ctxlab.progress import progress
 
     check_stream_args(tokens, cache, chunk, segment)
+    set_threads(threads)
     folder = _out_dir(out, "ppl")
     from ctxlab.model.open_model import open_model
 
@@ -251,6 +255,7 @@ def lost_in_middle(
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/lim-TIMESTAMP).", show_default=False
     ),
+    threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score by the gold document's position among k documents (Liu et al., 2023)."""
@@ -258,6 +263,7 @@ def lost_in_middle(
 
     if documents < 2 or samples < 1:
         raise CtxlabError("--documents must be at least 2 and --samples at least 1")
+    set_threads(threads)
     folder = _out_dir(out, "lim")
     from ctxlab.model.registry import resolve_model_path
 

@@ -180,6 +180,7 @@ def ask(
                     "cited_by": answer.cited_by,
                     "prompt_tokens": answer.prompt_tokens,
                     "passages": passages,
+                    "seconds": {name: round(v, 4) for name, v in answer.seconds.items()},
                 }
             )
         )

@@ -219,7 +219,12 @@ def _style(policy: str, names: list[str]) -> dict[str, object]:
     }
 
 
-def _score_plot(series: dict[str, list[tuple[float, float]]], title: str, path: Path) -> Path:
+Point = tuple[float, float] | tuple[float, float, float | None, float | None]
+
+
+def _score_plot(series: dict[str, list[Point]], title: str, path: Path) -> Path:
+    """Score against bytes per policy; a point with its interval (x, y, low, high) draws it
+    as an error bar (`ctxlab eval` cells carry their 95 % interval)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -230,8 +235,16 @@ def _score_plot(series: dict[str, list[tuple[float, float]]], title: str, path: 
     names = sorted({p.partition("@")[0] for p in series})
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for policy, points in sorted(series.items()):
-        points = sorted(points)
-        ax.plot([max(p[0], 1) for p in points], [p[1] for p in points], **_style(policy, names))
+        points = sorted(points, key=lambda p: (p[0], p[1]))
+        xs_, ys_ = [max(p[0], 1) for p in points], [p[1] for p in points]
+        style = _style(policy, names)
+        ax.plot(xs_, ys_, **style)
+        if all(len(p) == 4 and p[2] is not None and p[3] is not None for p in points):
+            low = [max(0.0, p[1] - p[2]) for p in points]  # type: ignore[misc, operator]
+            high = [max(0.0, p[3] - p[1]) for p in points]  # type: ignore[misc, operator]
+            ax.errorbar(
+                xs_, ys_, yerr=[low, high], fmt="none", ecolor=style["color"], alpha=0.5, capsize=2
+            )
     ax.set_xscale("log", base=2)
     xs = [max(p[0], 1) for points in series.values() for p in points]
     if xs:  # at least an octave each side, so the axis has labelled ticks
@@ -254,12 +267,15 @@ def plot_score_vs_bytes(rows: Sequence[Row], out_dir: Path) -> list[Path]:
     written = []
     table = [c for c in cells(rows) if c.kv_bytes is not None]
     for task in sorted({c.task for c in table}):
-        series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        series: dict[str, list[Point]] = defaultdict(list)
         for c in table:
-            if c.task == task:
-                series[c.policy].append((c.kv_bytes, c.score))  # type: ignore[arg-type]
+            if c.task == task:  # with the cell's 95 % interval: an error bar
+                series[c.policy].append((c.kv_bytes, c.score, c.score_low, c.score_high))  # type: ignore[arg-type]
         path = out_dir / f"score_vs_kv_{_slug(task)}.png"
-        title = f"{task}: quality against what it cost ({kv_dtype_label(rows)} KV)"
+        title = (
+            f"{task}: quality against what it cost ({kv_dtype_label(rows)} KV; "
+            "bars: 95 % intervals)"
+        )
         written.append(_score_plot(series, title, path))
     means = {
         policy: [(m.kv_bytes, m.score) for m in by_len.values() if m.kv_bytes is not None]

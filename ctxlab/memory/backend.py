@@ -47,6 +47,16 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class Loads(Protocol):
+    """A backend whose model loads lazily, and can be loaded ahead of its first call, so a
+    caller can time the load apart from the model call (`rag ask`'s breakdown)."""
+
+    def load(self) -> None:
+        """Load the model now (tokenizer and weights); a second call does nothing."""
+        ...
+
+
+@runtime_checkable
 class TextTokenizer(Protocol):
     """Token boundaries of plain text, for chunking documents in tokens."""
 

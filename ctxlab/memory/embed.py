@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from ctxlab.errors import CtxlabError
+
+if TYPE_CHECKING:  # numpy loads on first use: BM25 search and `rag ask` never need it
+    import numpy as np
 
 WORDLLAMA_DIM = 256
 
@@ -55,6 +56,8 @@ class WordLlamaEmbedder:
     name = f"wordllama-l2_supercat-{WORDLLAMA_DIM}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         vectors = np.asarray(_load_wordllama(self.dim).embed(list(texts)), dtype=np.float32)
@@ -63,16 +66,22 @@ class WordLlamaEmbedder:
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (a zero row stays zero)."""
+    import numpy as np
+
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return (vectors / np.where(norms == 0, 1.0, norms)).astype(np.float32)
 
 
 def to_blob(vector: np.ndarray) -> bytes:
+    import numpy as np
+
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def from_blobs(blobs: Sequence[bytes], dim: int) -> np.ndarray:
     """Stacked float32 rows; a blob of the wrong size is a foreign vector, not a crash."""
+    import numpy as np
+
     if not blobs:
         return np.zeros((0, dim), dtype=np.float32)
     out = np.frombuffer(b"".join(blobs), dtype=np.float32)

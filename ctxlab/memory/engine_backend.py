@@ -67,6 +67,10 @@ class EngineBackend:
             return self._model
         return str(getattr(getattr(self._model, "loaded", self._model), "source_path", "model"))
 
+    def load(self) -> None:
+        """Load the tokenizer and the weights now rather than on the first generation."""
+        _ = self.llm, self.tokenizer
+
     # -- Backend ----------------------------------------------------------------------------
     @property
     def context_window(self) -> int:

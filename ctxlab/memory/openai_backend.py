@@ -37,6 +37,7 @@ class OpenAIChatBackend:
         if self.base_url.endswith("/v1"):
             self.base_url = self.base_url[: -len("/v1")]
         self.model = model
+        self._model_resolved = model != "default"
         self._window = context_window
         self._tokenizer_path = tokenizer
         self._tokenizer: Any = None
@@ -65,12 +66,31 @@ class OpenAIChatBackend:
         except json.JSONDecodeError:
             raise CtxlabError(f"{url} did not answer with JSON.") from None
 
+    def served_model(self) -> str:
+        """The model name sent: the one given, or for "default" the server's only model
+        (`GET /v1/models`, asked once), so `--base-url` alone reaches a server like
+        `ctxlab serve` that refuses names it does not serve; "default" stays when the
+        server lists none or several, or cannot be asked."""
+        if self._model_resolved:
+            return self.model
+        self._model_resolved = True
+        import httpx
+
+        try:
+            response = self._http.get(self.base_url + "/v1/models")
+            ids = [m.get("id") for m in response.json().get("data", [])]
+        except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+            return self.model
+        if response.status_code == 200 and len(ids) == 1 and isinstance(ids[0], str):
+            self.model = ids[0]
+        return self.model
+
     def chat(
         self, chat: Chat, max_tokens: int, tools: Sequence[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """One chat completion; returns the whole reply object."""
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": self.served_model(),
             "messages": list(chat),
             "max_tokens": max_tokens,
             "temperature": 0.0,
@@ -88,7 +108,9 @@ class OpenAIChatBackend:
     @property
     def context_window(self) -> int:
         if self._window is None:
-            info = self._post("/tokenize", {"model": self.model, "prompt": "x"}, quiet_404=True)
+            info = self._post(
+                "/tokenize", {"model": self.served_model(), "prompt": "x"}, quiet_404=True
+            )
             window = info.get("max_model_len")
             if not window:
                 raise CtxlabError(
@@ -103,7 +125,11 @@ class OpenAIChatBackend:
         if self.count_method in (None, "server /tokenize"):
             info = self._post(
                 "/tokenize",
-                {"model": self.model, "messages": list(chat), "add_generation_prompt": True},
+                {
+                    "model": self.served_model(),
+                    "messages": list(chat),
+                    "add_generation_prompt": True,
+                },
                 quiet_404=True,
             )
             if "count" in info:

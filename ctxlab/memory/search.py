@@ -14,12 +14,13 @@ import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Literal
 
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.embed import Embedder, from_blobs
+
+if TYPE_CHECKING:  # numpy loads on first dense search: BM25 never needs it
+    import numpy as np
 
 Retriever = Literal["bm25", "dense", "hybrid"]
 RETRIEVERS: tuple[str, ...] = ("bm25", "dense", "hybrid")
@@ -93,6 +94,8 @@ def dense(
     where: Filter = Filter(),
 ) -> list[Hit]:
     """Top k rows by cosine similarity of their stored vector to the query's (numpy)."""
+    import numpy as np
+
     if k <= 0:
         return []
     rows = conn.execute(

@@ -21,11 +21,12 @@ from ctxlab.inputs import load_json
 from ctxlab.model.architectures import architecture, check_weight_format
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.gguf_blocks import unpermute_qk
-from ctxlab.model.gguf_file import read_gguf_file
+from ctxlab.model.gguf_file import GGUFFile, read_gguf_file
 from ctxlab.model.llama import LlamaModel
 from ctxlab.model.registry import DEFAULT_MODEL, resolve_model_path
 from ctxlab.model.tokenizer import Tokenizer, load_tokenizer
 from ctxlab.model.weights import DEFAULT_WEIGHTS, check_weights, convert_weights
+from ctxlab.model.weights_cache import cached_tensors
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -115,9 +116,8 @@ def read_gguf(
     """Config, HF-named float32 tensors and optional RoPE frequency factors from a GGUF file.
 
     `weights`: the format the caller will convert to, refused here (before any tensor is
-    dequantized) when the file's architecture cannot run it."""
-    import gguf
-
+    dequantized) when the file's architecture cannot run it. The tensors come from the
+    weights cache when an earlier process dequantized them (`ctxlab.model.weights_cache`)."""
     parsed = read_gguf_file(path)
     names = {t.name for t in parsed.tensors}
     vocab = parsed.metadata.get("tokenizer.ggml.tokens", 0)
@@ -127,6 +127,18 @@ def read_gguf(
     arch = architecture(cfg.arch)
     if weights is not None:
         check_weight_format(arch, weights, str(parsed.metadata.get("general.name") or path.name))
+    tensors, freq_factors = cached_tensors(path, lambda: _dequantize(path, parsed, cfg))
+    return cfg, tensors, freq_factors
+
+
+def _dequantize(
+    path: Path, parsed: GGUFFile, cfg: ModelConfig
+) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """HF-named float32 tensors (norm offsets applied, llama Q/K unpermuted) and the RoPE
+    frequency factors, dequantized from the file (what `weights_cache` stores)."""
+    import gguf
+
+    arch = architecture(cfg.arch)
     layer_names = arch.gguf_layer_names
     tensors: dict[str, torch.Tensor] = {}
     freq_factors = None
@@ -154,7 +166,7 @@ def read_gguf(
             heads = cfg.num_heads if parts[2].startswith("attn_q.") else cfg.num_kv_heads
             value = unpermute_qk(value, heads)
         tensors[f"model.layers.{parts[1]}.{layer_names[parts[2]]}"] = value
-    return cfg, tensors, freq_factors
+    return tensors, freq_factors
 
 
 # ---------------------------------------------------------------------- HF folder

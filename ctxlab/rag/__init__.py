@@ -12,14 +12,59 @@ Public API (plain dataclasses, no torch at import):
   `named_corpus(paths, questions_file)` for your own corpus (`evaluate(..., corpus=...)`).
 """
 
-from ctxlab.rag.answer import Answer, answer_chat, answer_questions
-from ctxlab.rag.ask import ask
-from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture
-from ctxlab.rag.documents import DocumentInfo, IngestResult, documents, ingest, ingest_all
-from ctxlab.rag.evaluate import EXAMPLE_PRICES, EvalOptions, evaluate, named_corpus
-from ctxlab.rag.readers import SourceDoc, collect
-from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow
-from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ctxlab.rag.ask import ask  # eager: the submodule `ask` would otherwise shadow it
+
+# Other names resolve on first use, so importing one module of the package (`rag ask` needs
+# a few) does not import evaluation, corpora and readers.
+_WHERE = {
+    "Answer": "ctxlab.rag.answer",
+    "answer_chat": "ctxlab.rag.answer",
+    "answer_questions": "ctxlab.rag.answer",
+    "CorpusFixture": "ctxlab.rag.corpus",
+    "GoldQuestion": "ctxlab.rag.corpus",
+    "corpus_fixture": "ctxlab.rag.corpus",
+    "DocumentInfo": "ctxlab.rag.documents",
+    "IngestResult": "ctxlab.rag.documents",
+    "documents": "ctxlab.rag.documents",
+    "ingest": "ctxlab.rag.documents",
+    "ingest_all": "ctxlab.rag.documents",
+    "EXAMPLE_PRICES": "ctxlab.rag.evaluate",
+    "EvalOptions": "ctxlab.rag.evaluate",
+    "evaluate": "ctxlab.rag.evaluate",
+    "named_corpus": "ctxlab.rag.evaluate",
+    "SourceDoc": "ctxlab.rag.readers",
+    "collect": "ctxlab.rag.readers",
+    "CostRow": "ctxlab.rag.report",
+    "EvalReport": "ctxlab.rag.report",
+    "RetrievalRow": "ctxlab.rag.report",
+    "TaskRow": "ctxlab.rag.report",
+    "CorpusRetriever": "ctxlab.rag.retriever",
+    "Passage": "ctxlab.rag.retriever",
+    "order_passages": "ctxlab.rag.retriever",
+}
+
+if TYPE_CHECKING:
+    from ctxlab.rag.answer import Answer, answer_chat, answer_questions
+    from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture
+    from ctxlab.rag.documents import DocumentInfo, IngestResult, documents, ingest, ingest_all
+    from ctxlab.rag.evaluate import EXAMPLE_PRICES, EvalOptions, evaluate, named_corpus
+    from ctxlab.rag.readers import SourceDoc, collect
+    from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow
+    from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EXAMPLE_PRICES",

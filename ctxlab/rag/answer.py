@@ -54,6 +54,7 @@ class Answer:
     cited_by: str  # "model" | "attributed" | "none"
     passages: list[Passage] = field(default_factory=list)
     prompt_tokens: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)  # phases, where `ask` timed them
 
 
 def about_versions(question: str) -> bool:

@@ -23,7 +23,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ctxlab.progress import Tracker
 from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -595,7 +595,7 @@ def check(c: CompactionSection, cfg: CommonConfig) -> None:
     fits(cfg, "compaction.window_tokens", c.window_tokens)
 
 
-def _guard_summaries(f: Figures) -> tuple[str, str]:
+def _guard_summaries(f: FigureValues) -> tuple[str, str]:
     names = [k.removeprefix("accuracy_") for k in f if k.startswith("accuracy_")]
     per = "; ".join(
         f"{name}: {fmt(f[f'tokens_after_{name}'])} tokens, {fmt(f[f'in_prompt_{name}'])} of "

@@ -8,6 +8,12 @@ Both orders run on the real engine and, on the same request list, on the simulat
 step-time profile measured on this machine, side by side. All requests arrive together and
 are served first come first served with at most `concurrency` running, so TTFT includes the
 queue: the p99 is the last requests' wait.
+
+Every TTFT percentile is printed with the requests it comes from and its 95 % bootstrap
+interval; grouped against interleaved is a comparison of two runs (each side resampled on
+its own), the simulator against the engine one over the same requests in the same order
+(paired), each with the verdict its interval gives (`latency_stats`). Token and block
+counts are exact.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from pydantic import Field
 
 from ctxlab.errors import CtxlabError
 from ctxlab.progress import Tracker
+from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -237,11 +244,17 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     ):
         res.observe(name, g[key], i[key])
     for q in (50, 95, 99):
-        res.observe(f"ttft_p{q}_ms", g[f"ttft_p{q}"], i[f"ttft_p{q}"], 1)
+        c = latency_stats.compare(g["ttft_ms"], i["ttft_ms"], q, "up")
+        res.observe(
+            f"ttft_p{q}_ms", g[f"ttft_p{q}"], i[f"ttft_p{q}"], 1, change=c.change, test=c.test
+        )
     si = runs["interleaved"]["simulator"]
     res.observe("sim_vs_engine_reused_tokens", i["reused"], si["reused"])
     res.observe("sim_vs_engine_evictions", i["evictions"], si["evictions"])
-    res.observe("sim_vs_engine_ttft_p50_ms", i["ttft_p50"], si["ttft_p50"], 1)
+    c = latency_stats.compare(i["ttft_ms"], si["ttft_ms"], 50, "unchanged", paired=True)
+    res.observe(
+        "sim_vs_engine_ttft_p50_ms", i["ttft_p50"], si["ttft_p50"], 1, change=c.change, test=c.test
+    )
     _explain(session, res, runs, pool, unique)
     from ctxlab.workshop.plots import plot_eviction
 
@@ -267,9 +280,11 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
             Column("hit requests"),
             Column("evicted blocks"),
             Column("preemptions"),
+            Column("requests"),
         ],
         note="engine rows are measured, simulator rows modeled on the same request list; "
-        "recomputed = computed prompt tokens minus tokens no earlier request had computed",
+        "recomputed = computed prompt tokens minus tokens no earlier request had computed; "
+        "exact counts over the requests column",
     )
     serving = Table(
         "eviction_serving",
@@ -280,13 +295,44 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
         [
             Column("arrivals"),
             Column("side"),
+            Column("requests"),
             Column("TTFT p50 ms", 1),
+            Column("p50 95 % low", 1),
+            Column("p50 95 % high", 1),
             Column("TTFT p95 ms", 1),
             Column("TTFT p99 ms", 1),
+            Column("p99 95 % low", 1),
+            Column("p99 95 % high", 1),
             Column("makespan s", 2),
             Column("peak running"),
         ],
-        note=f"simulator step times: {profile_label}",
+        note=f"simulator step times: {profile_label}; 95 % intervals: bootstrap of the "
+        "percentile over the side's requests (ctxlab.stats); a p99 of a few requests is their "
+        "largest, so its interval is wide or reaches the maximum",
+    )
+    compare = Table(
+        "eviction_compare",
+        "serving",
+        "Demonstration 4: TTFT changes and their verdicts",
+        "measured and modeled",
+        [
+            Column("figure"),
+            Column("baseline"),
+            Column("observed"),
+            Column("baseline ms", 1),
+            Column("observed ms", 1),
+            Column("change ms", 1),
+            Column("change 95 % low", 1),
+            Column("change 95 % high", 1),
+            Column("predicted"),
+            Column("verdict"),
+            Column("test"),
+        ],
+        note="predicted: the run's prediction for the figure (or the demonstration's "
+        "hypothesis, no tolerance, where the config predicts nothing); verdict by "
+        "ctxlab.stats.verdict: held when the whole 95 % interval of the change lies past the "
+        "tolerance on the predicted side, failed when wholly on the other, otherwise within "
+        "noise",
     )
     rate = session.cfg.cost.cpu_hourly
     cost = Table(
@@ -314,13 +360,21 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
                 r["hit_requests"],
                 r["evictions"],
                 r["preemptions"],
+                len(r["ttft_ms"]),
             )
+            _, p50_low, p50_high = latency_stats.cells(r["ttft_ms"], 50)
+            _, p99_low, p99_high = latency_stats.cells(r["ttft_ms"], 99)
             serving.add(
                 order,
                 side,
+                len(r["ttft_ms"]),
                 r["ttft_p50"],
+                p50_low,
+                p50_high,
                 r["ttft_p95"],
                 r["ttft_p99"],
+                p99_low,
+                p99_high,
                 r["makespan_s"],
                 r["peak_running"],
             )
@@ -328,7 +382,44 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
         n = len(e["ttft_ms"])
         e["cost_per_1000"] = e["cpu_s"] * rate / 3600 / n * 1000
         cost.add(order, e["computed"], e["cpu_s"], e["cost_per_1000"])
-    res.tables += [storage, serving, cost]
+    g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
+    si = runs["interleaved"]["simulator"]
+    predictions = session.cfg.predictions.get("eviction", {})
+    cases = [
+        (f"ttft_p{q}_ms", q, "grouped (engine)", g, "interleaved (engine)", i, "up", False)
+        for q in (50, 99)
+    ]
+    cases.append(
+        (
+            "sim_vs_engine_ttft_p50_ms",
+            50,
+            "interleaved (engine)",
+            i,
+            "interleaved (simulator)",
+            si,
+            "unchanged",
+            True,
+        )
+    )
+    for metric, q, base_name, base, seen_name, seen, hypothesis, paired in cases:
+        direction, tol = latency_stats.predicted(predictions, metric, hypothesis)
+        before, after = base[f"ttft_p{q}"], seen[f"ttft_p{q}"]
+        c = latency_stats.compare(
+            base["ttft_ms"], seen["ttft_ms"], q, direction, paired, tol * abs(before)
+        )
+        said = direction + (f" (tolerance {100 * tol:g}%)" if tol else "")
+        compare.add(
+            f"TTFT p{q}",
+            base_name,
+            seen_name,
+            before,
+            after,
+            *c.cells()[:3],
+            said,
+            c.verdict,
+            c.test,
+        )
+    res.tables += [storage, serving, compare, cost]
 
 
 def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: int) -> None:
@@ -509,7 +600,7 @@ def check(ev: EvictionSection, cfg: CommonConfig) -> None:
     fits(cfg, "eviction", request)
 
 
-def _guard_lru(f: Figures) -> tuple[str, str]:
+def _guard_lru(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"the prefix cache is reported as an LRU cache of exact token blocks: in demonstration "
         f"{DEMO.number} the arrival order alone moved reuse from {fmt(f['reused_grouped'])} to "

@@ -34,7 +34,7 @@ from ctxlab.workshop.demo_eviction import (
     run_simulator,
     step_profile,
 )
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -506,7 +506,7 @@ offload_bytes = "32MiB"
 """
 
 
-def _guard_offload(f: Figures) -> tuple[str, str]:
+def _guard_offload(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} ran the prefix cache's tier "
         f"({fmt(f['tier_mib'], 1)} MiB of host memory) through one bounded transfer queue: "

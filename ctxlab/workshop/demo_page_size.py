@@ -6,6 +6,11 @@ next to the planner's `paged_request` prediction for the same lengths. Then two 
 identical up to a position that is not a page multiple go through an engine with the cache
 on: only whole pages before the divergence are reused, next to the planner's full-page
 sharing figure. The bytes one token slot costs are read from the pool at every page size.
+
+The pair is sent `repeats` times per page size (new text each time), so the diverging
+prompt's TTFT is a median with its n and bootstrap interval, and the change from the
+smallest to each larger page is read against its own interval (`latency_stats`): slots,
+bytes and reused tokens are exact counts (the same in every repeat), TTFTs are not.
 """
 
 from __future__ import annotations
@@ -17,15 +22,18 @@ from pydantic import Field, model_validator
 from ctxlab.plan.paging import paged_request
 from ctxlab.plan.sharing import prefix_sharing
 from ctxlab.progress import Tracker
+from ctxlab.stats import Direction
+from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
-from ctxlab.workshop.measure import send
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.measure import median, send
+from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
 
 def steps(session: Session) -> int:
-    return 2 * len(DEMO.config(session.cfg).page_sizes)
+    c = DEMO.config(session.cfg)
+    return (1 + c.repeats) * len(c.page_sizes)
 
 
 def held_at_once(session: Session, page: int, lengths: list[int]) -> dict[str, float]:
@@ -60,7 +68,8 @@ def held_at_once(session: Session, page: int, lengths: list[int]) -> dict[str, f
 
 
 def diverging_pair(session: Session, page: int, pair: int, at: int) -> dict[str, float]:
-    """Send prompt A, then B = A's first `at` tokens + other text: what B reuses."""
+    """Send prompt A, then B = A's first `at` tokens + other text: what B reuses (new text
+    every call, so no earlier pair is in the cache)."""
     llm = session.llm(page_size=page, pool_tokens=2 * pair + 4 * page + 64)
     a = session.text_ids(pair)
     b = a[:at] + session.text_ids(pair - at)
@@ -85,8 +94,19 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     for page in cfg.page_sizes:
         held = held_at_once(session, page, cfg.request_tokens)
         tracker.advance()
-        pair = diverging_pair(session, page, cfg.pair_tokens, cfg.divergence_at)
-        tracker.advance()
+        pairs = []
+        for _ in range(cfg.repeats):
+            pairs.append(diverging_pair(session, page, cfg.pair_tokens, cfg.divergence_at))
+            tracker.advance()
+        pair = {
+            "ttft_first": [p["ttft_first_ms"] for p in pairs],
+            "ttft": [p["ttft_ms"] for p in pairs],
+            "ttft_first_ms": median([p["ttft_first_ms"] for p in pairs]),
+            "ttft_ms": median([p["ttft_ms"] for p in pairs]),
+            # token counts: the same in every repeat (the pool's rule, not a timing)
+            "reused": int(median([p["reused"] for p in pairs])),
+            "recomputed": int(median([p["recomputed"] for p in pairs])),
+        }
         planned = [paged_request(arch, n, page) for n in cfg.request_tokens]
         share = prefix_sharing(arch, cfg.pair_tokens, 2, cfg.divergence_at, page)
         rows.append(
@@ -117,7 +137,15 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         sum(r["reused_plan"] for r in rows),
         sum(r["reused"] for r in rows),
     )
-    res.observe("ttft_ms_after_divergence", lo["ttft_ms"], hi["ttft_ms"], 1)
+    moved = _compare(lo, hi, *_predicted(session))
+    res.observe(
+        "ttft_ms_after_divergence",
+        lo["ttft_ms"],
+        hi["ttft_ms"],
+        1,
+        change=moved.change,
+        test=moved.test,
+    )
     _explain(session, res, rows)
     from ctxlab.workshop.plots import plot_page_size
 
@@ -144,6 +172,7 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
         "measured",
         [
             Column("page size"),
+            Column("requests"),
             Column("held tokens"),
             Column("allocated slots (pool)"),
             Column("waste tokens (pool)"),
@@ -153,7 +182,8 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
             Column("bytes per token slot (pool)"),
         ],
         note="pool: blocks in use x page size / lanes, with every request resident; planner: "
-        "ctxlab.plan.paging.paged_request for the same lengths",
+        "ctxlab.plan.paging.paged_request for the same lengths; exact counts (no sampling "
+        "noise), over the requests in the requests column",
     )
     reuse = Table(
         "page_size_reuse",
@@ -163,28 +193,48 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
         "measured",
         [
             Column("page size"),
+            Column("pairs sent"),
             Column("reused tokens (engine)"),
             Column("reused tokens (planner)"),
             Column("shared tokens recomputed"),
         ],
-        note="planner: ctxlab.plan.sharing.prefix_sharing's full-page saving, in tokens",
+        note="planner: ctxlab.plan.sharing.prefix_sharing's full-page saving, in tokens; "
+        "exact counts, the same in every pair",
     )
     serving = Table(
         "page_size_serving",
         "serving",
-        "Demonstration 3: time to first token of the pair per page size",
+        "Demonstration 3: time to first token of the pair per page size (medians of "
+        f"{cfg.repeats} pairs)",
         "measured",
         [
             Column("page size"),
-            Column("first prompt TTFT ms (cold)", 1),
-            Column("diverging prompt TTFT ms", 1),
+            Column("pairs"),
+            Column("first prompt TTFT median ms (cold)", 1),
+            Column("diverging prompt TTFT median ms", 1),
+            Column("95 % low", 1),
+            Column("95 % high", 1),
+            Column(f"change vs page {rows[0]['page']} ms", 1),
+            Column("change 95 % low", 1),
+            Column("change 95 % high", 1),
+            Column("predicted"),
+            Column("verdict"),
             Column("tokens computed for it"),
         ],
-        note="one measurement each; demonstration 2 shows how far single TTFTs scatter",
+        note="95 % intervals: bootstrap of the median over the pairs, and of the difference "
+        f"of medians against page {rows[0]['page']} (each side resampled on its own; "
+        "ctxlab.stats); predicted: the run's prediction for ttft_ms_after_divergence (or up, "
+        "no tolerance: larger pages recompute more); verdict: held when the whole interval "
+        "of the change lies past the tolerance on the predicted side, failed when wholly on "
+        "the other, otherwise within noise",
     )
+    base = rows[0]
+    direction, tol = _predicted(session)
+    said = direction + (f" (tolerance {100 * tol:g}%)" if tol else "")
     for r in rows:
         waste.add(
             r["page"],
+            len(cfg.request_tokens),
             r["held"],
             r["allocated"],
             r["waste"],
@@ -193,9 +243,50 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
             r["waste_bytes_plan"] / 2**20,
             round(r["slot_bytes"]),
         )
-        reuse.add(r["page"], r["reused"], r["reused_plan"], cfg.divergence_at - r["reused"])
-        serving.add(r["page"], r["ttft_first_ms"], r["ttft_ms"], r["recomputed"])
+        reuse.add(
+            r["page"],
+            cfg.repeats,
+            r["reused"],
+            r["reused_plan"],
+            cfg.divergence_at - r["reused"],
+        )
+        _, low, high = latency_stats.cells(r["ttft"], 50)
+        if r is base:
+            change: tuple = (None, None, None, None, "baseline")
+        else:
+            c = _compare(base, r, direction, tol)
+            change = (c.change.value, c.change.low, c.change.high, said, c.verdict)
+        serving.add(
+            r["page"],
+            len(r["ttft"]),
+            r["ttft_first_ms"],
+            r["ttft_ms"],
+            low,
+            high,
+            *change,
+            r["recomputed"],
+        )
     res.tables += [waste, reuse, serving]
+
+
+def _predicted(session: Session) -> tuple[Direction, float]:
+    predictions = session.cfg.predictions.get("page_size", {})
+    return latency_stats.predicted(predictions, "ttft_ms_after_divergence", "up")
+
+
+def _compare(lo: dict, hi: dict, direction: Direction, tol: float) -> latency_stats.Compared:
+    """The diverging prompt's median TTFT at `hi`'s page against `lo`'s (separate repeats)."""
+    return latency_stats.compare(lo["ttft"], hi["ttft"], 50, direction, False, tol * lo["ttft_ms"])
+
+
+def _change_words(f: Figures, lo: dict, hi: dict, direction: Direction, tol: float) -> str:
+    """'12.3 ms [4.0, 20.1] (held)': the largest page's TTFT change against the smallest."""
+    c = _compare(lo, hi, direction, tol)
+    return (
+        f"{f.say('ttft_change_ms', c.change.value, 1)} ms "
+        f"[{f.say('ttft_change_low_ms', c.change.low, 1)}, "
+        f"{f.say('ttft_change_high_ms', c.change.high, 1)}] ({c.verdict})"
+    )
 
 
 def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
@@ -230,11 +321,12 @@ def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
             f"the second prompt shared {f.say('divergence_at', cfg.divergence_at)} tokens with the "
             f"first; page {small} reused {f.say('reused_small', lo['reused'])} of them, page "
             f"{large} {f.say('reused_large', hi['reused'])}: a page is reused whole or not at all",
-            "the diverging prompt's first token took "
+            "the diverging prompt's first token took (median of "
+            f"{f.say('pairs', len(lo['ttft']))} pairs) "
             f"{f.say('ttft_small_ms', lo['ttft_ms'], 1)} ms "
-            f"at page {small} and {f.say('ttft_large_ms', hi['ttft_ms'], 1)} ms at page {large} "
-            "(single measurements; the smallest pages also pay for one hash and one block "
-            "per few tokens)",
+            f"at page {small} and {f.say('ttft_large_ms', hi['ttft_ms'], 1)} ms at page {large}, "
+            f"a change of {_change_words(f, lo, hi, *_predicted(session))} (the smallest "
+            "pages also pay for one hash and one block per few tokens)",
         )
     )
     res.notes.append(
@@ -252,6 +344,7 @@ class PageSizeSection(Section):
     request_tokens: list[Pos] = Field(min_length=1)
     pair_tokens: Annotated[int, Field(ge=2)]
     divergence_at: Pos
+    repeats: Annotated[int, Field(ge=3)] = 3  # diverging pairs per page size (TTFT's n)
 
     @model_validator(mode="after")
     def _shape(self) -> PageSizeSection:
@@ -324,6 +417,7 @@ page_sizes = [1, 16, 64, 256]
 request_tokens = [100, 300, 700]   # requests held at once; waste = allocated - held slots
 pair_tokens = 1200            # two prompts of this length ...
 divergence_at = 1000          # ... identical up to this token (not a multiple of most pages)
+repeats = 3                   # pairs sent per page size: the TTFT median's sample
 """
 
 PREDICTIONS_TOML = """\
@@ -357,7 +451,7 @@ def check(ps: PageSizeSection, cfg: CommonConfig) -> None:
     fits(cfg, "page_size.request_tokens", max(ps.request_tokens) + 1)
 
 
-def _guard_paging_bytes(f: Figures) -> tuple[str, str]:
+def _guard_paging_bytes(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} reads the bytes of one token slot from the pool at every "
         f"page size ({fmt(f['slot_bytes'])} bytes each time): paging changes waste and reuse, "

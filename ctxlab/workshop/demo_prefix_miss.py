@@ -16,8 +16,9 @@ from typing import Annotated
 from pydantic import Field
 
 from ctxlab.progress import Tracker
+from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Sent, median, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -111,17 +112,21 @@ def _tables(res, runs, where, reused, recomputed, ttft, prompt_tokens: int, page
             Column("case"),
             Column("requests"),
             Column("TTFT median ms", 1),
+            Column("TTFT median 95 % low", 1),
+            Column("TTFT median 95 % high", 1),
             Column("TTFT min ms", 1),
             Column("TTFT max ms", 1),
         ],
         note="one request at a time on an otherwise idle engine, the cases taken in turn; "
-        "cold is the first send",
+        "cold is the first send; the median's 95 % interval is a bootstrap over the case's "
+        "requests (ctxlab.stats), zero-wide for a single request",
     )
     for case, sent in runs.items():
         pos = where.get(case, "none")
         storage.add(case, pos, reused[case], recomputed[case], "yes" if reused[case] else "no")
         times = [s.ttft_ms for s in sent]
-        serving.add(case, len(sent), ttft[case], min(times), max(times))
+        _, low, high = latency_stats.cells(times, 50)
+        serving.add(case, len(sent), ttft[case], low, high, min(times), max(times))
     res.tables += [storage, serving]
 
 
@@ -289,7 +294,7 @@ def check(pm: PrefixMissSection, cfg: CommonConfig) -> None:
     fits(cfg, "prefix_miss.prompt_tokens", pm.prompt_tokens + pm.output_tokens, pool=True)
 
 
-def _guard_hit_requests(f: Figures) -> tuple[str, str]:
+def _guard_hit_requests(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"reuse is counted in tokens: in demonstration {DEMO.number} the middle change is a hit "
         f"request that reused {fmt(f['reused_mid'])} tokens and recomputed "
@@ -297,7 +302,7 @@ def _guard_hit_requests(f: Figures) -> tuple[str, str]:
     )
 
 
-def _guard_tenants(f: Figures) -> tuple[str, str]:
+def _guard_tenants(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} sent the same prompt under another tenant's cache_salt: "
         f"it reused {fmt(f['reused_tenant'])} tokens"

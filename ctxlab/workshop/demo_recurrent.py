@@ -15,13 +15,20 @@ request held. Beside it, the long workload runs on a windowed model (gemma3-270m
 layers keep a 512-token window, whose pages the engine hands back) and on the all-global
 one (smollm2-135m) with pools of equal bytes: the measured half of "state that stops
 growing"; the recurrent side stays modeled.
+
+Measured TTFT percentiles carry the requests they come from and a 95 % bootstrap interval;
+the engine's long against short workload is compared by a bootstrap of the difference
+(`latency_stats`) with its verdict. Modeled figures (plan, simulator) have no sampling
+noise: their comparisons are exact, held or failed.
 """
 
 from __future__ import annotations
 
 from pydantic import field_validator, model_validator
 
+from ctxlab import stats
 from ctxlab.progress import Tracker
+from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import (
     CommonConfig,
     Pos,
@@ -32,7 +39,7 @@ from ctxlab.workshop.config import (
     arch_from,
     fits,
 )
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Timer, median, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -50,9 +57,19 @@ ENGINE_RUN_COLUMNS = (
     Column("concurrency reached"),
     Column("MiB per request (pool)", 3),
     Column("TTFT p50 ms", 1),
+    Column("p50 95 % low", 1),
+    Column("p50 95 % high", 1),
     Column("TTFT p99 ms", 1),
+    Column("p99 95 % low", 1),
+    Column("p99 95 % high", 1),
     Column("preemptions"),
 )
+
+
+def ttft_cells(ttft_ms: list[float]) -> tuple[float, ...]:
+    """TTFT p50 and p99 of one engine run, each with its 95 % bootstrap interval, in the
+    order of ENGINE_RUN_COLUMNS."""
+    return (*latency_stats.cells(ttft_ms, 50), *latency_stats.cells(ttft_ms, 99))
 
 
 def steps(session: Session) -> int:
@@ -112,6 +129,7 @@ def engine_workload(session: Session, w: Workload) -> dict:
         "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
         "ttft_p99_ms": pct([m.ttft * 1e3 for m in outs], 99),
         "ttft_p50_ms": pct([m.ttft * 1e3 for m in outs], 50),
+        "ttft_ms": [m.ttft * 1e3 for m in outs],
         "preemptions": sum(m.preemptions for m in outs),
         "pool_bytes": engine.stats().pool_bytes,
         "cpu_s": t.cpu_s,
@@ -175,6 +193,7 @@ def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[d
                 "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
                 "ttft_p99_ms": pct([m.ttft * 1e3 for m in outs], 99),
                 "ttft_p50_ms": pct([m.ttft * 1e3 for m in outs], 50),
+                "ttft_ms": [m.ttft * 1e3 for m in outs],
                 "preemptions": sum(m.preemptions for m in outs),
             }
         )
@@ -228,11 +247,26 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     rec_short = next(r for r in modeled if r["role"] == "recurrent" and r["workload"] == "short")
     res.observe("bytes_per_request", kv_short["bytes_per_request"], rec_short["bytes_per_request"])
     res.observe("concurrency_reached", kv_short["concurrency"], rec_short["concurrency"])
-    res.observe("ttft_p99_ms", kv_short["ttft_p99_ms"], rec_short["ttft_p99_ms"], 1)
+    res.observe(
+        "ttft_p99_ms",
+        kv_short["ttft_p99_ms"],
+        rec_short["ttft_p99_ms"],
+        1,
+        change=stats.exact(rec_short["ttft_p99_ms"] - kv_short["ttft_p99_ms"]),
+        test="simulated: no sampling noise, a zero-wide interval",
+    )
     s, lg = measured["short"], measured["long"]
     res.observe("engine_concurrency_reached", lg["concurrency"], s["concurrency"])
     res.observe("engine_bytes_per_request", lg["bytes_per_request"], s["bytes_per_request"])
-    res.observe("engine_ttft_p99_ms", lg["ttft_p99_ms"], s["ttft_p99_ms"], 1)
+    moved = latency_stats.compare(lg["ttft_ms"], s["ttft_ms"], 99, "down")
+    res.observe(
+        "engine_ttft_p99_ms",
+        lg["ttft_p99_ms"],
+        s["ttft_p99_ms"],
+        1,
+        change=moved.change,
+        test=moved.test,
+    )
     _explain(session, res, modeled, measured)
     from ctxlab.workshop.plots import plot_recurrent
 
@@ -275,7 +309,9 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
             Column("preemptions"),
         ],
         note=f"arrivals evenly spaced: short {cfg.short.rate:,.1f} and long {cfg.long.rate:,.1f} "
-        "per second; nothing is shared; max running = the workload's size, so memory is the limit",
+        "per second; nothing is shared; max running = the workload's size, so memory is the "
+        "limit; simulated from a roofline, so no sampling noise: percentiles over the requests "
+        "column, without intervals",
     )
     engine = Table(
         "recurrent_engine",
@@ -287,7 +323,9 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
             Column("workload"),
             *ENGINE_RUN_COLUMNS,
         ],
-        note="bytes per request: blocks the request held at its end, measured from the pool",
+        note="bytes per request: blocks the request held at its end, measured from the pool; "
+        "TTFT 95 % intervals: bootstrap of the percentile over the workload's requests "
+        "(ctxlab.stats); a p99 of a few requests is their largest",
     )
     pool_bytes = int(cfg.pool_gib * GIB)
     for r in modeled:
@@ -319,11 +357,84 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
             w.input_tokens + w.output_tokens,
             m["concurrency"],
             m["bytes_per_request"] / 2**20,
-            m["ttft_p50_ms"],
-            m["ttft_p99_ms"],
+            *ttft_cells(m["ttft_ms"]),
             m["preemptions"],
         )
-    res.tables += [storage, serving, engine]
+    res.tables += [storage, serving, engine, _compare_table(session, modeled, measured)]
+
+
+def _compare_table(session: Session, modeled: list[dict], measured: dict) -> Table:
+    """The compared figures with their change, interval and verdict: modeled ones exact
+    (no sampling noise), the engine's TTFT by a bootstrap over its requests."""
+    predictions = session.cfg.predictions.get("recurrent_vs_kv", {})
+    table = Table(
+        "recurrent_compare",
+        "serving",
+        "Demonstration 7: compared figures, their changes and verdicts",
+        "measured and modeled",
+        [
+            Column("metric"),
+            Column("baseline"),
+            Column("observed"),
+            Column("n (baseline, observed)"),
+            Column("baseline value", 1),
+            Column("observed value", 1),
+            Column("change", 1),
+            Column("change 95 % low", 1),
+            Column("change 95 % high", 1),
+            Column("predicted"),
+            Column("verdict"),
+            Column("test"),
+        ],
+        note="predicted: the run's prediction (or the demonstration's hypothesis, no "
+        "tolerance, where the config predicts nothing); verdict by ctxlab.stats.verdict; "
+        "modeled figures are exact (a zero-wide interval: held or failed, never within noise)",
+    )
+    pick = {(r["role"], r["workload"]): r for r in modeled}
+    kv, rec = pick[("KV-heavy", "short")], pick[("recurrent", "short")]
+    n_sim = f"{kv['requests']}, {rec['requests']}"
+    for metric, key, hypothesis in (
+        ("bytes_per_request", "bytes_per_request", "down"),
+        ("concurrency_reached", "concurrency", "up"),
+        ("ttft_p99_ms", "ttft_p99_ms", "down"),
+    ):
+        direction, tol = latency_stats.predicted(predictions, metric, hypothesis)
+        base, seen = float(kv[key]), float(rec[key])
+        change = stats.exact(seen - base)
+        kind = stats.verdict(change, direction, tol * abs(base))
+        said = direction + (f" (tolerance {100 * tol:g}%)" if tol else "")
+        table.add(
+            metric,
+            f"{kv['arch']} (short)",
+            f"{rec['arch']} (short)",
+            n_sim,
+            base,
+            seen,
+            change.value,
+            change.low,
+            change.high,
+            said,
+            kind,
+            "modeled: exact, no sampling noise",
+        )
+    s, lg = measured["short"], measured["long"]
+    direction, tol = latency_stats.predicted(predictions, "engine_ttft_p99_ms", "down")
+    c = latency_stats.compare(
+        lg["ttft_ms"], s["ttft_ms"], 99, direction, tolerance=tol * lg["ttft_p99_ms"]
+    )
+    table.add(
+        "engine_ttft_p99_ms",
+        "long (engine)",
+        "short (engine)",
+        f"{len(lg['ttft_ms'])}, {len(s['ttft_ms'])}",
+        lg["ttft_p99_ms"],
+        s["ttft_p99_ms"],
+        *c.cells()[:3],
+        direction + (f" (tolerance {100 * tol:g}%)" if tol else ""),
+        c.verdict,
+        c.test,
+    )
+    return table
 
 
 def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None:
@@ -352,8 +463,7 @@ def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None
             w.input_tokens + w.output_tokens,
             r["concurrency"],
             r["bytes_per_request"] / 2**20,
-            r["ttft_p50_ms"],
-            r["ttft_p99_ms"],
+            *ttft_cells(r["ttft_ms"]),
             r["preemptions"],
         )
     res.tables.append(table)
@@ -537,7 +647,7 @@ def check(r: RecurrentSection, cfg: CommonConfig) -> None:
     fits(cfg, "recurrent_vs_kv.engine_long", w.input_tokens + w.output_tokens)
 
 
-def _guard_lossless(f: Figures) -> tuple[str, str]:
+def _guard_lossless(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} calls the recurrent state a fixed, lossy summary and "
         "claims only capacity and latency for it; it says that no quality decision is "
@@ -545,7 +655,7 @@ def _guard_lossless(f: Figures) -> tuple[str, str]:
     )
 
 
-def _guard_p99(f: Figures) -> tuple[str, str]:
+def _guard_p99(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"in demonstration {DEMO.number} the KV-heavy model's short workload has p50 TTFT "
         f"{fmt(f['kv_short_p50'], 1)} ms and p99 {fmt(f['kv_short_p99'], 1)} ms, with "

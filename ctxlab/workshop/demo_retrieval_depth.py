@@ -27,7 +27,7 @@ from pydantic import Field, model_validator
 from ctxlab.progress import Tracker
 from ctxlab.workshop import retrieval_depth_report as report
 from ctxlab.workshop.config import Pos, Section, Seed
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import DemoResult, fmt
 from ctxlab.workshop.session import Session
@@ -302,7 +302,7 @@ answer_tokens = 12
 """
 
 
-def _guard_recall_only(f: Figures) -> tuple[str, str]:
+def _guard_recall_only(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} reports answer accuracy and citation precision beside "
         f"recall@k: recall {fmt(f['recall_lo_pct'], 1)}% -> {fmt(f['recall_hi_pct'], 1)}% over "

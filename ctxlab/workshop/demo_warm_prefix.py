@@ -18,7 +18,7 @@ from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import Tracker
 from ctxlab.stats import median_interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, Figures, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Sent, median, pct, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -284,7 +284,7 @@ def check(wp: WarmPrefixSection, cfg: CommonConfig) -> None:
     fits(cfg, "warm_prefix", wp.prefix_tokens + wp.suffix_tokens + wp.output_tokens, pool=True)
 
 
-def _guard_payload(f: Figures) -> tuple[str, str]:
+def _guard_payload(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} separates them: reuse removed prefill work (median TTFT "
         f"{fmt(f['ttft_cold_ms'], 1)} -> {fmt(f['ttft_warm_ms'], 1)} ms) while decode, which "
@@ -293,7 +293,7 @@ def _guard_payload(f: Figures) -> tuple[str, str]:
     )
 
 
-def _guard_pricing(f: Figures) -> tuple[str, str]:
+def _guard_pricing(f: FigureValues) -> tuple[str, str]:
     return "partly guarded", (
         f"the cost tables price a miss and a hit separately (hosted "
         f"{fmt(f['hosted_cold_1000'], 4)} against {fmt(f['hosted_warm_1000'], 4)} per 1,000 "

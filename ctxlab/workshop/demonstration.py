@@ -55,10 +55,10 @@ class Risk(StrEnum):
     PRICING = "pricing without misses, failures or idle reserve"
 
 
-Figures = dict[str, "JSONValue"]
+FigureValues = dict[str, "JSONValue"]
 # A guard reads the figures of a demonstration that ran and says how it guards against its
 # risk: ("guarded" or "partly guarded", the sentence that cites this run's figures).
-GuardFn = Callable[[Figures], tuple[str, str]]
+GuardFn = Callable[[FigureValues], tuple[str, str]]
 
 S = TypeVar("S", bound=BaseModel)
 

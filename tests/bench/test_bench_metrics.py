@@ -18,6 +18,7 @@ from ctxlab.bench.metrics import (
     parse_goodput,
     parse_percentiles,
     peaks,
+    quantile_intervals,
     summarize,
 )
 from ctxlab.bench.report import result_lines
@@ -114,6 +115,45 @@ def test_printed_lines_are_vllms():
         assert any(ln.startswith(label) and len(ln) >= 41 for ln in lines), label
     assert "-----Time per Output Token (excl. 1st token)------" in text
     assert lines[-1] == "=" * 50
+
+
+def test_every_median_and_percentile_has_its_n_and_a_bootstrap_interval():
+    rs = [result(i, 0.1 * i, 0.1 + 0.01 * (i % 7), [0.02, 0.03 + 0.001 * i], 3) for i in range(30)]
+    rs.append(RequestResult(index=30, prompt_len=5, error="HTTP 500: no"))
+    m = summarize(rs, 5.0, [90, 99])
+    assert m["samples"] == {"ttft": 30, "tpot": 30, "itl": 60, "e2el": 30}
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        for key in (f"median_{name}_ms", f"p90_{name}_ms", f"p99_{name}_ms"):
+            iv = m["intervals"][key]
+            assert iv["n"] == m["samples"][name] and iv["method"] == "bootstrap"
+            assert iv["low"] <= m[key] <= iv["high"], key
+    ttft = m["intervals"]["median_ttft_ms"]
+    assert ttft["low"] < ttft["high"]  # 7 distinct TTFTs: a real spread, not zero-wide
+    lines = result_lines(m, [90, 99], ["ttft", "itl"], None, math.inf)
+    assert any(ln.startswith("TTFT samples (n):") and ln.split()[-1] == "30" for ln in lines)
+    assert any(ln.startswith("ITL samples (n):") and ln.split()[-1] == "60" for ln in lines)
+    ci = next(ln for ln in lines if ln.startswith("P99 TTFT 95% CI (ms):"))
+    low, high = (float(x) for x in ci.split(":")[1].split(" - "))
+    assert low == pytest.approx(m["intervals"]["p99_ttft_ms"]["low"], abs=0.01)
+    assert high == pytest.approx(m["intervals"]["p99_ttft_ms"]["high"], abs=0.01)
+
+
+def test_quantile_intervals_agree_with_the_stats_module():
+    """The numpy bootstrap is ctxlab.stats' method: the same point, and bounds within a
+    small fraction of the interval's width (different random draws)."""
+    from ctxlab.stats import percentile_interval
+
+    rng = np.random.default_rng(3)
+    xs = list(rng.exponential(100.0, size=150))
+    for q in (50.0, 90.0):
+        fast = quantile_intervals(xs, [q])[0]
+        slow = percentile_interval(xs, q)
+        width = slow.high - slow.low
+        assert fast.value == pytest.approx(slow.value)
+        assert abs(fast.low - slow.low) < 0.25 * width and abs(fast.high - slow.high) < 0.25 * width
+    assert quantile_intervals([], [50.0])[0].n == 0
+    one = quantile_intervals([7.0], [50.0, 99.0])
+    assert [(i.low, i.value, i.high) for i in one] == [(7.0, 7.0, 7.0)] * 2
 
 
 def test_arrivals():

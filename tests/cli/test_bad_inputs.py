@@ -147,6 +147,8 @@ CASES = [
         ["generate", "hi", "--offload-bytes", "1MiB", "--no-prefix-cache"],
         "drop --no-prefix-cache",
     ),
+    ("threads-ppl", ["eval", "perplexity", "--threads", "0"], "--threads must be at least 1"),
+    ("threads-lim", ["eval", "lost-in-middle", "--threads", "0"], "--threads must be at least 1"),
     # what the argument parser itself refuses: one line that points at --help, not a panel
     ("unknown-option", ["plan", "--nonexistent"], "see 'ctxlab plan --help'"),
     ("unknown-command", ["nosuch"], "No such command 'nosuch'"),

@@ -103,3 +103,28 @@ def test_sliding_perplexity_gives_enough_full_windows():
     assert ends[0] == 63 and all(abs(p - 2.0) < 1e-9 for p in ppl)
     short_ends, short_ppl = sliding_perplexity(logprobs[:10], 63, CURVE_POINTS)
     assert short_ends == [10] and abs(short_ppl[0] - 2.0) < 1e-9  # a window of what there is
+
+
+def test_score_plot_draws_each_cells_interval(tmp_path, monkeypatch):
+    """Per-task points carry their 95 % interval as error bars (the cells' score_low/high)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple[list[float], list[list[float]]]] = []
+    real = Axes.errorbar
+
+    def spy(self, x, y, *args, **kwargs):
+        drawn.append((list(y), kwargs["yerr"]))
+        return real(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "errorbar", spy)
+    summary.plot_score_vs_bytes(_rows(), tmp_path)
+    cells = [c for c in summary.cells(_rows()) if c.kv_bytes is not None]
+    assert sum(len(y) for y, _ in drawn) == len(cells)
+    for _ys, (below, above) in drawn:
+        assert all(b >= 0 and a >= 0 for b, a in zip(below, above, strict=True))
+    wide = {(c.score, c.score - c.score_low, c.score_high - c.score) for c in cells}
+    got = {(y, b, a) for ys, (lo, hi) in drawn for y, b, a in zip(ys, lo, hi, strict=True)}
+    assert got == wide

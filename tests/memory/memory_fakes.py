@@ -67,6 +67,13 @@ class FakeOpenAI(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep test output clean
         pass
 
+    def do_GET(self):
+        self.server.gets.append(self.path)
+        if self.path != "/v1/models" or self.server.models is None:
+            self.send_error(404)
+            return
+        return self._json({"object": "list", "data": [{"id": m} for m in self.server.models]})
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.requests.append((self.path, body))
@@ -108,6 +115,7 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
     httpd.requests, httpd.tokenize = [], True
+    httpd.gets, httpd.models = [], None  # models: the ids GET /v1/models lists (None: 404)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd

@@ -146,3 +146,22 @@ def test_unreachable_server_is_one_sentence():
     backend = OpenAIChatBackend("http://127.0.0.1:9", context_window=100, timeout_s=2)
     with pytest.raises(CtxlabError, match="cannot reach"):
         backend.generate([[{"role": "user", "content": "hi"}]], 4)
+
+
+def test_default_model_name_becomes_the_servers_only_model(server):
+    """`--served-model` left at "default" sends the one model the server lists (asked once);
+    several, none or no /v1/models keep "default"; a given name is never looked up."""
+    url = f"http://127.0.0.1:{server.server_port}"
+    chat = [{"role": "user", "content": "hi"}]
+    server.models = ["smollm2-135m"]
+    backend = OpenAIChatBackend(url)
+    backend.generate([chat, chat], 4)
+    assert [body["model"] for _, body in server.requests] == ["smollm2-135m"] * 2
+    assert server.gets == ["/v1/models"]
+    for listed in (["a", "b"], [], None):
+        server.models, server.requests[:] = listed, []
+        OpenAIChatBackend(url).generate([chat], 4)
+        assert server.requests[-1][1]["model"] == "default"
+    server.gets.clear()
+    OpenAIChatBackend(url, model="mine").generate([chat], 4)
+    assert server.requests[-1][1]["model"] == "mine" and server.gets == []

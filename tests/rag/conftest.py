@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "memory"))
 
-from memory_fakes import WordBackend, real_backend  # noqa: F401  (fixture)
+from memory_fakes import WordBackend, real_backend, server  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

@@ -70,3 +70,57 @@ def test_bad_input_is_one_sentence(monkeypatch, capsys, tmp_path, args, phrase):
     assert code == 2, (out, err)
     assert phrase in err and "Traceback" not in err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+_ASK_THROUGH_A_SERVER = """
+import json, sys
+from ctxlab.cli import main
+sys.argv = ["ctxlab", "rag", "ask", "Who leads Acme Foundry?", "--db", sys.argv[1], "--json",
+            "--backend", "openai", "--base-url", sys.argv[2]]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+heavy = sorted(m for m in ("torch", "transformers", "wordllama", "numpy") if m in sys.modules)
+print(json.dumps({"heavy": heavy}))
+"""
+
+
+def test_ask_through_a_server_times_its_phases_and_imports_no_model(tmp_path, server):
+    """`rag ask --backend openai` answers through a running server: the process imports no
+    torch, transformers, numpy or embedding library (BM25 needs none), and `--json` reports each
+    phase, so its cost beyond the model call can be measured."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from memory_fakes import WordBackend
+
+    from ctxlab.memory.embed import WordLlamaEmbedder
+    from ctxlab.memory.store import open_store
+    from ctxlab.rag.documents import ingest
+    from ctxlab.rag.readers import SourceDoc
+
+    db = tmp_path / "rag.db"
+    with open_store(db) as store:
+        doc = SourceDoc("acme", "Acme Foundry is led by Ada Stone.", "2020-01-01", "Acme", "a1")
+        ingest(store, doc, WordBackend(), WordLlamaEmbedder(), 64, 4)
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    res = subprocess.run(
+        [sys.executable, "-c", _ASK_THROUGH_A_SERVER, str(db), url],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    answer, after = json.loads("\n".join(lines[:-1])), json.loads(lines[-1])
+    assert after["heavy"] == []
+    assert answer["answer"] == "Done. [remembered]"
+    assert set(answer["seconds"]) == {"retrieval", "model_load", "model_call"}
+    assert all(s >= 0 for s in answer["seconds"].values())
+    assert [p for p, _ in server.requests] == ["/v1/chat/completions"]

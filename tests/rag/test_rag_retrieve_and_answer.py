@@ -143,3 +143,24 @@ def test_ask_answers_from_the_newest_version_and_cites_it(corpus):
 def test_ask_an_empty_store_is_one_sentence(store):
     with pytest.raises(CtxlabError, match="holds no documents"):
         ask(WordBackend(), store, "anything?")
+
+
+def test_ask_times_each_phase_and_loads_a_lazy_backend_before_the_call(corpus):
+    """`Answer.seconds` splits retrieval, model load and model call; a backend that loads
+    lazily is loaded before its call (so the load is never counted as the call), once."""
+    events: list[str] = []
+
+    class LazyBackend(WordBackend):
+        def load(self) -> None:
+            events.append("load")
+
+        def generate(self, chats, max_tokens):
+            events.append("generate")
+            return super().generate(chats, max_tokens)
+
+    got = ask(LazyBackend(), corpus.store, "Who leads Acme Foundry?", k=2, retriever="bm25")
+    assert events == ["load", "generate"]
+    assert set(got.seconds) == {"retrieval", "model_load", "model_call"}
+    assert all(s >= 0 for s in got.seconds.values())
+    plain = ask(WordBackend(), corpus.store, "Who leads Acme Foundry?", k=2, retriever="bm25")
+    assert set(plain.seconds) == {"retrieval", "model_load", "model_call"}

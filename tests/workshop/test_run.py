@@ -33,6 +33,11 @@ def test_prefix_miss_counts_reused_tokens(tiny_run) -> None:
     storage = next(t for t in d["tables"] if t["layer"] == "storage")
     rows = {r[0]: r for r in storage["rows"]}
     assert rows["middle"][4] == "yes" and rows["token 0"][4] == "no"  # hit request or not
+    serving = next(t for t in d["tables"] if t["key"] == "prefix_miss_serving")
+    col = columns(serving)
+    for r in serving["rows"]:
+        med = r[col["TTFT median ms"]]
+        assert r[col["TTFT median 95 % low"]] <= med <= r[col["TTFT median 95 % high"]]
 
 
 def test_warm_prefix_reuses_the_prefix(tiny_run) -> None:
@@ -52,17 +57,47 @@ def test_warm_prefix_reuses_the_prefix(tiny_run) -> None:
         assert row[col["ITL gaps"]] > 0
 
 
+def columns(table: dict) -> dict[str, int]:
+    return {c["name"]: i for i, c in enumerate(table["columns"])}
+
+
 def test_page_size_waste_and_reuse_match_the_planner(tiny_run) -> None:
     d = demo(tiny_run, "page_size")
     waste = next(t for t in d["tables"] if t["key"] == "page_size_waste")
+    col = columns(waste)
     by_page = {r[0]: r for r in waste["rows"]}
+    names = ("allocated slots (pool)", "waste tokens (pool)", "waste tokens (planner)")
     # requests of 40 and 100 tokens: page 16 holds 48 + 112, page 64 holds 64 + 128
-    assert by_page[1][2:5] == [140, 0, 0]
-    assert by_page[16][2:5] == [160, 20, 20]
-    assert by_page[64][2:5] == [192, 52, 52]
-    assert len({r[7] for r in waste["rows"]}) == 1  # bytes per token slot: one value
+    assert [by_page[1][col[n]] for n in names] == [140, 0, 0]
+    assert [by_page[16][col[n]] for n in names] == [160, 20, 20]
+    assert [by_page[64][col[n]] for n in names] == [192, 52, 52]
+    assert all(r[col["requests"]] == 2 for r in waste["rows"])  # the n of every count
+    assert len({r[col["bytes per token slot (pool)"]] for r in waste["rows"]}) == 1
     reuse = next(t for t in d["tables"] if t["key"] == "page_size_reuse")
-    assert [r[1] for r in reuse["rows"]] == [70, 64, 64] == [r[2] for r in reuse["rows"]]
+    rc = columns(reuse)
+    engine = [r[rc["reused tokens (engine)"]] for r in reuse["rows"]]
+    assert engine == [70, 64, 64] == [r[rc["reused tokens (planner)"]] for r in reuse["rows"]]
+    assert all(r[rc["pairs sent"]] == 3 for r in reuse["rows"])
+
+
+def test_page_size_ttft_is_a_median_of_repeats_with_its_interval_and_verdict(tiny_run) -> None:
+    d = demo(tiny_run, "page_size")
+    serving = next(t for t in d["tables"] if t["key"] == "page_size_serving")
+    col = columns(serving)
+    rows = serving["rows"]
+    for r in rows:
+        assert r[col["pairs"]] == 3
+        med = r[col["diverging prompt TTFT median ms"]]
+        assert r[col["95 % low"]] <= med <= r[col["95 % high"]]
+    assert rows[0][col["verdict"]] == "baseline"
+    for r in rows[1:]:
+        change = r[col["change vs page 1 ms"]]
+        assert r[col["change 95 % low"]] <= change <= r[col["change 95 % high"]]
+        assert r[col["verdict"]] in ("held", "failed", "within noise")
+        assert r[col["predicted"]] == "up"
+    ttft = d["observations"]["ttft_ms_after_divergence"]
+    assert ttft["samples"] == 3 and "bootstrap" in ttft["test"]
+    assert ttft["change_low"] <= ttft["observed"] - ttft["baseline"] <= ttft["change_high"]
 
 
 def test_eviction_engine_beside_simulator(tiny_run) -> None:
@@ -93,6 +128,7 @@ def test_recurrent_against_kv_heavy(tiny_run) -> None:
         "recurrent_storage": "modeled",
         "recurrent_serving": "modeled",
         "recurrent_engine": "measured",
+        "recurrent_compare": "measured and modeled",
         "recurrent_windowed": "measured",
     }
     # the windowed model against the all-global one, pools of equal bytes (both measured)
@@ -101,6 +137,50 @@ def test_recurrent_against_kv_heavy(tiny_run) -> None:
     assert rows[1][1].startswith("15 sliding (W = 512)")
     assert all(r[4] >= 1 and r[5] > 0 for r in rows)
     assert rows[1][5] < rows[0][5]  # Gemma's request holds fewer bytes
+
+
+VERDICT_WORDS = ("held", "failed", "within noise")
+
+
+def test_eviction_ttft_percentiles_have_their_n_intervals_and_verdicts(tiny_run) -> None:
+    d = demo(tiny_run, "eviction")
+    serving = next(t for t in d["tables"] if t["key"] == "eviction_serving")
+    col = columns(serving)
+    for r in serving["rows"]:
+        assert r[col["requests"]] == 6  # 3 groups x 2 requests
+        assert r[col["p50 95 % low"]] <= r[col["TTFT p50 ms"]] <= r[col["p50 95 % high"]]
+        assert r[col["p99 95 % low"]] <= r[col["TTFT p99 ms"]] <= r[col["p99 95 % high"]]
+    compare = next(t for t in d["tables"] if t["key"] == "eviction_compare")
+    cc = columns(compare)
+    assert len(compare["rows"]) == 3
+    for r in compare["rows"]:
+        assert r[cc["change 95 % low"]] <= r[cc["change ms"]] <= r[cc["change 95 % high"]]
+        assert r[cc["verdict"]] in VERDICT_WORDS
+        assert "bootstrap" in r[cc["test"]]
+    assert "paired" in compare["rows"][2][cc["test"]]  # simulator and engine: same requests
+    o = d["observations"]["ttft_p99_ms"]
+    assert o["samples"] == 6 and o["change_low"] <= o["change_high"]
+
+
+def test_recurrent_engine_ttft_has_intervals_and_compared_figures_verdicts(tiny_run) -> None:
+    d = demo(tiny_run, "recurrent_vs_kv")
+    for key in ("recurrent_engine", "recurrent_windowed"):
+        table = next(t for t in d["tables"] if t["key"] == key)
+        col = columns(table)
+        for r in table["rows"]:
+            assert r[col["p50 95 % low"]] <= r[col["TTFT p50 ms"]] <= r[col["p50 95 % high"]]
+            assert r[col["p99 95 % low"]] <= r[col["TTFT p99 ms"]] <= r[col["p99 95 % high"]]
+    compare = next(t for t in d["tables"] if t["key"] == "recurrent_compare")
+    cc = columns(compare)
+    rows = {r[cc["metric"]]: r for r in compare["rows"]}
+    for metric in ("bytes_per_request", "concurrency_reached", "ttft_p99_ms"):
+        r = rows[metric]  # modeled: exact, so held or failed, never within noise
+        assert r[cc["verdict"]] in ("held", "failed")
+        assert r[cc["change 95 % low"]] == r[cc["change"]] == r[cc["change 95 % high"]]
+    assert rows["bytes_per_request"][cc["verdict"]] == "held"  # fixed state is smaller
+    engine = rows["engine_ttft_p99_ms"]
+    assert engine[cc["n (baseline, observed)"]] == "2, 4"
+    assert engine[cc["verdict"]] in VERDICT_WORDS and "bootstrap" in engine[cc["test"]]
 
 
 def test_verdicts_report_the_wrong_prediction_failed(tiny_run) -> None:
