@@ -20,9 +20,8 @@ from typing import Any
 import torch
 
 from ctxlab.kv.allocator import BlockAllocator
-from ctxlab.kv.pool import KVPool
-from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import SeqKV
+from ctxlab.kv.store import KVStore
 
 
 def lane_positions(seq: SeqKV, lanes: slice | list[int]) -> torch.Tensor:
@@ -90,7 +89,7 @@ def compaction_fits(
 
 def compact_lanes(
     seq: SeqKV,
-    pool: KVPool | QuantKVPool,
+    pool: KVStore,
     alloc: BlockAllocator,
     lanes: list[int],
     keep: list[torch.Tensor],

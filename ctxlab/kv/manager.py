@@ -32,6 +32,7 @@ from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
 from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import HOLE, SeqKV
+from ctxlab.kv.store import KVStore
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class KVCacheManager:
         self.n_lanes = layout.n_lanes
         n_blocks = layout.blocks_for_tokens(pool_tokens)
         self.kv_format = kv_format
-        self.pool: KVPool | QuantKVPool
+        self.pool: KVStore
         if kv_format is None:
             self.pool = KVPool(layout, n_blocks, device)
         else:
@@ -372,7 +373,7 @@ class KVCacheManager:
         if seq is None:
             return self.alloc.num_used * pool.block_bytes + pool.residual_bytes()
         held = int(seq.held.sum()) * pool.block_bytes
-        return held + (pool.residual_bytes(seq.held_blocks()) if pool.quantized else 0)
+        return held + pool.residual_bytes(seq.held_blocks())
 
     def stats(self) -> KVStats:
         return KVStats(
