@@ -15,7 +15,6 @@ from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
     DTypeOpt,
-    EngineOptions,
     JsonOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
@@ -26,6 +25,7 @@ from ctxlab.commands.options import (
     ThreadsOpt,
     WeightsOpt,
     check_sampling,
+    engine_options,
     input_file,
     set_threads,
 )
@@ -78,17 +78,7 @@ def register(app: typer.Typer) -> None:
         if not prompt:
             raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
         check_text(prompt, "the prompt")
-        options = EngineOptions(
-            model=model,
-            policy=policy,
-            budget=budget,
-            kv_format=kv_format,
-            page_size=page_size,
-            kv_pool_tokens=kv_pool_tokens,
-            dtype=dtype,
-            prefix_cache=not no_prefix_cache,
-            weights=weights,
-        ).check()
+        options = engine_options(locals())
         set_threads(threads)
         from ctxlab.commands._model import run_one
         from ctxlab.engine import LLM, SamplingParams

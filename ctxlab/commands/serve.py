@@ -14,7 +14,6 @@ from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
     DTypeOpt,
-    EngineOptions,
     KVFormatOpt,
     KVPoolTokensOpt,
     ModelOpt,
@@ -23,6 +22,7 @@ from ctxlab.commands.options import (
     PolicyOpt,
     ThreadsOpt,
     WeightsOpt,
+    engine_options,
     set_threads,
 )
 from ctxlab.errors import CtxlabError
@@ -71,17 +71,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the model over OpenAI's API (/v1/completions, /v1/chat/completions,
         /v1/models) with /health and Prometheus /metrics."""
-        options = EngineOptions(
-            model=model,
-            policy=policy,
-            budget=budget,
-            kv_format=kv_format,
-            page_size=page_size,
-            kv_pool_tokens=kv_pool_tokens,
-            dtype=dtype,
-            prefix_cache=not no_prefix_cache,
-            weights=weights,
-        ).check()
+        options = engine_options(locals())
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
         from ctxlab.model.registry import model_positions
         from ctxlab.serve.server import check_log_level
