@@ -4,7 +4,7 @@
 (`QuantKVPool`: the same methods over int8 / KIVI codes, `ctxlab.kv.quantize` their math),
 `BlockAllocator` owns reference counts, the LRU free queue and the prefix hash map, and
 `KVCacheManager` is what the engine calls (look up a prefix, allocate slots, commit full
-blocks, free, compact lanes: the cut itself is `ctxlab.kv.compaction`). `SeqKV` is one
+blocks, free, compact lanes). `SeqKV` is one
 sequence's view: a block table per lane and a length per lane. `KVStore` is the protocol
 both pools implement, what the layers above hold.
 """
