@@ -14,7 +14,7 @@ import typer
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
-    DTypeOpt,
+    GoneDTypeOpt,
     JsonOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
@@ -27,6 +27,7 @@ from ctxlab.commands.options import (
     check_sampling,
     engine_options,
     input_file,
+    refuse_gone_dtype,
     set_threads,
 )
 from ctxlab.errors import CtxlabError
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
         no_prefix_cache: NoPrefixCacheOpt = False,
-        dtype: DTypeOpt = "float32",
+        gone_dtype: GoneDTypeOpt = None,
         as_json: JsonOpt = False,
         threads: ThreadsOpt = None,
         policy: PolicyOpt = None,
@@ -78,6 +79,7 @@ def register(app: typer.Typer) -> None:
         if not prompt:
             raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
         check_text(prompt, "the prompt")
+        refuse_gone_dtype(gone_dtype, "generate")
         options = engine_options(locals())
         set_threads(threads)
         from ctxlab.commands._model import run_one
@@ -88,7 +90,7 @@ def register(app: typer.Typer) -> None:
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
-        loaded = open_model(model, dtype, weights=weights)
+        loaded = open_model(model, options.dtype, weights=weights)
         llm = LLM(loaded, **{k: v for k, v in options.llm_kwargs().items() if k != "model"})
         request = [{"role": "user", "content": prompt}] if chat else prompt
         out = run_one(llm.engine, request, params)
@@ -105,7 +107,7 @@ def register(app: typer.Typer) -> None:
                 **m.as_dict(),
                 "decode_tok_per_s": _rate(m),  # NaN -> null in dumps
                 "pool_bytes": stats.pool_bytes,
-                "dtype": dtype,
+                "dtype": options.dtype,
                 "policy": policy or "full",
                 "budget": budget,
                 "budget_keeps_all": keeps_all is not None,

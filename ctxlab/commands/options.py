@@ -77,6 +77,20 @@ WeightsOpt = Annotated[
         "the fastest decode here) or int4 (the GGUF's own 4-bit blocks). See docs/decode.md.",
     ),
 ]
+# `generate` and `serve` name the model's precision with `--weights` alone; their old
+# `--dtype float32|bfloat16` (the same choice under a second vocabulary) is one sentence.
+GoneDTypeOpt = Annotated[str | None, typer.Option("--dtype", hidden=True)]
+
+
+def refuse_gone_dtype(value: str | None, command: str) -> None:
+    """`--dtype` given to a command that names precision with `--weights` only."""
+    if value is not None:
+        raise CtxlabError(
+            f"`ctxlab {command}` has no --dtype {value}: --weights names the precision "
+            "(fp32, bf16, int8 or int4; activations and the KV cache stay float32, and "
+            "--kv-format int8|kivi4|kivi2 stores the KV cache smaller)."
+        )
+
 
 # -- architecture sources (planner, simulator, workshop) ----------------------------------
 PresetArg = Annotated[

@@ -13,7 +13,7 @@ import typer
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
-    DTypeOpt,
+    GoneDTypeOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
     ModelOpt,
@@ -23,6 +23,7 @@ from ctxlab.commands.options import (
     ThreadsOpt,
     WeightsOpt,
     engine_options,
+    refuse_gone_dtype,
     set_threads,
 )
 from ctxlab.errors import CtxlabError
@@ -43,7 +44,7 @@ def register(app: typer.Typer) -> None:
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
         no_prefix_cache: NoPrefixCacheOpt = False,
-        dtype: DTypeOpt = "float32",
+        gone_dtype: GoneDTypeOpt = None,
         weights: WeightsOpt = "fp32",
         max_num_seqs: int = typer.Option(
             64, "--max-num-seqs", help="Most requests running in one batch."
@@ -71,6 +72,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the model over OpenAI's API (/v1/completions, /v1/chat/completions,
         /v1/models) with /health and Prometheus /metrics."""
+        refuse_gone_dtype(gone_dtype, "serve")
         options = engine_options(locals())
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
         from ctxlab.model.registry import model_positions
