@@ -175,7 +175,7 @@ class PolicyRuntime(NullRuntime):
         pol = self.policy
         if self.obs_window and self._q_rows is not None:
             self._store_queries(readback)
-        if readback.probs and readback.probs[0] is not None:
+        if any(p is not None for p in readback.probs):  # a sliding layer 0 gives none
             self._accumulate(readback)
         for it in self.items:
             st = self.states[it.seq_id]
