@@ -68,7 +68,7 @@ def make_backend(
     if backend == "ctxlab":
         if base_url is not None:
             raise CtxlabError("--base-url needs --backend openai.")
-        from ctxlab.commands.options import EngineOptions
+        from ctxlab.engine_options import EngineOptions
         from ctxlab.memory.engine_backend import EngineBackend
 
         EngineOptions(model=model, dtype=dtype).check()

@@ -20,8 +20,7 @@ from ctxlab.commands.offload_options import (
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
-    DTypeOpt,
-    EngineOptions,
+    GoneDTypeOpt,
     JsonOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
@@ -32,7 +31,9 @@ from ctxlab.commands.options import (
     ThreadsOpt,
     WeightsOpt,
     check_sampling,
+    engine_options,
     input_file,
+    refuse_gone_dtype,
     set_threads,
 )
 from ctxlab.errors import CtxlabError
@@ -64,7 +65,7 @@ def register(app: typer.Typer) -> None:
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
         no_prefix_cache: NoPrefixCacheOpt = False,
-        dtype: DTypeOpt = "float32",
+        gone_dtype: GoneDTypeOpt = None,
         as_json: JsonOpt = False,
         threads: ThreadsOpt = None,
         policy: PolicyOpt = None,
@@ -86,17 +87,8 @@ def register(app: typer.Typer) -> None:
         if not prompt:
             raise CtxlabError("the prompt is empty; give text as an argument or with --file.")
         check_text(prompt, "the prompt")
-        options = EngineOptions(
-            model=model,
-            policy=policy,
-            budget=budget,
-            kv_format=kv_format,
-            page_size=page_size,
-            kv_pool_tokens=kv_pool_tokens,
-            dtype=dtype,
-            prefix_cache=not no_prefix_cache,
-            weights=weights,
-        ).check()
+        refuse_gone_dtype(gone_dtype, "generate")
+        options = engine_options(locals())
         tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         set_threads(threads)
         from ctxlab.commands._model import run_one
@@ -107,7 +99,7 @@ def register(app: typer.Typer) -> None:
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
-        loaded = open_model(model, dtype, weights=weights)
+        loaded = open_model(model, options.dtype, weights=weights)
         llm = LLM(loaded, **{k: v for k, v in options.llm_kwargs().items() if k != "model"})
         attach(llm.engine, tier)
         request = [{"role": "user", "content": prompt}] if chat else prompt
@@ -125,7 +117,7 @@ def register(app: typer.Typer) -> None:
                 **m.as_dict(),
                 "decode_tok_per_s": _rate(m),  # NaN -> null in dumps
                 "pool_bytes": stats.pool_bytes,
-                "dtype": dtype,
+                "dtype": options.dtype,
                 "policy": policy or "full",
                 "budget": budget,
                 "budget_keeps_all": keeps_all is not None,

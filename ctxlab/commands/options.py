@@ -2,29 +2,32 @@
 
 Commands declare their parameters with these `Annotated` types (`model: ModelOpt =
 DEFAULT_MODEL`), so `generate`, `serve`, `eval`, `memory`, `rag` and `workshop` spell the
-model, policy, budget, KV format, page size and pool the same way. `EngineOptions.check()`
-runs every check that needs no model before the model loads, so a typo costs a second, not
-a model load. The architecture source (a preset, `--gguf`, `--config`) and the output folder
+model, policy, budget, KV format, page size and pool the same way, and `engine_options`
+turns those flags into the checked `EngineOptions` (`ctxlab/engine_options.py`: every check
+that needs no model runs before the model loads, so a typo costs a second, not a model
+load). The architecture source (a preset, `--gguf`, `--config`) and the output folder
 are shared here too. Nothing here imports torch at module level.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from ctxlab.engine_options import DEFAULT_MODEL as DEFAULT_MODEL
+from ctxlab.engine_options import DTYPES as DTYPES
+from ctxlab.engine_options import KV_FORMATS as KV_FORMATS
+from ctxlab.engine_options import WEIGHT_FORMATS as WEIGHT_FORMATS
+from ctxlab.engine_options import EngineOptions
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import SEED_MAX
 
-DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
-DTYPES = ("float32", "bfloat16")
-KV_FORMATS = ("int8", "kivi4", "kivi2")
-WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")  # as ctxlab.model.weights (no torch here)
 
 # -- the model and the engine -------------------------------------------------------------
 ModelOpt = Annotated[
@@ -74,6 +77,20 @@ WeightsOpt = Annotated[
         "the fastest decode here) or int4 (the GGUF's own 4-bit blocks). See docs/decode.md.",
     ),
 ]
+# `generate` and `serve` name the model's precision with `--weights` alone; their old
+# `--dtype float32|bfloat16` (the same choice under a second vocabulary) is one sentence.
+GoneDTypeOpt = Annotated[str | None, typer.Option("--dtype", hidden=True)]
+
+
+def refuse_gone_dtype(value: str | None, command: str) -> None:
+    """`--dtype` given to a command that names precision with `--weights` only."""
+    if value is not None:
+        raise CtxlabError(
+            f"`ctxlab {command}` has no --dtype {value}: --weights names the precision "
+            "(fp32, bf16, int8 or int4; activations and the KV cache stay float32, and "
+            "--kv-format int8|kivi4|kivi2 stores the KV cache smaller)."
+        )
+
 
 # -- architecture sources (planner, simulator, workshop) ----------------------------------
 PresetArg = Annotated[
@@ -296,96 +313,12 @@ def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int
         raise CtxlabError(f"--top-k must be 0 (off) or a positive whole number, got {top_k}.")
 
 
-@dataclass
-class EngineOptions:
-    """What `generate`, `serve` and the other engine commands pass to `LLM(...)`."""
-
-    model: str = DEFAULT_MODEL
-    policy: str | None = None
-    budget: str | None = None
-    kv_format: str | None = None
-    page_size: int = 16
-    kv_pool_tokens: int = 16384
-    dtype: str = "float32"
-    prefix_cache: bool = True
-    weights: str = "fp32"
-
-    def check(self) -> EngineOptions:
-        """Every check that needs no model, before the model loads; returns self."""
-        if self.page_size < 1:
-            raise CtxlabError(f"--page-size must be at least 1 token, got {self.page_size}.")
-        if self.kv_pool_tokens < self.page_size:
-            raise CtxlabError(
-                f"--kv-pool-tokens {self.kv_pool_tokens} holds less than one page of "
-                f"{self.page_size} tokens."
-            )
-        if self.dtype not in DTYPES:
-            raise CtxlabError(
-                f"--dtype {self.dtype!r} is not supported; use {' or '.join(DTYPES)}."
-            )
-        if self.weights not in WEIGHT_FORMATS:
-            raise CtxlabError(
-                f"--weights {self.weights!r} is unknown; use one of {', '.join(WEIGHT_FORMATS)}."
-            )
-        if self.kv_format is not None and self.kv_format not in KV_FORMATS:
-            raise CtxlabError(
-                f"--kv-format {self.kv_format!r} is unknown; use one of {', '.join(KV_FORMATS)}."
-            )
-        if self.policy is None and self.budget is not None:
-            raise CtxlabError("--budget needs a --policy (e.g. --policy snapkv --budget 256).")
-        if self.policy is not None:  # the name and the budget's spelling: no torch needed
-            from ctxlab.policy.budget import Budget
-            from ctxlab.policy.registry import check_policy_name
-
-            check_policy_name(self.policy)
-            if self.budget is not None:
-                Budget.parse(self.budget)
-        from ctxlab.model.registry import resolve_model_path
-
-        path = resolve_model_path(self.model)  # a missing model file is one sentence, now
-        if self.policy is not None:
-            from ctxlab.policy.windowed import windowed_refusal
-
-            # A policy that cannot run beside sliding-window layers: read from the file's
-            # header (no torch, no weights).
-            sentence = windowed_refusal(self.policy)
-            if sentence is not None and has_sliding_layers(path):
-                raise CtxlabError(sentence)
-            from ctxlab.policy.registry import make_policy
-
-            # Building the policy imports torch (the model load needs it next anyway) and
-            # checks what only the class knows: a budget it takes none of, its parameters.
-            make_policy(self.policy, self.budget)
-        return self
-
-    def llm_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `ctxlab.engine.LLM`."""
-        return {
-            "model": self.model,
-            "policy": self.policy,
-            "budget": self.budget,
-            "kv_format": self.kv_format,
-            "block_size": self.page_size,
-            "kv_pool_tokens": self.kv_pool_tokens,
-            "dtype": self.dtype,
-            "enable_prefix_caching": self.prefix_cache,
-            "weights": self.weights,
-        }
-
-
-def has_sliding_layers(path: Path) -> bool:
-    """Whether the model at `path` (a GGUF file or a Hugging Face folder) has sliding-window
-    layers, from its header or config.json alone (no torch, no weights); False when the
-    file cannot say (the model load then gives its own sentence)."""
-    try:
-        if path.is_dir():
-            from ctxlab.arch.hf_config import from_hf_config
-
-            arch = from_hf_config(path / "config.json")
-        else:
-            from ctxlab.arch.gguf_meta import from_gguf
-
-            arch = from_gguf(path)
-    except (CtxlabError, OSError, ValueError):
-        return False
-    return any(layer.kind == "sliding" for layer in arch.layers)
+def engine_options(flags: Mapping[str, object]) -> EngineOptions:
+    """The checked `EngineOptions` of an engine command, from its flags (`locals()` at the
+    top of the command): every field the command has a flag for, `--no-prefix-cache` as
+    `prefix_cache`; the rest keep their defaults. One place, so a new engine flag is one
+    field here and one `Annotated` type above."""
+    given = {f.name: flags[f.name] for f in fields(EngineOptions) if f.name in flags}
+    if "no_prefix_cache" in flags:
+        given["prefix_cache"] = not flags["no_prefix_cache"]
+    return EngineOptions(**given).check()  # type: ignore[arg-type]

@@ -16,12 +16,12 @@ import typer
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     DTypeOpt,
-    EngineOptions,
     JsonOpt,
     KVPoolTokensOpt,
     ModelOpt,
     PageSizeOpt,
     SeedOpt,
+    engine_options,
     output_file,
 )
 from ctxlab.errors import CtxlabError
@@ -205,9 +205,7 @@ def register(app: typer.Typer) -> None:
             raise CtxlabError(f"--threads must be positive, got {threads}")
         if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
             raise CtxlabError("--max-num-batched-tokens and --max-num-seqs must be positive")
-        EngineOptions(
-            model=model, page_size=page_size, kv_pool_tokens=kv_pool_tokens, dtype=dtype
-        ).check()
+        engine_options(locals())
         from ctxlab.engine.profile import FULL, QUICK
         from ctxlab.model.registry import resolve_model_path
 

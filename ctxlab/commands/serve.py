@@ -19,8 +19,7 @@ from ctxlab.commands.offload_options import (
 from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
-    DTypeOpt,
-    EngineOptions,
+    GoneDTypeOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
     ModelOpt,
@@ -29,6 +28,8 @@ from ctxlab.commands.options import (
     PolicyOpt,
     ThreadsOpt,
     WeightsOpt,
+    engine_options,
+    refuse_gone_dtype,
     set_threads,
 )
 from ctxlab.errors import CtxlabError
@@ -49,7 +50,7 @@ def register(app: typer.Typer) -> None:
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
         no_prefix_cache: NoPrefixCacheOpt = False,
-        dtype: DTypeOpt = "float32",
+        gone_dtype: GoneDTypeOpt = None,
         weights: WeightsOpt = "fp32",
         max_num_seqs: int = typer.Option(
             64, "--max-num-seqs", help="Most requests running in one batch."
@@ -79,17 +80,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the model over OpenAI's API (/v1/completions, /v1/chat/completions,
         /v1/models) with /health and Prometheus /metrics."""
-        options = EngineOptions(
-            model=model,
-            policy=policy,
-            budget=budget,
-            kv_format=kv_format,
-            page_size=page_size,
-            kv_pool_tokens=kv_pool_tokens,
-            dtype=dtype,
-            prefix_cache=not no_prefix_cache,
-            weights=weights,
-        ).check()
+        refuse_gone_dtype(gone_dtype, "serve")
+        options = engine_options(locals())
         tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
         from ctxlab.model.registry import model_positions

@@ -5,17 +5,20 @@ returns the output and optionally the probabilities; plain decode, per-layer-wid
 H2O's scores, Quest's page reads and recall's far rows all call it. Long lanes are read in
 place (`lane_runs.py`); the rest is gathered. `attend` is its dense core (also what
 `ctxlab.hf` uses over a transformers cache).
+
+`decode_attention` is where a decode kernel plugs in: it takes the queries, the pool (any
+`KVStore`) and the block tables with their mask or length, and nothing else of the engine
+reaches the pool's reads during decode (`PagedAttention._decode` calls it once per read).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ctxlab.engine.lane_runs import RowRuns, attend_pieces, read_pieces
 from ctxlab.engine.step_plan import ExtraRows
+from ctxlab.kv.store import KVStore
 
 
 def attend(
@@ -67,7 +70,7 @@ def attend(
 
 def decode_attention(
     q: torch.Tensor,
-    pool: Any,
+    pool: KVStore,
     table: torch.Tensor,
     mask: torch.Tensor | None = None,
     length: int | None = None,

@@ -10,16 +10,18 @@ into one small piece. `attend_pieces` attends over the pieces as one softmax.
 
 Only dense rows (every lane holds the same `length` tokens, no mask) of at least
 `IN_PLACE_MIN_TOKENS` are planned: below it the gather is cheap and one batched SDPA call
-over every row wins. A quantized pool has no views (its reads dequantize).
+over every row wins. Only a pool with views (`KVStore.views`) is read this way: a
+quantized pool's run is a decoded copy, no cheaper than the gather.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from ctxlab.kv.store import KVStore
 
 # Measured by benchmarks/decode_in_place.py (the crossover against gathering): on a
 # shared 2-core CPU, 0.92-0.95x at 4K tokens, 1.24x at 16K.
@@ -91,7 +93,7 @@ def plan_runs(
     return out
 
 
-def read_pieces(pool: Any, runs: RowRuns) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def read_pieces(pool: KVStore, runs: RowRuns) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The row's keys and values as pieces `[n_kv, n, d]`: views, then the gathered rest."""
     n_kv = pool.layout.n_kv_heads
     pieces = [pool.run_view(first, n, n_kv, stride) for first, n, stride in runs.views]

@@ -6,8 +6,9 @@
 - `SeqState`: a sequence's prompt length, decode step, cache-slot shift, query log, H2O's
   accumulated attention per slot (`acc`, moved with compaction by `move_rows`) and lane
   budgets.
-- `layer_obs`: one layer of one sequence as a `LayerObs`, with only the tensors the
-  policy's `needs` names (keys gathered from the pool only for those that read them).
+- `lane_keys`: one layer's keys gathered from the pool, for the observation builder
+  (`ctxlab.policy.observation.observe_layer`, which asks for them only when a need reads
+  them).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import torch
 
 from ctxlab.kv.manager import KVCacheManager
 from ctxlab.kv.seq_kv import SeqKV
-from ctxlab.policy.observation import LayerObs, attention_probs
 
 
 class QueryLog:
@@ -94,48 +94,3 @@ def lane_keys(kv: KVCacheManager, seq: SeqKV, layer: int, n: int) -> torch.Tenso
     lanes = lay.lanes_of_layer(layer)
     k, _ = kv.pool.gather(seq.table[lanes, : -(-n // lay.block_size)])
     return k[:, :n]
-
-
-def layer_obs(
-    kv: KVCacheManager,
-    seq: SeqKV,
-    st: SeqState,
-    needs: frozenset[str],
-    layer: int,
-    n_heads: int,
-    seq_len: int,
-    q: torch.Tensor | None,
-    q_pos: torch.Tensor | None,
-    seed: bool,
-) -> tuple[LayerObs, torch.Tensor | None]:
-    """(the observation of one layer, the keys gathered for it or None).
-
-    `q [H, m, d]` and `q_pos [m]` are the sequence's logged queries of this layer; `seed`
-    marks the prompt-end hook, where H2O's scores are seeded (and need the keys)."""
-    lay = kv.layout
-    pos = kv.lane_positions(seq, lay.lanes_of_layer(layer))
-    n = pos.shape[1]
-    want = "keys" in needs or (q is not None and bool(needs & {"obs_attn", "step_attn"}))
-    keys = lane_keys(kv, seq, layer, n) if want or (seed and q is not None) else None
-    obs = LayerObs(
-        layer=layer,
-        n_layers=lay.n_layers,
-        n_heads=n_heads,
-        positions=pos,
-        seq_len=seq_len,
-        prompt_len=st.prompt_len,
-        step=st.step,
-        keys=keys if "keys" in needs else None,
-    )
-    if q is not None and keys is not None:
-        assert q_pos is not None
-        if "obs_attn" in needs:
-            obs.obs_attn = attention_probs(q, keys, pos, q_pos)
-        if st.step > 0 and "step_attn" in needs:
-            obs.step_attn = attention_probs(q[:, -1:], keys, pos, q_pos[-1:])[:, 0]
-    if st.step > 0 and q is not None and "query" in needs:
-        obs.query = q[:, -1]
-    if "acc_attn" in needs:
-        lanes = lay.lanes_of_layer(layer)
-        obs.acc_attn = st.acc_rows(lay.n_lanes, n)[lanes, :n]  # a view: seeding adds in place
-    return obs, keys

@@ -10,7 +10,8 @@ policy never calls back. The runner calls four hooks, the same on every engine:
   observation window), return decode probabilities (H2O's scores come from the decode
   attention itself, one read of the cache), read each layer at its own width (per-layer
   budgets), narrow reads to chosen pages (`PageReads`), add far rows (`FarReads`);
-- `end_step(plan)` after the forward: the prompt-end hook when a prompt is complete, the
+- `end_step(readback)` after the forward, with what attention handed back (`StepReadback`:
+  kept queries, decode probabilities): the prompt-end hook when a prompt is complete, the
   decode hook after each generated token, and, for purely positional policies, a cut after
   every prefill chunk (so a prompt far longer than the budget never sits whole in the pool);
 - `position_offset(seq_id)`: how far cache-slot positions (StreamingLLM) run behind
@@ -33,19 +34,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from ctxlab.engine.far_reads import FarReads
-from ctxlab.engine.observe import QueryLog, SeqState, layer_obs, move_rows
+from ctxlab.engine.observe import QueryLog, SeqState, lane_keys, move_rows
 from ctxlab.engine.page_reads import PageReads
-from ctxlab.engine.step_plan import StepPlan
+from ctxlab.engine.step_plan import StepPlan, StepReadback
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.manager import KVCacheManager
 from ctxlab.kv.seq_kv import SeqKV
-from ctxlab.policy.base import Keep, Policy
-from ctxlab.policy.observation import LAYER_NEEDS, LayerObs, attention_probs, group_reduce
+from ctxlab.policy.base import Hook, Keep, Policy
+from ctxlab.policy.observation import LAYER_NEEDS, LayerObs, observe_layer
 
 
 @dataclass
@@ -76,7 +78,7 @@ class NullRuntime:
     def add_to_plan(self, plan: StepPlan) -> None:
         pass
 
-    def end_step(self, plan: StepPlan) -> None:
+    def end_step(self, readback: StepReadback) -> None:
         pass
 
     def position_offset(self, seq_id: int) -> int:
@@ -156,12 +158,9 @@ class PolicyRuntime(NullRuntime):
         self.items = items
 
     def add_to_plan(self, plan: StepPlan) -> None:
-        n_layers = self.layout.n_layers
         if self._q_rows is not None:
             plan.keep_queries = self._q_rows.to(plan.rows.device)
-            plan.queries = [None] * n_layers
         plan.want_probs = self.scores_in_attention
-        plan.probs = [None] * n_layers
         plan.own_width = self.uneven_layers
         decode = [it for it in self.items if it.num_new == 1]  # the decode rows, in order
         if self.pages is not None:
@@ -172,12 +171,12 @@ class PolicyRuntime(NullRuntime):
             plan.extra = self.far
 
     @torch.inference_mode()
-    def end_step(self, plan: StepPlan) -> None:
+    def end_step(self, readback: StepReadback) -> None:
         pol = self.policy
         if self.obs_window and self._q_rows is not None:
-            self._store_queries(plan)
-        if plan.probs and plan.probs[0] is not None:
-            self._accumulate(plan)
+            self._store_queries(readback)
+        if any(p is not None for p in readback.probs):  # a sliding layer 0 gives none
+            self._accumulate(readback)
         for it in self.items:
             st = self.states[it.seq_id]
             if not it.samples:
@@ -194,9 +193,9 @@ class PolicyRuntime(NullRuntime):
                     self._cut(it, st, pol.on_decode, self.trigger)
         self.items = []
 
-    def _store_queries(self, plan: StepPlan) -> None:
+    def _store_queries(self, readback: StepReadback) -> None:
         lay = self.layout
-        qs = torch.stack(plan.queries).float().cpu()  # [n_layers, R, H, d]: item by item
+        qs = torch.stack(readback.queries).float().cpu()  # [n_layers, R, H, d]: item by item
         at = 0
         for it in self.items:
             st = self.states[it.seq_id]
@@ -206,14 +205,14 @@ class PolicyRuntime(NullRuntime):
             st.log.append(qs[:, at : at + m], it.start + it.num_new - m)
             at += m
 
-    def _accumulate(self, plan: StepPlan) -> None:
+    def _accumulate(self, readback: StepReadback) -> None:
         """Add this step's decode attention (from attention itself) to each H2O score."""
         # Per layer, the query heads of each KV head summed: [B, n_lanes, L]; a sliding
         # layer (never cut, so never scored) leaves its lanes at zero.
-        first = next(p for p in plan.probs if p is not None)
+        first = next(p for p in readback.probs if p is not None)
         B, n_kv, _, L = first.shape
         probs = torch.zeros(B, self.layout.n_lanes, L)
-        for layer, p in enumerate(plan.probs):
+        for layer, p in enumerate(readback.probs):
             if p is not None:
                 probs[:, layer * n_kv : (layer + 1) * n_kv] = p.sum(2).float().cpu()
         dec = [it for it in self.items if it.num_new == 1]  # the decode batch, in order
@@ -249,7 +248,9 @@ class PolicyRuntime(NullRuntime):
         over = (it.kv.lane_len > budgets + trigger).view(self.layout.n_layers, self.n_kv).any(1)
         return torch.nonzero(over & self._policy_layer).flatten().tolist()
 
-    def _cut(self, it: StepItem, st: SeqState, hook: Any, trigger: int, seed: bool = False) -> None:
+    def _cut(
+        self, it: StepItem, st: SeqState, hook: Hook, trigger: int, seed: bool = False
+    ) -> None:
         """Ask the policy about every layer over budget, then compact all cut lanes at once."""
         lay = self.layout
         seed = seed and "acc_attn" in self.needs  # H2O seeds every layer's scores
@@ -260,15 +261,18 @@ class PolicyRuntime(NullRuntime):
         lanes: list[int] = []
         keep: Keep = []
         for layer in layers:
-            q = q_all[layer] if q_all is not None else None
-            obs, keys = layer_obs(
-                self.kv, it.kv, st, self.needs, layer, self.n_heads, it.start + it.num_new,
-                q, q_pos, seed,
+            lanes_of = lay.lanes_of_layer(layer)
+            pos = self.kv.lane_positions(it.kv, lanes_of)
+            n = pos.shape[1]
+            obs = observe_layer(
+                layer=layer, n_layers=lay.n_layers, n_heads=self.n_heads, positions=pos,
+                seq_len=it.start + it.num_new, prompt_len=st.prompt_len, step=st.step,
+                needs=self.needs, keys=partial(lane_keys, self.kv, it.kv, layer, n),
+                queries=q_all[layer] if q_all is not None else None, query_pos=q_pos,
+                acc=st.acc_rows(lay.n_lanes, n)[lanes_of, :n] if "acc_attn" in self.needs
+                else None,
+                seed=seed,
             )  # fmt: skip
-            if seed and obs.acc_attn is not None and q is not None and keys is not None:
-                # H2O's scores start from the prompt's last `obs_window` queries.
-                p = attention_probs(q, keys, obs.positions, q_pos)  # type: ignore[arg-type]
-                obs.acc_attn += group_reduce(p.sum(1), self.n_kv, "sum")
             kept = hook(obs)
             if kept is None:
                 continue

@@ -57,11 +57,9 @@ class Runner:
                 dec_seqs.append(seq)
             else:
                 fresh = bool(prev_len.max() == 0)
-                item = PrefillItem(t, t + n, fresh, first_pos=start)
-                if not fresh:
-                    item.table = seq.kv.table[:, : seq.kv.max_blocks]
-                    item.prev_len = prev_len
-                prefills.append(item)
+                table = None if fresh else seq.kv.table[:, : seq.kv.max_blocks]
+                prev = None if fresh else prev_len
+                prefills.append(PrefillItem(t, t + n, fresh, table, prev, first_pos=start))
             t += n
         T = t
         flat_rows = torch.cat(rows, 1).view(lay.n_layers, lay.n_kv_heads, T).transpose(1, 2)
@@ -97,16 +95,16 @@ class Runner:
         self.runtime.begin_step([_step_item(sch) for sch in batch])
         input_ids, positions, plan = self.plan(batch)
         self.runtime.add_to_plan(plan)
-        self.backend.plan = plan
+        self.backend.begin_step(plan)
         try:
             hidden = self.model.forward(input_ids, positions, self.backend)
         finally:
-            self.backend.plan = None
+            readback = self.backend.end_step()
         # Full blocks go to the prefix cache as computed, before a policy cuts them: a later
         # request with the same prefix reuses the whole prompt's state and makes its own cut.
         for sch in batch:
             self.kv.commit(sch.seq.kv, sch.seq.token_ids, sch.seq.cache_salt)
-        self.runtime.end_step(plan)  # the policy keeps what it keeps; the rest is freed
+        self.runtime.end_step(readback)  # the policy keeps what it keeps; the rest is freed
         for sch in batch:  # sliding lanes hand back what their windows no longer read
             self.kv.slide(sch.seq.kv)
         self._score_prompts(batch, hidden)

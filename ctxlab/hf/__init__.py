@@ -17,7 +17,7 @@ built with `position_mode="original"`; KV storage formats (`quant`) run in ctxla
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxlab.errors import CtxlabError
 from ctxlab.hf.attention import install
@@ -25,11 +25,21 @@ from ctxlab.hf.cache import PolicyCache, PolicyLayer
 from ctxlab.hf.gguf import from_gguf
 from ctxlab.hf.runtime import HFRuntime
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from ctxlab.policy import Policy
+    from ctxlab.policy.budget import Budget
+
 __all__ = ["PolicyCache", "PolicyLayer", "cache", "from_gguf", "install"]
 
 
 def cache(
-    model: Any, policy: Any = "snapkv", budget: Any = None, page: int = 16, **params: Any
+    model: PreTrainedModel,
+    policy: str | Policy = "snapkv",
+    budget: Budget | int | float | str | None = None,
+    page: int = 16,
+    **params: object,
 ) -> PolicyCache:
     """A fresh `PolicyCache` for one `generate` (or forward) call of `model`.
 

@@ -11,13 +11,59 @@ cache computes exactly what it did before.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from ctxlab.errors import CtxlabError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 NAME = "ctxlab"
-ACTIVE: ContextVar[Any] = ContextVar("ctxlab_hf_cache", default=None)
+
+
+class ActiveCache(Protocol):
+    """What the attention function asks of the cache that updated a layer (`PolicyCache`)."""
+
+    def owns(self, layer: int | None, key: torch.Tensor) -> bool: ...
+
+    def attend(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: object,
+    ) -> tuple[torch.Tensor, None]: ...
+
+
+ACTIVE: ContextVar[ActiveCache | None] = ContextVar("ctxlab_hf_cache", default=None)
+
+
+@dataclass(frozen=True)
+class AttnOptions:
+    """The keyword arguments of transformers' attention call that ctxlab's attention
+    honours: the logit scale, Gemma 2's logit softcap and the layer's sliding window."""
+
+    scaling: float | None = None
+    softcap: float | None = None
+    sliding_window: int | None = None
+
+    @classmethod
+    def of(cls, kwargs: Mapping[str, object]) -> AttnOptions:
+        if kwargs.get("s_aux") is not None:
+            raise CtxlabError("ctxlab.hf does not run models with attention sinks (s_aux).")
+        scaling, softcap, window = (kwargs.get(k) for k in ("scaling", "softcap", "sliding_window"))
+        return cls(
+            float(scaling) if isinstance(scaling, (int, float)) else None,
+            float(softcap) if isinstance(softcap, (int, float)) else None,
+            int(window) if isinstance(window, int) and window else None,
+        )
 
 
 def ctxlab_attention(
@@ -26,7 +72,7 @@ def ctxlab_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     cache = ACTIVE.get()
     layer = getattr(module, "layer_idx", None)
@@ -41,7 +87,7 @@ def sdpa(
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     """transformers' own sdpa attention (the model's attention without a policy)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -49,7 +95,7 @@ def sdpa(
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
-def install(model: Any) -> None:
+def install(model: PreTrainedModel) -> None:
     """Register the `"ctxlab"` attention (once) and switch `model` to it."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask

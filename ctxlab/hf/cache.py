@@ -12,13 +12,14 @@ far tier and the kept positions are per batch row).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from ctxlab.errors import CtxlabError
 from ctxlab.hf.attention import ACTIVE
+from ctxlab.policy.base import Policy
 
 
 class PolicyLayer(DynamicLayer):
@@ -36,7 +37,7 @@ class PolicyLayer(DynamicLayer):
         self.q_pos: torch.Tensor | None = None  # [w] their positions
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = super().update(key_states, value_states)
         B, n_kv, T, _ = key_states.shape
@@ -56,7 +57,7 @@ class PolicyLayer(DynamicLayer):
             return 0
         return sum(t.numel() * t.element_size() for t in (self.keys, self.values))
 
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+    def _refuse(self, *args: object, **kwargs: object) -> None:
         if self.seen:
             raise CtxlabError(
                 "a ctxlab PolicyCache supports greedy and sampled decoding, not beams."
@@ -68,10 +69,27 @@ class PolicyLayer(DynamicLayer):
         raise CtxlabError("a ctxlab PolicyCache cannot be cropped (its rows are not in order).")
 
 
+class LayerRuntime(Protocol):
+    """What runs each layer's attention and hooks for the cache (`hf/runtime.HFRuntime`)."""
+
+    policy: Policy
+
+    def attend(
+        self,
+        st: PolicyLayer,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: object,
+    ) -> tuple[torch.Tensor, None]: ...
+
+
 class PolicyCache(Cache):
     """A transformers cache driven by a ctxlab policy (built by `ctxlab.hf.cache`)."""
 
-    def __init__(self, runtime: Any, n_layers: int):
+    def __init__(self, runtime: LayerRuntime, n_layers: int):
         super().__init__(layers=[PolicyLayer() for _ in range(n_layers)])
         self.runtime = runtime
         self._updated: int | None = None
@@ -81,8 +99,8 @@ class PolicyCache(Cache):
         key_states: torch.Tensor,
         value_states: torch.Tensor,
         layer_idx: int,
-        *args: Any,
-        **kwargs: Any,
+        *args: object,
+        **kwargs: object,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         ACTIVE.set(self)
@@ -98,13 +116,23 @@ class PolicyCache(Cache):
             and self.layers[layer].keys is key
         )
 
-    def attend(self, module: Any, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
-        """The attention of `module`'s layer (query, key, value, mask) by the runtime."""
-        return self.runtime.attend(self.layers[module.layer_idx], module, *args, **kwargs)
+    def attend(
+        self,
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: object,
+    ) -> tuple[torch.Tensor, None]:
+        """The attention of `module`'s layer by the runtime."""
+        layer = self.layers[int(module.layer_idx)]
+        assert isinstance(layer, PolicyLayer)
+        return self.runtime.attend(layer, module, query, key, value, attention_mask, **kwargs)
 
     # -- what the cache holds -------------------------------------------------------------
     @property
-    def policy(self) -> Any:
+    def policy(self) -> Policy:
         return self.runtime.policy
 
     def resident_bytes(self) -> int:

@@ -9,12 +9,17 @@ device-placement helper. The default is the packaged SmolLM2-135M-Instruct, so
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-def from_gguf(model: str = "smollm2-135m", dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+
+def from_gguf(
+    model: str = "smollm2-135m", dtype: torch.dtype = torch.float32
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(transformers model in eval mode, transformers tokenizer) of a GGUF file or registry name."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.initialization import no_init_weights

@@ -17,18 +17,18 @@ A cut is one `LayerObs` per batch row, the policy's answer, and one gather of th
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import torch
 
 from ctxlab.engine.decode_attention import attend as attend_rows
 from ctxlab.engine.far_reads import FarReads
-from ctxlab.errors import CtxlabError
-from ctxlab.hf.attention import sdpa
+from ctxlab.hf.attention import AttnOptions, sdpa
+from ctxlab.hf.cache import PolicyLayer
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.manager import KVCacheManager
-from ctxlab.policy.base import Policy
-from ctxlab.policy.observation import LayerObs, PageObs, attention_probs, group_reduce
+from ctxlab.policy.base import Hook, Policy
+from ctxlab.policy.observation import LayerObs, PageObs, observe_layer
 
 
 class HFRuntime:
@@ -53,30 +53,32 @@ class HFRuntime:
         return self.pages_read / self.pages_total if self.pages_total else 1.0
 
     # -- attention ------------------------------------------------------------------------
-    def attend(self, st: Any, module: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor | None, **kw: Any) -> tuple[torch.Tensor, None]:  # fmt: skip
-        if kw.get("s_aux") is not None:
-            raise CtxlabError("ctxlab.hf does not run models with attention sinks (s_aux).")
+    def attend(self, st: PolicyLayer, module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor, mask: torch.Tensor | None,
+               **kw: object) -> tuple[torch.Tensor, None]:  # fmt: skip
+        opts = AttnOptions.of(kw)
+        layer = int(module.layer_idx)
         T = q.shape[2]
         probs = None
-        if not st.pruned and not st.prefilled and kw.get("softcap") is None:
+        if not st.pruned and not st.prefilled and opts.softcap is None:
             out, _ = sdpa(module, q, k, v, mask, **kw)
         else:
-            out, probs = self._attend(st, module.layer_idx, q, k, v, kw)
-        self._after(st, module.layer_idx, q, T, probs)
-        if kw.get("sliding_window"):
-            self._forget(st, int(kw["sliding_window"]))
+            out, probs = self._attend(st, layer, q, k, v, opts)
+        self._after(st, layer, q, T, probs)
+        if opts.sliding_window:
+            self._forget(st, opts.sliding_window)
         return out, None
 
-    def _attend(self, st: Any, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                kw: dict) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def _attend(self, st: PolicyLayer, layer: int, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor, opts: AttnOptions
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         """ctxlab's decode attention core over the kept rows, masked by their positions."""
         B, H, T, d = q.shape
         n_kv, g = k.shape[1], H // k.shape[1]
         key_pos = st.positions[:, :, None, :]  # [B, n_kv, 1, L]
         q_pos = torch.arange(st.seen - T, st.seen, device=q.device)[:, None]  # [T, 1]
         allowed = key_pos <= q_pos  # [B, n_kv, T, L]
-        window = kw.get("sliding_window")
+        window = opts.sliding_window
         if window is not None:
             allowed &= key_pos > q_pos - window
         decode = T == 1 and st.prefilled
@@ -90,11 +92,11 @@ class HFRuntime:
             extra = self.far.rows(layer, q[:, :, 0])
         want = decode and "acc_attn" in self.needs
         o, probs = attend_rows(qg.reshape(B, n_kv, g * T, d), k, v, mask, extra, want,
-                               kw.get("scaling"), kw.get("softcap"))  # fmt: skip
+                               opts.scaling, opts.softcap)  # fmt: skip
         out = o.reshape(B, n_kv, g, T, -1).reshape(B, H, T, -1).transpose(1, 2)
         return out, probs
 
-    def _pages(self, qd: torch.Tensor, st: Any) -> torch.Tensor:
+    def _pages(self, qd: torch.Tensor, st: PolicyLayer) -> torch.Tensor:
         """Quest: `[B, n_kv, L]` the slots of the pages each lane reads at this step."""
         keys = st.keys.float()
         B, n_kv, L, d = keys.shape
@@ -119,7 +121,7 @@ class HFRuntime:
 
     # -- hooks ----------------------------------------------------------------------------
     def _after(
-        self, st: Any, layer: int, q: torch.Tensor, T: int, probs: torch.Tensor | None
+        self, st: PolicyLayer, layer: int, q: torch.Tensor, T: int, probs: torch.Tensor | None
     ) -> None:
         if self.window:
             self._log(st, q, T)
@@ -135,7 +137,7 @@ class HFRuntime:
         if self.policy.evicts and self.policy.wants_decode_hook(st.step):
             self._cut(st, layer, self.policy.on_decode, self.trigger)
 
-    def _log(self, st: Any, q: torch.Tensor, T: int) -> None:
+    def _log(self, st: PolicyLayer, q: torch.Tensor, T: int) -> None:
         w = self.window
         new = q[:, :, -w:].float()
         pos = torch.arange(st.seen - min(T, w), st.seen, device=q.device)
@@ -144,7 +146,7 @@ class HFRuntime:
             pos = torch.cat((st.q_pos, pos))[-w:]
         st.q_log, st.q_pos = new, pos
 
-    def _acc(self, st: Any) -> torch.Tensor:
+    def _acc(self, st: PolicyLayer) -> torch.Tensor:
         L = st.positions.shape[-1]
         if st.acc is None:
             st.acc = torch.zeros(st.positions.shape, device=st.positions.device)
@@ -152,28 +154,20 @@ class HFRuntime:
             st.acc = torch.nn.functional.pad(st.acc, (0, L - st.acc.shape[-1]))
         return st.acc
 
-    def _obs(self, st: Any, layer: int, b: int, seed: bool) -> LayerObs:
-        needs, keys, pos = self.needs, st.keys[b], st.positions[b]
-        obs = LayerObs(layer, self.n_layers, self.n_heads, pos, st.seen, self.prompt_len, st.step)
-        obs.keys = keys if "keys" in needs else None
+    def _obs(self, st: PolicyLayer, layer: int, b: int, seed: bool) -> LayerObs:
+        """Batch row `b` of the layer, built by the engine's observation builder."""
         q = st.q_log[b] if st.q_log is not None else None
-        if q is not None:
-            if "obs_attn" in needs or (seed and "acc_attn" in needs):
-                obs.obs_attn = attention_probs(q, keys, pos, st.q_pos)
-            if st.step > 0 and "step_attn" in needs:
-                obs.step_attn = attention_probs(q[:, -1:], keys, pos, st.q_pos[-1:])[:, 0]
-            if st.step > 0 and "query" in needs:
-                obs.query = q[:, -1]
-        if "acc_attn" in needs:
-            acc = self._acc(st)
-            if seed and obs.obs_attn is not None:  # H2O's scores start from the window
-                acc[b] += group_reduce(obs.obs_attn.sum(1), self.n_kv, "sum")
-            obs.acc_attn = acc[b]
-            if "obs_attn" not in needs:
-                obs.obs_attn = None
-        return obs
+        return observe_layer(
+            layer=layer, n_layers=self.n_layers, n_heads=self.n_heads,
+            positions=st.positions[b], seq_len=st.seen, prompt_len=self.prompt_len,
+            step=st.step, needs=self.needs, keys=partial(_row, st.keys, b), queries=q,
+            query_pos=st.q_pos, acc=self._acc(st)[b] if "acc_attn" in self.needs else None,
+            seed=seed,
+        )  # fmt: skip
 
-    def _cut(self, st: Any, layer: int, hook: Any, trigger: int, seed: bool = False) -> None:
+    def _cut(
+        self, st: PolicyLayer, layer: int, hook: Hook, trigger: int, seed: bool = False
+    ) -> None:
         B, n_kv, L = st.positions.shape
         light = LayerObs(
             layer, self.n_layers, self.n_heads, st.positions[0], st.seen, self.prompt_len
@@ -202,7 +196,7 @@ class HFRuntime:
             st.acc = self._acc(st).gather(2, idx)
         st.pruned = True
 
-    def _forget(self, st: Any, window: int) -> None:
+    def _forget(self, st: PolicyLayer, window: int) -> None:
         """A sliding-window layer drops the rows no later query can see (position <= seen -
         window), as transformers' own sliding layers do, so its bytes stop growing at the
         window. Lanes hold one row count: where a policy left lanes with different numbers
@@ -223,7 +217,7 @@ class HFRuntime:
         st.positions = st.positions.gather(2, idx)
         st.pruned = True
 
-    def _to_far(self, st: Any, layer: int, idx: torch.Tensor) -> None:
+    def _to_far(self, st: PolicyLayer, layer: int, idx: torch.Tensor) -> None:
         """Recall: every slot a lane drops goes to the far tier before the rows are freed."""
         assert self.far is not None
         B, n_kv, L = st.positions.shape
@@ -234,3 +228,7 @@ class HFRuntime:
                 lane = layer * n_kv + h
                 self.far.put(b, lane, st.positions[b, h, gone], st.keys[b, h, gone],
                              st.values[b, h, gone])  # fmt: skip
+
+
+def _row(t: torch.Tensor, b: int) -> torch.Tensor:
+    return t[b]

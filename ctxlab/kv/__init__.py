@@ -4,8 +4,9 @@
 (`QuantKVPool`: the same methods over int8 / KIVI codes, `ctxlab.kv.quantize` their math),
 `BlockAllocator` owns reference counts, the LRU free queue and the prefix hash map, and
 `KVCacheManager` is what the engine calls (look up a prefix, allocate slots, commit full
-blocks, free, compact lanes: the cut itself is `ctxlab.kv.compaction`). `SeqKV` is one
-sequence's view: a block table per lane and a length per lane.
+blocks, free, compact lanes). `SeqKV` is one
+sequence's view: a block table per lane and a length per lane. `KVStore` is the protocol
+both pools implement, what the layers above hold.
 """
 
 from ctxlab.kv.allocator import BlockAllocator
@@ -15,6 +16,7 @@ from ctxlab.kv.manager import KVCacheManager, KVStats, PrefixHit
 from ctxlab.kv.pool import KVPool
 from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import SeqKV
+from ctxlab.kv.store import KVStore
 
 __all__ = [
     "BlockAllocator",
@@ -23,6 +25,7 @@ __all__ = [
     "KVLayout",
     "KVPool",
     "KVStats",
+    "KVStore",
     "PrefixHit",
     "QuantKVPool",
     "SeqKV",

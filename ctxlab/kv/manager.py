@@ -5,8 +5,8 @@ backed by a group of `n_lanes` physical blocks. The prefix cache maps a block's 
 to that group. Only full blocks are shared, the last prompt token is never taken from the
 cache (its logits are needed), and a shared group is never written: new tokens always land
 in blocks the sequence allocated itself. Compaction (a retention policy's cut, which
-rewrites lanes already written) lives in `ctxlab.kv.compaction`; the manager's
-`compact_lanes` and friends hand it this pool and allocator.
+rewrites lanes already written, `compact_lanes`) is the manager's too: it takes blocks from
+the same allocator and writes the same pool.
 
 Sliding-window layers (`KVLayout.windows`): after each step `slide` hands back the blocks a
 sliding lane's window no longer reads (memory really freed), so such a lane holds at most
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ctxlab.errors import CtxlabError
-from ctxlab.kv import compaction
 from ctxlab.kv.allocator import DETACHED, BlockAllocator
 from ctxlab.kv.hashing import BlockHash, hash_blocks
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
 from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import HOLE, SeqKV
+from ctxlab.kv.store import KVStore
 
 if TYPE_CHECKING:
     from ctxlab.kv.prefix_offload import PrefixOffload
@@ -91,7 +91,7 @@ class KVCacheManager:
         self.n_lanes = layout.n_lanes
         n_blocks = layout.blocks_for_tokens(pool_tokens)
         self.kv_format = kv_format
-        self.pool: KVPool | QuantKVPool
+        self.pool: KVStore
         if kv_format is None:
             self.pool = KVPool(layout, n_blocks, device)
         else:
@@ -302,16 +302,74 @@ class KVCacheManager:
             seq.slot_pos.scatter_(1, idx, pos)
         seq.lane_len += n_new
 
-    # -- compaction (what a retention policy's answer becomes): see `ctxlab.kv.compaction` --
-    def lane_positions(self, seq: SeqKV, lanes: slice | list[int]) -> torch.Tensor:
-        """Original positions `[len(lanes), L]` the lanes hold; -1 pads shorter lanes."""
-        return compaction.lane_positions(seq, lanes)
+    # -- compaction: where a retention policy's answer becomes free memory ----------------
+    # A policy answers, per lane (one layer's KV head), the original positions to keep.
+    # These map kept positions to the slots that hold them (`slots_of`), say which cuts the
+    # pool can take now (`compaction_fits`: a lane that holds shared prefix blocks needs
+    # fresh blocks before it can let go of them), and copy the kept tokens of each lane
+    # into fresh blocks, returning the lane's old blocks to the pool (`compact_lanes`). A
+    # compacted lane leaves lockstep and gets an explicit slot map (`SeqKV.slot_pos`); a
+    # shared block is never written, the sequence only drops its reference.
+    @staticmethod
+    def lane_positions(seq: SeqKV, lanes: slice | list[int]) -> torch.Tensor:
+        """Original positions `[len(lanes), L]` the lanes hold, slot by slot; -1 pads shorter
+        lanes (L is the longest of them)."""
+        lens = seq.lane_len[lanes]
+        n = int(lens.max()) if lens.numel() else 0
+        if seq.slot_pos is None:
+            pos = torch.arange(n).repeat(len(lens), 1)
+        else:
+            pos = seq.slot_pos[lanes, :n].clone()
+        return pos.masked_fill(torch.arange(n)[None, :] >= lens[:, None], -1)
 
-    slots_of = staticmethod(compaction.slots_of)
+    @staticmethod
+    def slots_of(positions: torch.Tensor, keep: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Slot indices of kept original positions, per lane (`positions [n, L]` as given by
+        `lane_positions`, real slots sorted); one `searchsorted` for every lane. A kept
+        position the lane does not hold is a bug in the policy: RuntimeError."""
+        big = torch.iinfo(torch.int64).max
+        sorted_pos = positions.masked_fill(positions < 0, big)
+        counts = torch.tensor([len(k) for k in keep], device=positions.device)
+        k_pad = torch.nn.utils.rnn.pad_sequence(keep, batch_first=True, padding_value=0)
+        real = torch.arange(k_pad.shape[1], device=positions.device)[None, :] < counts[:, None]
+        k_pad = k_pad.masked_fill(~real, big)  # (a float padding value would not hold int64 max)
+        slots = torch.searchsorted(sorted_pos, k_pad)
+        width = positions.shape[1]
+        found = sorted_pos.gather(1, slots.clamp(max=width - 1))
+        if bool(((found != k_pad) & real).any()) or bool(((slots >= width) & real).any()):
+            raise RuntimeError("a policy kept a position its lane does not hold")
+        return [slots[h, : len(k)] for h, k in enumerate(keep)]
 
     def compaction_fits(self, seq: SeqKV, lanes: list[int], keep: list[torch.Tensor]) -> list[int]:
-        """Indices (into `lanes`) of the cuts the pool can take now."""
-        return compaction.compaction_fits(seq, self.alloc, lanes, keep)
+        """Indices (into `lanes`) of the cuts the pool can take now.
+
+        A cut copies the kept tokens into fresh blocks after freeing the lane's old ones; an
+        old block another sequence shares (a prefix block) is not freed, so a lane holding
+        shared blocks needs blocks the pool may not have. Lanes that hold only their own
+        blocks always fit (they keep no more blocks than they free); the others are taken in
+        order while the free blocks last. A lane left out keeps its tokens for now.
+        """
+        bs = seq.block_size
+        new_nb = [-(-len(k) // bs) for k in keep]
+        alloc = self.alloc
+        free = alloc.num_free
+        if sum(new_nb) <= free:
+            return list(range(len(lanes)))
+        ref = alloc.ref
+        out, shared_need = [], []
+        for i, lane in enumerate(lanes):
+            old = seq.table[lane, : int(seq.n_blocks[lane])].tolist()
+            own = sum(1 for b in old if ref[b] == 1)
+            if own == len(old):
+                out.append(i)
+                free += own - new_nb[i]
+            else:
+                shared_need.append((i, own))
+        for i, own in shared_need:
+            if new_nb[i] <= free + own:
+                out.append(i)
+                free += own - new_nb[i]
+        return sorted(out)
 
     def compact_lane(self, seq: SeqKV, lane: int, keep: torch.Tensor) -> None:
         """`compact_lanes` for one lane."""
@@ -320,9 +378,62 @@ class KVCacheManager:
     def compact_lanes(
         self, seq: SeqKV, lanes: list[int], keep: list[torch.Tensor], rope: Any = None
     ) -> None:
-        """Keep only slots `keep[i]` (sorted) of lane `lanes[i]`, in fresh blocks; free the
-        rest for real (a shared prefix block only loses this sequence's reference)."""
-        compaction.compact_lanes(seq, self.pool, self.alloc, lanes, keep, rope)
+        """Keep only slots `keep[i]` (sorted) of lane `lanes[i]`, in fresh blocks; free the rest.
+
+        The kept tokens are copied into blocks the sequence allocates now (a shared prefix block
+        is never written, the sequence only drops its reference), the lanes leave lockstep, and
+        their old blocks return to the pool for real. Every lane of a call shares one read of
+        the kept rows, one `decref`, one `allocate` and one write. With `rope` (an object with
+        `shift_keys(k, delta)`), the key moved from slot s to slot j is rotated by j - s
+        (cache-slot positions: slot j always holds a key rotated for position j).
+        """
+        if not lanes:
+            return
+        pool, alloc = self.pool, self.alloc
+        if len(self.compaction_fits(seq, lanes, keep)) != len(lanes):
+            raise RuntimeError("the pool lacks the blocks to copy kept tokens out of shared ones")
+        bs = seq.block_size
+        if seq.slot_pos is None:
+            cap = int(seq.n_blocks.max()) * bs
+            seq.slot_pos = torch.arange(cap).repeat(seq.n_lanes, 1)
+        lane_t = torch.tensor(lanes, dtype=torch.int64)
+        counts = torch.tensor([len(k) for k in keep], dtype=torch.int64)
+        slots = torch.nn.utils.rnn.pad_sequence(keep, batch_first=True, padding_value=0)
+        width = slots.shape[1]
+        valid = torch.arange(width)[None, :] < counts[:, None]  # [m, K]
+        table = seq.table.index_select(0, lane_t)  # [m, cap]
+        old_rows = (table.gather(1, slots // bs) * bs + slots % bs)[valid]
+        k, v = pool.read_rows(old_rows)  # copies, read before the old blocks are freed
+        pos = seq.slot_pos.index_select(0, lane_t).gather(1, slots)[valid]
+        if rope is not None:
+            j = torch.arange(width).expand_as(slots)
+            delta = (j - slots)[valid]
+            if bool((delta != 0).any()):
+                k = rope.shift_keys(k[:, None], delta)[:, 0]
+        # Free the old blocks (tail first in each lane), then allocate.
+        old_nb = seq.n_blocks.index_select(0, lane_t)
+        nb_max = int(old_nb.max())
+        held = torch.arange(nb_max)[None, :] < old_nb[:, None]
+        alloc.decref(table[:, :nb_max].flip(1)[held.flip(1)].tolist())
+        new_nb = (counts + bs - 1) // bs
+        ids = torch.tensor(alloc.allocate(int(new_nb.sum())), dtype=torch.int64)
+        nb_new_max = int(new_nb.max())
+        jb = torch.arange(nb_new_max)[None, :]
+        own = jb < new_nb[:, None]  # [m, nbn]
+        offset = torch.cumsum(new_nb, 0) - new_nb
+        idx = (offset[:, None] + jb).clamp(max=max(len(ids) - 1, 0))
+        fresh = torch.where(own, ids[idx], table[:, :nb_new_max]) if len(ids) else table[:, :0]
+        table[:, : fresh.shape[1]] = fresh
+        seq.table[lane_t] = table
+        jt = torch.arange(width).expand_as(slots)
+        new_rows = (fresh.gather(1, jt // bs) * bs + jt % bs)[valid] if len(ids) else old_rows[:0]
+        pool.write_rows(new_rows, k, v)  # a quantized pool quantizes them in their new groups
+        sp = torch.full((len(lanes), seq.slot_pos.shape[1]), -1, dtype=torch.int64)
+        sp[:, :width][valid] = pos
+        seq.slot_pos[lane_t] = sp
+        seq.n_blocks[lane_t] = new_nb
+        seq.lane_len[lane_t] = counts
+        seq.lockstep = False
 
     def commit(self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None) -> None:
         """Offer every newly full (written) block of `seq` to the prefix cache."""
@@ -380,7 +491,7 @@ class KVCacheManager:
         if seq is None:
             return self.alloc.num_used * pool.block_bytes + pool.residual_bytes()
         held = int(seq.held.sum()) * pool.block_bytes
-        return held + (pool.residual_bytes(seq.held_blocks()) if pool.quantized else 0)
+        return held + pool.residual_bytes(seq.held_blocks())
 
     def stats(self) -> KVStats:
         return KVStats(

@@ -4,11 +4,13 @@
 physical block of every lane. Which block belongs to which lane and sequence is the
 allocator's and the block table's business; the pool only stores, writes and gathers.
 `QuantKVPool` (`ctxlab/kv/quant_pool.py`) stores int8 or KIVI codes behind the same
-methods; code outside `ctxlab/kv` reads and writes rows only through them (`write`,
-`gather`, `run_view`, `read_rows`, `write_rows`, `copy_rows`), never through the tensors.
+methods; both implement `KVStore` (`ctxlab/kv/store.py`), and code outside `ctxlab/kv`
+reads and writes rows only through it, never through the tensors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -36,6 +38,10 @@ class KVPool:
         return False
 
     @property
+    def views(self) -> bool:
+        return True
+
+    @property
     def k(self) -> torch.Tensor:
         return self.data[0]
 
@@ -53,11 +59,11 @@ class KVPool:
         """Bytes of one block of one lane (K and V)."""
         return self.layout.bytes_per_block
 
-    def residual_bytes(self, blocks: object = None) -> int:
+    def residual_bytes(self, blocks: Sequence[int] | None = None) -> int:
         """Bytes held beside the blocks (a quantized pool's full-precision rows): none."""
         return 0
 
-    def release(self, blocks: object) -> None:
+    def release(self, blocks: Sequence[int]) -> None:
         """Called when blocks lose their last reference; a float pool keeps no state."""
 
     def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -27,13 +27,14 @@ unfinished group come from the residual store, as written.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.quantize import BITS, FORMATS, pack_bits, quantize_asym, quantize_int8, unpack_bits
+from ctxlab.kv.store import KVStore, Pair
 
 I64 = torch.int64
 
@@ -95,6 +96,10 @@ class QuantKVPool:
     def quantized(self) -> bool:
         return True
 
+    @property
+    def views(self) -> bool:
+        return False  # codes have no float view: a run is decoded (`run_view`)
+
     def _tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.kq, self.ks, self.kz, self.vq, self.vs, self.vz) if t is not None]
 
@@ -112,7 +117,7 @@ class QuantKVPool:
     def residual_blocks(self) -> int:
         return int(self.rk.shape[0]) - len(self._res_free)
 
-    def residual_bytes(self, blocks: Any = None) -> int:
+    def residual_bytes(self, blocks: Sequence[int] | None = None) -> int:
         """Residual bytes held for `blocks` (a list of block ids), or for every block."""
         if blocks is None:
             return self.residual_blocks * self.residual_block_bytes
@@ -143,7 +148,7 @@ class QuantKVPool:
         slots = [self._res_free.pop() for _ in range(need)]
         self.res_of[blocks] = torch.tensor(slots, dtype=I64, device=self.device)
 
-    def release(self, blocks: Any) -> None:
+    def release(self, blocks: Sequence[int]) -> None:
         """Give back the residual buffers of `blocks` (freed, or just filled)."""
         if self.fmt == "int8" or len(blocks) == 0:
             return
@@ -248,6 +253,11 @@ class QuantKVPool:
         shape = (*block_ids.shape[:-1], block_ids.shape[-1] * bs)
         return self._out(k).view(*shape, self.dk), self._out(v).view(*shape, self.dv)
 
+    def run_view(self, first: int, n_blocks: int, n_heads: int, head_stride: int) -> Pair:
+        """`KVPool.run_view`'s keys and values, decoded (a copy: codes have no float view)."""
+        heads = torch.arange(n_heads, device=self.device)[:, None] * head_stride
+        return self.gather(first + heads + torch.arange(n_blocks, device=self.device))
+
     def _out(self, x: torch.Tensor) -> torch.Tensor:
         return x if x.dtype == self.layout.dtype else x.to(self.layout.dtype)
 
@@ -296,7 +306,7 @@ class QuantKVPool:
 
     # -- conversion and checks ------------------------------------------------------------
     @classmethod
-    def from_pool(cls, pool: Any, fmt: str, group: int = 32, chunk: int = 512) -> QuantKVPool:
+    def from_pool(cls, pool: KVStore, fmt: str, group: int = 32, chunk: int = 512) -> QuantKVPool:
         """A quantized copy of a float pool, every block taken as full.
 
         For a pool whose blocks in use are all full (the prefix cache of finished requests,

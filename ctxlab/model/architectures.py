@@ -14,7 +14,7 @@ from typing import Any
 
 from ctxlab.errors import CtxlabError
 from ctxlab.model import gemma3
-from ctxlab.model.config import SUPPORTED_ARCHS, ModelConfig
+from ctxlab.model.config import GGUF_COMPLETIONS, HF_COMPLETIONS, SUPPORTED_ARCHS, ModelConfig
 from ctxlab.model.llama import LlamaModel
 from ctxlab.model.weights import WEIGHT_FORMATS
 
@@ -75,6 +75,9 @@ ARCHITECTURES["gemma3"] = Architecture(
     ),
 )
 assert set(ARCHITECTURES) == set(SUPPORTED_ARCHS), "config.SUPPORTED_ARCHS and the registry"
+for _arch in ARCHITECTURES.values():  # the config readers complete through these hooks
+    GGUF_COMPLETIONS[_arch.name] = _arch.gguf_config
+    HF_COMPLETIONS[_arch.name] = _arch.hf_config
 
 
 def architecture(name: str) -> Architecture:

@@ -8,6 +8,7 @@ so nothing downstream has to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,14 @@ from ctxlab.errors import CtxlabError
 # (the Llama block, possibly with q/k-norm or qkv bias, or Gemma 3's block).
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 _ARCH_LIST = ", ".join(SUPPORTED_ARCHS)
+
+# What the generic readers below cannot know, per architecture: a hook that completes the
+# `ModelConfig` read from GGUF metadata or a config.json dict. Filled by the architecture
+# registry (`ctxlab.model.architectures`, imported when the `ctxlab.model` package loads),
+# so this module needs no import of the registry, which builds on it.
+Completion = Callable[[dict[str, Any], "ModelConfig"], "ModelConfig"]
+GGUF_COMPLETIONS: dict[str, Completion] = {}
+HF_COMPLETIONS: dict[str, Completion] = {}
 _HF_MODEL_TYPES = {"gemma3_text": "gemma3"}  # config.json's name -> the architecture's
 
 
@@ -125,9 +134,7 @@ class ModelConfig:
             eos_token_ids=eos_ids,
             **config,
         )
-        from ctxlab.model.architectures import architecture  # it imports this module
-
-        return architecture(model_type).hf_config(d, cfg)
+        return HF_COMPLETIONS[model_type](d, cfg)
 
     @classmethod
     def from_gguf_fields(
@@ -183,9 +190,7 @@ class ModelConfig:
             bos_token_id=meta.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=() if eos is None else (int(eos),),
         )
-        from ctxlab.model.architectures import architecture  # it imports this module
-
-        return architecture(arch).gguf_config(meta, cfg)
+        return GGUF_COMPLETIONS[arch](meta, cfg)
 
 
 def _hf_rope(d: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:

@@ -18,6 +18,7 @@ Composition is by wrapping (`PolicyWrapper`): a storage format wraps any policy
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -33,6 +34,7 @@ StackLayer = Literal["retention", "selection", "storage"]
 POSITION_MODES: tuple[str, ...] = ("original", "cache-slot")
 
 Keep = list[torch.Tensor]  # per lane (KV head of one layer): sorted original positions kept
+Hook = Callable[[LayerView], "Keep | None"]  # `Policy.on_prefill` or `Policy.on_decode`
 
 
 @dataclass

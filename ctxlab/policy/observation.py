@@ -2,10 +2,11 @@
 (`PageObs`, Quest), a lane's far-tier blocks (`FarObs`, recall).
 
 The engine builds these and nothing else reaches a policy: no pool, no step plan, no
-engine object. `LayerView` is the protocol a retention policy reads; the optional tensors
-are filled only when the policy's `needs` names them, so the engine computes no more than
-asked. Positions are original token positions (`-1` pads shorter lanes; real slots are
-sorted ascending).
+engine object. `observe_layer` is the one builder of a `LayerObs`, called by the engine's
+policy runtime and by `ctxlab.hf`'s. `LayerView` is the protocol a retention policy reads;
+the optional tensors are filled only when the policy's `needs` names them, so the engine
+computes no more than asked. Positions are original token positions (`-1` pads shorter
+lanes; real slots are sorted ascending).
 
 `needs` vocabulary (what a policy asks the engine to compute or keep):
 - `obs_attn`: the last `obs_window` prompt queries' attention, at the prompt-end hook;
@@ -22,6 +23,7 @@ sorted ascending).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -149,3 +151,56 @@ def attention_probs(
     ok = (kp[:, None, :] >= 0) & (kp[:, None, :] <= q_pos.view(1, -1, 1))
     logits = logits.masked_fill(~ok, float("-inf"))
     return torch.softmax(logits, dim=-1).nan_to_num(0.0)
+
+
+def observe_layer(
+    *,
+    layer: int,
+    n_layers: int,
+    n_heads: int,
+    positions: torch.Tensor,
+    seq_len: int,
+    prompt_len: int,
+    step: int,
+    needs: frozenset[str],
+    keys: Callable[[], torch.Tensor],
+    queries: torch.Tensor | None = None,
+    query_pos: torch.Tensor | None = None,
+    acc: torch.Tensor | None = None,
+    seed: bool = False,
+) -> LayerObs:
+    """THE observation builder: one layer of one sequence as a policy sees it, with only
+    the tensors its `needs` names. The engine's runtime and `ctxlab.hf` both call it, so a
+    new input is added here once.
+
+    `positions [n_kv, L]` are the lanes' original positions; `keys()` gives the lanes' keys
+    `[n_kv, L, d]` (called only when something needs them: a gather in the engine);
+    `queries [H, m, d]` and `query_pos [m]` are the logged last queries of the layer;
+    `acc [n_kv, L]` is the runtime's accumulated attention (H2O), a view into its state.
+    With `seed` (the prompt-end hook) H2O's scores start here, in place in `acc`: the
+    logged prompt queries' attention summed over each GQA group.
+    """
+    q, q_pos = queries, query_pos
+    seeding = seed and acc is not None and "acc_attn" in needs and q is not None
+    attn_needs = q is not None and bool(needs & {"obs_attn", "step_attn"})
+    k = keys() if "keys" in needs or attn_needs or seeding else None
+    obs = LayerObs(
+        layer, n_layers, n_heads, positions, seq_len, prompt_len, step,
+        keys=k if "keys" in needs else None,
+    )  # fmt: skip
+    if q is not None and k is not None:
+        assert q_pos is not None
+        window_attn = None
+        if "obs_attn" in needs or seeding:
+            window_attn = attention_probs(q, k, positions, q_pos)
+        if "obs_attn" in needs:
+            obs.obs_attn = window_attn
+        if step > 0 and "step_attn" in needs:
+            obs.step_attn = attention_probs(q[:, -1:], k, positions, q_pos[-1:])[:, 0]
+        if seeding and window_attn is not None and acc is not None:
+            acc += group_reduce(window_attn.sum(1), int(positions.shape[0]), "sum")
+    if step > 0 and q is not None and "query" in needs:
+        obs.query = q[:, -1]
+    if "acc_attn" in needs:
+        obs.acc_attn = acc
+    return obs

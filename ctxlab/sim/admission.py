@@ -1,41 +1,44 @@
 """Admission and release of one request in the simulated pool: prefix lookup block by block,
-page and state reservation, tier transfers, preemption and finishing.
+page and state reservation, tier transfers, commits of computed blocks, release.
 
-A mixin of `Simulator` (ctxlab/sim/engine.py): it reads and writes the simulator's pool,
-counters and queues; the event loop that calls it lives there.
+`Admission` owns the pool and what admitting needs (page and block sizes, whether prefixes
+are reused, when the tier link is next free); the event loop (`Simulator`,
+ctxlab/sim/engine.py) owns the queues and asks it to admit, commit and release requests.
 """
 
 from __future__ import annotations
 
-import bisect
-from typing import TYPE_CHECKING
-
 from ctxlab.errors import CtxlabError
 from ctxlab.plan.units import fmt_bytes
-from ctxlab.sim.pool import Entry
-from ctxlab.sim.state import DECODE, DONE, PREFILL, WAITING, Seq
-
-if TYPE_CHECKING:
-    from ctxlab.sim.config import Setup
-    from ctxlab.sim.pool import PagePool
-    from ctxlab.sim.state import Counters
+from ctxlab.sim.config import Setup
+from ctxlab.sim.pool import Entry, PagePool
+from ctxlab.sim.state import DECODE, PREFILL, Counters, Seq
 
 
 class Admission:
-    """Per-request pool bookkeeping; the attributes are set by `Simulator.__init__`."""
+    """Per-request pool bookkeeping of one simulated instance."""
 
-    setup: Setup
-    pool: PagePool
-    counters: Counters
-    P: int
-    B: int
-    page_bytes: int
-    slot_bytes: int
-    prefix_reuse: bool
-    link_free: float
-    _admissions: int
-    resume: list[Seq]
-    done: list[Seq]
+    def __init__(
+        self,
+        setup: Setup,
+        counters: Counters,
+        block_tokens: int,
+        prefix_reuse: bool,
+        prefill_only: bool,
+    ) -> None:
+        cfg = setup.config
+        self.setup = setup
+        self.counters = counters
+        self.P = cfg.page_size
+        self.B = block_tokens
+        self.page_bytes = setup.page_bytes
+        self.slot_bytes = setup.cost.state_bytes
+        # A recurrent state is not kept at block boundaries, so prefix hits need pure KV.
+        self.prefix_reuse = prefix_reuse and self.slot_bytes == 0 and self.page_bytes > 0
+        self.prefill_only = prefill_only
+        self.pool = PagePool(setup.pool_bytes, self.page_bytes, cfg.offload_bytes)
+        self.link_free = 0.0  # when the tier link finishes its queued transfers
+        self.admissions = 0
 
     # -- checks -------------------------------------------------------------------------
     def check_fits(self, seqs: list[Seq]) -> None:
@@ -92,7 +95,7 @@ class Admission:
                 break
         return found, pages, pinned, from_tier
 
-    def _try_admit(self, s: Seq, now: float) -> bool:
+    def try_admit(self, s: Seq, now: float) -> bool:
         """Admit `s` if the pool can hold it; False leaves everything unchanged."""
         pool, P, B = self.pool, self.P, self.B
         L = s.req.input_len
@@ -138,8 +141,8 @@ class Admission:
         s.private = private
         s.pages = total_pages
         s.target = target
-        self._admissions += 1
-        s.admit_seq = self._admissions
+        self.admissions += 1
+        s.admit_seq = self.admissions
         reusable = min(hit_pages * P, ((L - 1) // P) * P)
         if s.prefilled and not resumed:
             s.computed, s.state = L, DECODE
@@ -170,7 +173,7 @@ class Admission:
                 c.hit_requests += 1 if reusable > 0 else 0
         return True
 
-    def _commit(self, s: Seq) -> None:
+    def commit(self, s: Seq) -> None:
         """Blocks whose pages `s` has now computed become prefix-cache hits for requests
         admitted from the next step on (the engine commits full blocks after each step)."""
         done = 0
@@ -183,7 +186,7 @@ class Admission:
             del s.owned[:done]
 
     # -- release ------------------------------------------------------------------------
-    def _release(self, s: Seq) -> None:
+    def release(self, s: Seq) -> None:
         """Drop the request's hold on the pool; finished blocks stay cached (tail first
         into the LRU queue, so a chain is evicted from its end)."""
         pool = self.pool
@@ -195,16 +198,3 @@ class Admission:
         s.entries, s.owned = [], []
         s.private = 0
         s.pages = 0
-
-    def _preempt(self, s: Seq) -> None:
-        self._release(s)
-        s.state = WAITING
-        s.preemptions += 1
-        self.counters.preemptions += 1
-        bisect.insort(self.resume, s, key=lambda q: q.req.index)
-
-    def _finish(self, s: Seq, now: float) -> None:
-        s.state = DONE
-        s.finish = now
-        self._release(s)
-        self.done.append(s)

@@ -18,6 +18,7 @@ hour of production traffic to seconds of wall time.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 
 import numpy as np
@@ -25,12 +26,11 @@ import numpy as np
 from ctxlab.errors import CtxlabError
 from ctxlab.sim.admission import Admission
 from ctxlab.sim.config import Setup
-from ctxlab.sim.pool import PagePool
-from ctxlab.sim.state import DECODE, DONE, PREFILL, Counters, Seq, Timeline
+from ctxlab.sim.state import DECODE, DONE, PREFILL, WAITING, Counters, Seq, Timeline
 from ctxlab.sim.trace import Request
 
 
-class Simulator(Admission):
+class Simulator:
     """One serving instance replaying jobs (request, arrival time) against a setup."""
 
     def __init__(
@@ -49,27 +49,23 @@ class Simulator(Admission):
                 f"{block_tokens}, so pages map onto blocks"
             )
         self.setup = setup
+        self.counters = Counters()
+        self.admission = Admission(setup, self.counters, block_tokens, prefix_reuse, prefill_only)
+        self.pool = self.admission.pool
         self.P = cfg.page_size
-        self.B = block_tokens
-        self.page_bytes = setup.page_bytes
-        self.slot_bytes = setup.cost.state_bytes
-        # A recurrent state is not kept at block boundaries, so prefix hits need pure KV.
-        self.prefix_reuse = prefix_reuse and self.slot_bytes == 0 and self.page_bytes > 0
+        self.page_bytes = self.admission.page_bytes
+        self.slot_bytes = self.admission.slot_bytes
         self.prefill_only = prefill_only
         self.step_time = step_time
-        self.pool = PagePool(setup.pool_bytes, self.page_bytes, cfg.offload_bytes)
-        self.counters = Counters()
         self.timeline = Timeline()
         self.check = check
-        self.link_free = 0.0
-        self._admissions = 0
 
     # -- the loop -----------------------------------------------------------------------
     def run(self, jobs: list[tuple[Request, float]], prefilled: bool = False) -> list[Seq]:
         """Replay jobs (request, arrival seconds), sorted by arrival; finished Seqs."""
         seqs = [Seq(req, t, prefilled) for req, t in jobs]
         seqs.sort(key=lambda q: (q.arrival, q.req.index))
-        self.check_fits(seqs)
+        self.admission.check_fits(seqs)
         self.waiting: deque[Seq] = deque()
         self.resume: list[Seq] = []
         self.running: list[Seq] = []
@@ -121,7 +117,7 @@ class Simulator(Admission):
                 s = self.waiting[0]
             else:
                 return
-            if not self._try_admit(s, now):
+            if not self.admission.try_admit(s, now):
                 return
             if queue_is_resume:
                 self.resume.pop(0)
@@ -209,7 +205,7 @@ class Simulator(Admission):
         c.tokens_emitted += len(decoding)
         for s, take in chunks:
             s.computed += take
-            self._commit(s)
+            self.admission.commit(s)
             c.prefill_tokens_run += take
             if s.computed == s.target:
                 self._prefill_done(s, now)
@@ -293,6 +289,19 @@ class Simulator(Admission):
         if self.check:
             self.check_invariants()
         return end
+
+    def _preempt(self, s: Seq) -> None:
+        self.admission.release(s)
+        s.state = WAITING
+        s.preemptions += 1
+        self.counters.preemptions += 1
+        bisect.insort(self.resume, s, key=lambda q: q.req.index)
+
+    def _finish(self, s: Seq, now: float) -> None:
+        s.state = DONE
+        s.finish = now
+        self.admission.release(s)
+        self.done.append(s)
 
     def check_invariants(self) -> None:
         private = sum(s.private * self.page_bytes + self.slot_bytes for s in self.running)

@@ -28,7 +28,7 @@ import numpy as np
 from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_seed
-from ctxlab.sim.trace import DEFAULT_BLOCK_TOKENS, Request, Trace, check_block_tokens
+from ctxlab.sim.requests import DEFAULT_BLOCK_TOKENS, Request, Trace, check_block_tokens
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
-"""Request traces: what arrives when, how long it is, and which prefix blocks it shares.
+"""Reading request traces: Mooncake JSONL and CSV files, or a `synthetic:` generator spec.
 
-A trace is a list of `Request`s in arrival order. Prefix identity comes from `hash_ids`: one
-id per `block_tokens`-token block of the input (the last block may be partial), chained so
-that equal ids mean equal prefixes up to and including that block (the Mooncake convention).
-Readers check every line before anything is simulated, and report bad lines by number.
+A trace (`ctxlab.sim.requests`) is a list of `Request`s in arrival order with prefix
+identity in `hash_ids`. Readers check every line before anything is simulated, and report
+bad lines by number.
 """
 
 from __future__ import annotations
@@ -11,58 +10,30 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import loads_json, read_text
+from ctxlab.sim.requests import DEFAULT_BLOCK_TOKENS, Request, Trace, check_block_tokens
+from ctxlab.sim.synthetic import generate_from_spec
 
-DEFAULT_BLOCK_TOKENS = 512  # Mooncake's hash block size
+__all__ = [
+    "DEFAULT_BLOCK_TOKENS",
+    "Request",
+    "Trace",
+    "check_block_tokens",
+    "load_trace",
+    "read_csv",
+    "read_mooncake",
+]
+
 _MAX_REPORTED = 5
-
-
-@dataclass(slots=True)
-class Request:
-    """One request of a trace; `arrival` is in seconds from the trace start."""
-
-    index: int
-    arrival: float
-    input_len: int
-    output_len: int
-    hash_ids: tuple[int, ...]
-    line: int = 0
-
-
-@dataclass
-class Trace:
-    """Requests sorted by arrival plus the token count each hash id stands for."""
-
-    name: str
-    requests: list[Request]
-    block_tokens: int = DEFAULT_BLOCK_TOKENS
-
-    def __len__(self) -> int:
-        return len(self.requests)
-
-    @property
-    def input_tokens(self) -> int:
-        return sum(r.input_len for r in self.requests)
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(r.output_len for r in self.requests)
 
 
 def _positive_int(value: object) -> bool:
     """A whole number of tokens from 1 up to MAX_TOKENS (more is absurd, not a request)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS
-
-
-def check_block_tokens(block_tokens: int) -> None:
-    """The hash block divides every input length: a whole number of tokens, at least 1."""
-    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
-        raise CtxlabError(f"the hash block size must be at least 1 token, got {block_tokens}.")
 
 
 def _bad_lines_error(path: Path, bad: list[tuple[int, str]], total_bad: int) -> CtxlabError:
@@ -204,8 +175,6 @@ def _finish(name: str, requests: list[Request], block_tokens: int) -> Trace:
 def load_trace(spec: str, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
     """A trace from a file path (.jsonl or .csv) or a `synthetic:` generator spec."""
     if spec.startswith("synthetic:") or spec == "synthetic":
-        from ctxlab.sim.synthetic import generate_from_spec
-
         return generate_from_spec(spec.partition(":")[2], block_tokens=block_tokens)
     path = Path(spec)
     if path.is_dir():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,31 +29,8 @@ from ctxlab.workshop.config import Pos, Section, Seed
 from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import DemoResult, fmt
+from ctxlab.workshop.retrieval_depth_report import Depth
 from ctxlab.workshop.session import Session
-
-
-@dataclass
-class Depth:
-    """Everything measured at one k."""
-
-    k: int
-    recall: float  # mean recall@k over every question
-    mrr: float
-    prompt_tokens: float  # mean prompt tokens of a question's answer prompt, every question
-    retrieved_tokens: float  # mean tokens the passages add to that prompt
-    max_prompt_tokens: int
-    usd_per_1000: float  # hosted price of 1,000 questions (prompt + answer)
-    accuracy: float | None = None  # on the answered subset
-    citation_precision: float | None = None
-    citation_recall: float | None = None
-    cited_by_model: float | None = None
-    answer_cpu_s: float | None = None  # CPU seconds per answered question
-    answer_wall_s: float | None = None
-    answer_prompt_tokens: float | None = None  # per answered question
-    answer_reused_tokens: float | None = None  # of those, served by the prefix cache
-    recalls: list[float] = field(default_factory=list)  # recall@k per question, every question
-    correct: list[bool] = field(default_factory=list)  # per answered question, in order
-    precisions: list[float] = field(default_factory=list)  # per answer that cites
 
 
 def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -> None:

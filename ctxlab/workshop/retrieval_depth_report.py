@@ -1,22 +1,45 @@
 """The report of demonstration 6 (retrieval depth k): its tables, metrics, gains and notes.
 
-`demo_retrieval_depth.py` measures; this module only turns its per-k `Depth` rows into what
-the workshop prints. The split keeps the measurement (what each k retrieves, answers and
-costs) readable on its own, and the wording of the report (which layer each table belongs
-to, which figure each sentence takes from `res.figures`) in one place.
+`demo_retrieval_depth.py` measures; this module defines the per-k `Depth` row it fills and
+only turns those rows into what the workshop prints. The split keeps the measurement (what
+each k retrieves, answers and costs) readable on its own, and the wording of the report
+(which layer each table belongs to, which figure each sentence takes from `res.figures`)
+in one place.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from ctxlab import stats
 from ctxlab.stats import Interval
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
 
-if TYPE_CHECKING:
-    from ctxlab.workshop.demo_retrieval_depth import Depth
+
+@dataclass
+class Depth:
+    """Everything measured at one k."""
+
+    k: int
+    recall: float  # mean recall@k over every question
+    mrr: float
+    prompt_tokens: float  # mean prompt tokens of a question's answer prompt, every question
+    retrieved_tokens: float  # mean tokens the passages add to that prompt
+    max_prompt_tokens: int
+    usd_per_1000: float  # hosted price of 1,000 questions (prompt + answer)
+    accuracy: float | None = None  # on the answered subset
+    citation_precision: float | None = None
+    citation_recall: float | None = None
+    cited_by_model: float | None = None
+    answer_cpu_s: float | None = None  # CPU seconds per answered question
+    answer_wall_s: float | None = None
+    answer_prompt_tokens: float | None = None  # per answered question
+    answer_reused_tokens: float | None = None  # of those, served by the prefix cache
+    recalls: list[float] = field(default_factory=list)  # recall@k per question, every question
+    correct: list[bool] = field(default_factory=list)  # per answered question, in order
+    precisions: list[float] = field(default_factory=list)  # per answer that cites
 
 
 def pct(x: float | None) -> float | None:

@@ -38,7 +38,7 @@ COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
 
 
 def load_default_model(cfg: WorkshopConfig, enabled: bool = True) -> LoadedModel:
-    from ctxlab.commands.options import EngineOptions
+    from ctxlab.engine_options import EngineOptions
 
     EngineOptions(model=cfg.model.source, dtype=cfg.model.dtype).check()
     if cfg.model.threads:
