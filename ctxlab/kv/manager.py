@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -33,8 +33,15 @@ from ctxlab.kv.quant_pool import QuantKVPool
 from ctxlab.kv.seq_kv import HOLE, SeqKV
 from ctxlab.kv.store import KVStore
 
-if TYPE_CHECKING:
-    from ctxlab.kv.prefix_offload import PrefixOffload
+
+class PrefixExtension(Protocol):
+    """What continues a prefix-cache hit past the pool (`kv.prefix_offload.PrefixOffload`
+    restores blocks from its tier); the manager knows only this, so the tier's module can
+    depend on the manager and not the other way round."""
+
+    def extend(
+        self, seq: SeqKV, n_share: int, groups: list[tuple[int, ...]]
+    ) -> list[tuple[int, ...]]: ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,7 @@ class KVCacheManager:
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         # The offload tier, when one is attached (`PrefixOffload` sets itself here).
-        self.offload: PrefixOffload | None = None
+        self.offload: PrefixExtension | None = None
 
     @property
     def pool_tokens(self) -> int:
