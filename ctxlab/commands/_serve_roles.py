@@ -109,8 +109,10 @@ class Roles:
         return self.role == "decode" or self.disaggregated
 
     def pin(self) -> None:
+        """Pin this process to its core (--disaggregated: after the prefill child started,
+        which would otherwise inherit the pin)."""
         cpu = self.prefill_cpu if self.is_prefill else self.decode_cpu
-        if cpu is not None:
+        if cpu is not None and not (self.disaggregated and self.child is None):
             os.sched_setaffinity(0, {cpu})
 
     def run_prefill(self, engine: Any, model_id: str) -> None:
@@ -136,6 +138,7 @@ class Roles:
         self.child = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, text=True, env=env, preexec_fn=_die_with_parent
         )
+        self.pin()
 
     def connect(self, engine: Any, model_id: str) -> Any:
         """The decode engine over a channel to the prefill process."""
