@@ -90,6 +90,7 @@ class DecodeEngine:
         self.seconds_moved = 0.0
         self.num_transfers = 0
         self.num_failed = 0
+        self.records: deque[dict] = deque(maxlen=4096)  # the latest transfers, one dict each
         self._counters: dict[str, Any] = {}
         self._log = os.environ.get(LOG_ENV) or None
         self._stats_reply: queue.Queue[dict] = queue.Queue()
@@ -221,14 +222,15 @@ class DecodeEngine:
             self._counters["kv_transfer_bytes"].inc(nbytes)
             self._counters["kv_transfer_seconds"].inc(seconds)
             self._counters["kv_transfer_requests"].inc()
+        row = {
+            "rid": rid,
+            "pages": tr.n_pages,
+            "bytes": nbytes,
+            "transfer_s": seconds,
+            "request_to_last_page_s": tr.t_last - tr.t_sent,
+        }
+        self.records.append(row)
         if self._log:
-            row = {
-                "rid": rid,
-                "pages": tr.n_pages,
-                "bytes": nbytes,
-                "transfer_s": seconds,
-                "request_to_last_page_s": tr.t_last - tr.t_sent,
-            }
             with open(self._log, "a") as f:
                 f.write(json.dumps(row) + "\n")
         self.ready.append(tr)

@@ -264,6 +264,41 @@ _D7 = (
     ),
 )
 
+_COLO, _SPLIT = "colocated (one process)", "disaggregated (prefill and decode processes)"
+_D9 = (
+    _m(
+        "resident_extra_mib",
+        "MiB",
+        _COLO,
+        _SPLIT,
+        "resident memory of the second process (its copy of the weights, its pool, runtime)",
+    ),
+    _m("kv_bytes_per_request", "bytes", _COLO, _SPLIT, "KV bytes moved per long prompt"),
+    _m(
+        "transfer_ms_per_request",
+        "ms",
+        _COLO,
+        _SPLIT,
+        "milliseconds from a long prompt's first KV page to its last",
+    ),
+    _m("ttft_p50_ms", "ms", _COLO, _SPLIT, "p50 TTFT over every request"),
+    _m(
+        "itl_p99_busy_ms",
+        "ms",
+        _COLO,
+        _SPLIT,
+        "p99 gap between tokens of running decodes while a long prompt is prefilled",
+    ),
+    _m("tpot_p50_ms", "ms", _COLO, _SPLIT, "p50 time per output token"),
+    _m(
+        "sim_vs_measured_ttft_p50_ms",
+        "ms",
+        "measured (disaggregated)",
+        "simulated (disaggregated)",
+        "p50 TTFT the simulator predicts for the same requests from a measured profile",
+    ),
+)
+
 DEMOS: tuple[Demo, ...] = (
     Demo(1, "prefix_miss", "Change one early token", _D1, "demo_prefix_miss"),
     Demo(
@@ -286,6 +321,7 @@ DEMOS: tuple[Demo, ...] = (
         _D7,
         "demo_recurrent",
     ),
+    Demo(9, "disaggregation", "Prefill and decode in two processes", _D9, "demo_disagg"),
 )
 
 BY_KEY: dict[str, Demo] = {d.key: d for d in DEMOS}

@@ -299,6 +299,32 @@ class Prediction(_Strict):
         return value
 
 
+class DisaggregationSection(_Strict):
+    """Demonstration 9: decode streams while long prompts arrive, colocated and split."""
+
+    streams: Pos
+    stream_tokens: Pos
+    stream_output: Annotated[int, Field(ge=2)]
+    long_prompts: Pos
+    long_tokens: Annotated[int, Field(ge=33)]  # at least two pages of 16 move
+    long_output: Pos
+    lead_s: Annotated[float, Field(ge=0)]
+    gap_s: Annotated[float, Field(ge=0)]
+    pool_tokens: Pos
+
+    @model_validator(mode="after")
+    def _fits(self) -> DisaggregationSection:
+        need = self.streams * (self.stream_tokens + self.stream_output) + self.long_prompts * (
+            self.long_tokens + self.long_output
+        )
+        if need > self.pool_tokens:
+            raise ValueError(
+                f"the workload needs {need} tokens at once, more than pool_tokens "
+                f"{self.pool_tokens}"
+            )
+        return self
+
+
 class WorkshopConfig(_Strict):
     model: ModelSection
     engine: EngineSection
@@ -310,6 +336,7 @@ class WorkshopConfig(_Strict):
     compaction: CompactionSection
     retrieval_depth: RetrievalSection
     recurrent_vs_kv: RecurrentSection
+    disaggregation: DisaggregationSection
     useful_context: UsefulContextSection
     required_metrics: list[str]
     predictions: dict[str, dict[str, Prediction]]
@@ -367,6 +394,8 @@ class WorkshopConfig(_Strict):
             "recurrent_vs_kv.engine_long": self.recurrent_vs_kv.engine_long.input_tokens
             + self.recurrent_vs_kv.engine_long.output_tokens,
             "compaction.window_tokens": self.compaction.window_tokens,
+            "disaggregation.long_tokens": self.disaggregation.long_tokens
+            + self.disaggregation.long_output,
         }
         for what, need in sizes.items():
             if need > limit:
