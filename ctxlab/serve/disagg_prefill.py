@@ -38,6 +38,7 @@ from ctxlab.serve.disagg_pages import layout_key, read_page
 log = logging.getLogger(__name__)
 FAULT_ENV = "CTXLAB_DISAGG_FAULT"
 FAULT_KINDS = ("corrupt", "fail", "die")
+BURST_S = 0.002  # after an idle wait, how long to let the rest of a burst of prompts arrive
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ class PrefillWorker:
             batch: list[tuple[str, dict]] = []
             try:
                 batch.append(inbox.get(timeout=0.5) if idle else inbox.get_nowait())
+                if idle:  # prompts sent together are computed together, not one step apart
+                    time.sleep(BURST_S)
                 while True:
                     batch.append(inbox.get_nowait())
             except queue.Empty:
