@@ -13,9 +13,10 @@ The decode side asks only for whole pages of the prompt minus its last token: it
 the tail itself, so the first token is sampled where the rest are, with the request's own
 sampling state, and the tokens are those of a colocated server.
 
-Fault injection for tests (`CTXLAB_DISAGG_FAULT=KIND:N`, N counts this process's prefill
-requests from 1): `corrupt` flips a byte of the first page after its checksum, `fail` sends
-a failure after the first page, `die` ends the process after the first page.
+Fault injection for tests (`CTXLAB_DISAGG_FAULT=KIND:N[,KIND:N...]`, N counts this
+process's prefill requests from 1): `corrupt` flips a byte of the first page after its
+checksum, `fail` sends a failure after the first page, `die` ends the process after the
+first page.
 """
 
 from __future__ import annotations
@@ -47,14 +48,17 @@ class Fault:
     at: int  # the n-th prefill request (from 1)
 
     @classmethod
-    def from_env(cls) -> Fault | None:
-        raw = os.environ.get(FAULT_ENV, "")
-        if not raw:
-            return None
-        kind, _, at = raw.partition(":")
-        if kind not in FAULT_KINDS or not at.isdigit():
-            raise CtxlabError(f"{FAULT_ENV}={raw!r} is not KIND:N with KIND in {FAULT_KINDS}.")
-        return cls(kind, int(at))
+    def from_env(cls) -> dict[int, Fault]:
+        """KIND:N[,KIND:N...] -> the fault of each request number."""
+        out: dict[int, Fault] = {}
+        for raw in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+            kind, _, at = raw.partition(":")
+            if kind not in FAULT_KINDS or not at.isdigit():
+                raise CtxlabError(
+                    f"{FAULT_ENV} item {raw!r} is not KIND:N with KIND in {FAULT_KINDS}."
+                )
+            out[int(at)] = cls(kind, int(at))
+        return out
 
 
 @dataclass(eq=False)
@@ -83,7 +87,7 @@ class PrefillWorker:
         self.engine = engine
         self.address = address
         self.key = layout_key(engine.kv.layout, model_id)
-        self.fault = Fault.from_env()
+        self.faults = Fault.from_env()
         self.count = 0  # prefill requests taken since start
 
     def serve_forever(self, on_ready: object = None) -> None:
@@ -236,7 +240,7 @@ class PrefillWorker:
                         break
                     payload = read_page(pool, job.table, page)
                     check = crc(payload)
-                    fault = self.fault if self.fault and self.fault.at == job.number else None
+                    fault = self.faults.get(job.number)
                     if fault is not None and fault.kind == "corrupt" and page == 0:
                         payload = bytes([payload[0] ^ 0xFF]) + payload[1:]
                     ch.send({"kind": "page", "rid": job.rid, "page": page, "crc": check}, payload)

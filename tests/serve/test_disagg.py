@@ -98,24 +98,28 @@ def loaded(serve_model):
     return load_model(serve_model)
 
 
-def test_tokens_as_colocated_and_a_corrupt_page_fails_its_request_alone(loaded, tmp_path):
-    """Request 2's first page is corrupted in flight: it fails with one sentence; requests
-    1 and 3 answer what a colocated engine answers; both pools are empty afterwards."""
+def test_tokens_as_colocated_and_a_failed_transfer_fails_its_request_alone(loaded, tmp_path):
+    """Request 2's first page is corrupted in flight and the prefill side fails while sending
+    request 4: each fails with one sentence; requests 1 and 3 answer what a colocated engine
+    answers; both pools are empty afterwards."""
     address = str(tmp_path / "kv.sock")
-    with prefill_process(address, "corrupt:2") as (proc, _):
+    with prefill_process(address, "corrupt:2,fail:4") as (proc, _):
         wait_ready(proc)
         engine = decode_engine(loaded, address)
         with in_process(engine) as url:
             first = complete(url, LONG + " one")
             bad = complete(url, LONG + " two")
             third = complete(url, LONG + " three")
+            failed = complete(url, LONG + " four")
             settle(engine)
             assert engine.stats().blocks_used == 0
             assert engine.prefill_stats()["blocks_used"] == 0
     assert first.status_code == 200 and third.status_code == 200
     assert bad.status_code == 500
     assert "checksum mismatch" in bad.json()["error"]["message"]
-    assert engine.num_transfers == 2 and engine.num_failed == 1
+    assert failed.status_code == 500
+    assert "prefill process failed: injected fault" in failed.json()["error"]["message"]
+    assert engine.num_transfers == 2 and engine.num_failed == 2
     assert engine.bytes_moved > 0
     texts = [r.json()["choices"][0]["text"] for r in (first, third)]
     assert texts == colocated_texts(loaded, [LONG + " one", LONG + " three"])
