@@ -255,6 +255,13 @@ def main() -> None:
     log = out / "transfers.jsonl"
     common = ["--max-num-batched-tokens", "4096"]
     colo = measure("colocated", ["--threads", "2", *common], args, None)
+    profile = args.profile or out / "profile.json"
+    if not args.no_sim and args.profile is None:
+        # on the prefill process's core, just before its run: the machine's speed drifts
+        # when its cores are shared, and the prefill side's steps are most of TTFT
+        subprocess.run(["taskset", "-c", str(cpus[0]), *CLI, "profile", "--quick", "--threads",
+                        "1", "--block-size", str(PAGE), "--out", str(profile), "--json"],
+                       env=ENV, cwd=ROOT, check=True, capture_output=True)  # fmt: skip
     dis = measure("disaggregated", ["--disaggregated", "--threads", "1",
                   "--prefill-cpu", str(cpus[0]), "--decode-cpu", str(cpus[1]), *common],
                   args, log)  # fmt: skip
@@ -266,11 +273,6 @@ def main() -> None:
               "memory": {"colocated": colo["mem"], "disaggregated": dis["mem"]},
               "load": {"colocated": colo["load"], "disaggregated": dis["load"]}}  # fmt: skip
     if not args.no_sim:
-        profile = args.profile or out / "profile.json"
-        if args.profile is None:
-            subprocess.run([*CLI, "profile", "--quick", "--threads", "1", "--block-size",
-                            str(PAGE), "--out", str(profile), "--json"], env=ENV, cwd=ROOT,
-                           check=True, capture_output=True)  # fmt: skip
         long_tr = [t for t in transfers if t["pages"] >= args.long_len // PAGE - 1]
         bw = sum(t["bytes"] for t in long_tr) / sum(t["transfer_s"] for t in long_tr)
         trace = trace_file(args, out)
