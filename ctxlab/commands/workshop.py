@@ -20,7 +20,7 @@ DEFAULT_OUT = Path("out/workshop")
 
 
 def parse_only(text: str | None) -> set[int] | None:
-    """'1,3,6' -> {1, 3, 6}; every number must name one of the seven demonstrations."""
+    """'1,3,6' -> {1, 3, 6}; every number must name one of the demonstrations."""
     if text is None:
         return None
     from ctxlab.workshop.catalog import BY_NUMBER
