@@ -228,6 +228,14 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.serve.disagg_decode import DecodeEngine
 
     cfg, e = session.cfg.disaggregation, session.cfg.engine
+    if any(getattr(session.loaded.config, "sliding_windows", ()) or ()):
+        res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "not measurable", "measured")
+        res.summary = (
+            f"Not measurable on {session.cfg.model.source}: disaggregated serving does not move "
+            "sliding-window layers' caches yet."
+        )
+        res.notes.append(res.summary)
+        return res
     res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured and modeled")
     cpus = sorted(os.sched_getaffinity(0))
     pin = len(cpus) >= 2
