@@ -10,6 +10,15 @@ from pathlib import Path
 
 import typer
 
+from ctxlab.commands._serve_roles import (
+    DecodeCPUOpt,
+    DisaggOpt,
+    KVSocketOpt,
+    PrefillCPUOpt,
+    RoleOpt,
+    Roles,
+    serve_args,
+)
 from ctxlab.commands.offload_options import (
     OffloadBytesOpt,
     OffloadDirOpt,
@@ -77,6 +86,11 @@ def register(app: typer.Typer) -> None:
         offload_dir: OffloadDirOpt = None,
         threads: ThreadsOpt = None,
         log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level."),
+        role: str = RoleOpt,
+        disaggregated: bool = DisaggOpt,
+        kv_socket: str = KVSocketOpt,
+        prefill_cpu: int = PrefillCPUOpt,
+        decode_cpu: int = DecodeCPUOpt,
     ) -> None:
         """Serve the model over OpenAI's API (/v1/completions, /v1/chat/completions,
         /v1/models) with /health and Prometheus /metrics."""
@@ -84,12 +98,21 @@ def register(app: typer.Typer) -> None:
         options = engine_options(locals())
         tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
+        roles = Roles.check(
+            role, disaggregated, kv_socket, prefill_cpu, decode_cpu, policy, kv_format
+        )
+        if tier is not None and (disaggregated or role != "colocated"):
+            raise CtxlabError(
+                "the offload tier serves one colocated engine: give no --offload-bytes or "
+                "--offload-dir with --disaggregated or --role."
+            )
         from ctxlab.model.registry import model_positions
         from ctxlab.serve.server import check_log_level
 
         check_log_level(log_level)
         _check_max_model_len(max_model_len, model_positions(model))  # before the model loads
         set_threads(threads)
+        roles.pin()
         if metrics_prefix not in ("ctxlab", "vllm"):
             raise CtxlabError(
                 f"--metrics-prefix {metrics_prefix!r} is unknown; use ctxlab or vllm."
@@ -100,7 +123,22 @@ def register(app: typer.Typer) -> None:
         from ctxlab.progress import progress
         from ctxlab.serve.server import bind
 
-        sock = bind(host, port)  # a taken port is one sentence before the model loads
+        model_id = f"{model}@{weights}"
+        if not roles.is_prefill:
+            sock = bind(host, port)  # a taken port is one sentence before the model loads
+        roles.start_prefill(
+            serve_args(
+                model=model,
+                page_size=page_size,
+                kv_pool_tokens=kv_pool_tokens,
+                weights=weights,
+                no_prefix_cache=no_prefix_cache,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+                threads=1,
+            )
+        )
 
         with progress(f"loading {model}"):
             from ctxlab.engine import LLM
@@ -114,12 +152,18 @@ def register(app: typer.Typer) -> None:
             _ = llm.tokenizer  # built now, not on the first request
             attach(llm.engine, tier)
         _check_max_model_len(max_model_len, int(llm.engine.config.max_position))
+        if roles.is_prefill:
+            roles.run_prefill(llm.engine, model_id)
+            return
+        engine = roles.connect(llm.engine, model_id) if roles.is_decode else llm.engine
         from ctxlab.serve import ServeSettings, create_app
         from ctxlab.serve.server import serve as run
 
         name = served_model_name or model
         settings = ServeSettings(name, max_waiting, request_timeout, metrics_prefix, tenants)
-        app_ = create_app(llm.engine, settings)
+        app_ = create_app(engine, settings)
+        if roles.is_decode:
+            engine.attach_metrics(app_.state.metrics.registry, metrics_prefix, name)
 
         def ready(url: str) -> None:
             extra = f", policy {policy} budget {budget}" if policy else ""

@@ -198,6 +198,8 @@ class Simulator:
             s.computed += 1
             s.generated += 1
             s.last_token = now
+            if s.first_token < 0:  # a prefilled request's first token (decode side)
+                s.first_token = now
             if s.generated >= s.out:
                 self._finish(s, now)
                 finished = True
@@ -273,6 +275,8 @@ class Simulator:
             s.pages += add
             s.private += add
             s.last_token = end
+            if s.first_token < 0:  # a prefilled request's first token (decode side)
+                s.first_token = now + float(durations[0])
             if s.generated >= s.out:
                 self._finish(s, end)
                 finished = True

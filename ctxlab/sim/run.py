@@ -1,10 +1,14 @@
 """One simulation run end to end: a trace and a setup in, a result record out.
 
 Colocated mode is one `Simulator`. Disaggregated mode runs a prefill instance first (each
-request leaves it after its first token) and then a decode instance on which each request
-arrives when its KV has crossed the transfer link (one link, requests in the order they
-finish prefill); the decode instance holds no prefix cache. The prefill side does not feel
-back-pressure from a full decode side: a stated simplification.
+request leaves it after its prompt is computed) and then a decode instance on which each
+request arrives when its KV has crossed the transfer link (one link, requests in the order
+they finish prefill; whole pages cross it); the decode instance holds no prefix cache and
+emits every output token, the first included: the prefill side's token is discarded, as a
+P/D proxy and `ctxlab serve --disaggregated` do, so TTFT includes the transfer, the wait on
+the link and the decode side's first step (measured against real processes in
+benchmarks/disagg_vs_colocated.py). The prefill side does not feel back-pressure from a
+full decode side: a stated simplification.
 """
 
 from __future__ import annotations
@@ -75,25 +79,24 @@ def _disaggregated(
     first = pre.run([(r, r.arrival) for r in trace.requests])
     link, jobs = 0.0, []
     by_index = {}
+    page = config.page_size
     for s in sorted(first, key=lambda q: (q.finish, q.req.index)):
-        nbytes = dec_setup.cost.kv_bytes_per_token * s.req.input_len + dec_setup.cost.state_bytes
+        tokens = -(-s.req.input_len // page) * page  # the link carries whole pages
+        nbytes = dec_setup.cost.kv_bytes_per_token * tokens + dec_setup.cost.state_bytes
         link = max(link, s.finish) + nbytes / config.kv_transfer_bandwidth
         by_index[s.req.index] = s
-        if s.req.output_len > 1:
-            jobs.append((s.req, link))
+        jobs.append((s.req, link))
     dec = Simulator(dec_setup, dec_step, trace.block_tokens, prefix_reuse=False, check=check)
     second = dec.run(jobs, prefilled=True)
-    # stitch: TTFT from the prefill side, the rest from the decode side
+    # stitch: arrival and admission from the prefill side, every token from the decode side
     merged: list[Seq] = []
     for s in second:
         p = by_index[s.req.index]
-        s.arrival, s.first_token, s.admitted_at = p.arrival, p.first_token, p.admitted_at
+        s.arrival, s.admitted_at = p.arrival, p.admitted_at
         merged.append(s)
-    decoded = {s.req.index for s in second}
-    merged.extend(p for i, p in by_index.items() if i not in decoded)
     counters = pre.counters
     counters.decode_tokens_run += dec.counters.decode_tokens_run
-    counters.tokens_emitted += dec.counters.tokens_emitted
+    counters.tokens_emitted = dec.counters.tokens_emitted  # the prefill side's are discarded
     counters.preemptions += dec.counters.preemptions
     counters.prefill_tokens_run += dec.counters.prefill_tokens_run
     counters.steps += dec.counters.steps

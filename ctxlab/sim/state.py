@@ -51,7 +51,9 @@ class Seq:
         self.out = req.output_len
         self.state = WAITING
         self.computed = 0
-        self.generated = 1 if prefilled else 0
+        # A prefilled request's first token is the decode side's to emit (the prefill side's
+        # is discarded, as a P/D proxy does): TTFT includes the transfer and that step.
+        self.generated = 0
         self.target = 0
         self.pages = 0  # pages this request can write into (shared + private)
         self.private = 0

@@ -42,13 +42,6 @@ def _ratios(res: Results) -> tuple[str, str]:
     )
 
 
-def _disaggregation(res: Results) -> tuple[str, str]:
-    return "not exercised", (
-        "this run serves prefill and decode on one engine; `ctxlab simulate --disaggregated` "
-        "models the KV transfer, and the weights on both sides must be counted by the reader"
-    )
-
-
 def _p99(res: Results) -> tuple[str, str]:
     return "guarded", (
         "every latency is reported as percentiles (p50, p95, p99) or a median with its minimum "
@@ -61,10 +54,6 @@ STRUCTURAL: dict[Risk, Check] = {
     Risk.USEFUL_CONTEXT: _useful,
     Risk.STORAGE_RATIOS: _ratios,
     Risk.P99: _p99,
-}
-# What an item says when nothing in this build could guard it.
-NOT_BUILT: dict[Risk, Check] = {
-    Risk.DISAGGREGATION: _disaggregation,
 }
 
 
@@ -90,8 +79,6 @@ def _item(res: Results, risk: Risk) -> tuple[str, str]:
         return status, "; ".join(how for _, how in found)
     if missing:
         return "not exercised", "not exercised: " + "; ".join(missing)
-    if risk in NOT_BUILT:
-        return NOT_BUILT[risk](res)
     return "not exercised", "no demonstration in this build guards against it"
 
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, create_model, field_validator, model_validator
 
 from ctxlab.workshop import (
     demo_compaction,
+    demo_disagg,
     demo_eviction,
     demo_offload,
     demo_page_size,
@@ -32,6 +33,7 @@ REGISTERED: tuple[Demonstration[BaseModel], ...] = (
     demo_retrieval_depth.DEMO,
     demo_recurrent.DEMO,
     demo_offload.DEMO,
+    demo_disagg.DEMO,
 )
 
 BY_KEY: dict[str, Demonstration[BaseModel]] = {d.key: d for d in REGISTERED}

@@ -52,3 +52,16 @@ def test_disaggregated_pays_a_transfer_and_conserves(llama8b, h100):
     assert res.metrics["reused_tokens"] == colo.metrics["reused_tokens"]
     fast = simulate(trace, llama8b, h100, slow.with_(kv_transfer_bandwidth=1e12))
     assert res.metrics["e2e_mean"] > fast.metrics["e2e_mean"]
+
+
+def test_disaggregated_ttft_includes_the_transfer(llama8b, h100):
+    """The decode side emits the first token, so a slower link delays TTFT by at least one
+    request's transfer time (whole pages)."""
+    trace = generate_from_spec("n=20,rate=2,groups=20,input=uniform:1000:2000,output=uniform:2:20")
+    slow = SimConfig(unlimited=True, disaggregated=True, kv_transfer_bandwidth=1e8)
+    fast = slow.with_(kv_transfer_bandwidth=1e12)
+    a = simulate(trace, llama8b, h100, slow)
+    b = simulate(trace, llama8b, h100, fast)
+    per_token = a.setup.cost.kv_bytes_per_token
+    shortest = min(-(-r.input_len // 16) * 16 for r in trace.requests) * per_token
+    assert a.metrics["ttft_p50"] - b.metrics["ttft_p50"] >= shortest / 1e8 * 0.99

@@ -64,6 +64,17 @@ engine_pool_tokens = 512
 engine_short = { requests = 4, input_tokens = 32, output_tokens = 2 }
 engine_long = { requests = 2, input_tokens = 200, output_tokens = 2 }
 
+[disaggregation]
+streams = 2
+stream_tokens = 32
+stream_output = 8
+long_prompts = 1
+long_tokens = 128
+long_output = 2
+lead_s = 0.1
+gap_s = 0.2
+pool_tokens = 1024
+
 [compaction]
 strategies = ["truncation", "summary", "tiered", "compact"]
 sessions = 2
@@ -104,6 +115,11 @@ reused_tokens = { direction = "down" }
 [predictions.compaction]
 facts_lost = { direction = "unchanged", tolerance = 0.0 }
 context_tokens = { direction = "unchanged", tolerance = 1.0, range = [0, 224] }
+
+[predictions.disaggregation]
+# whole pages of the prompt minus its last token: 7 pages x 16 tokens x 46,080 bytes
+kv_bytes_per_request = { direction = "up", range = [5160960, 5160960] }
+resident_extra_mib = { direction = "up", range = [513, 8192] }
 
 [predictions.retrieval_depth]
 recall_at_k_pct = { direction = "up" }
