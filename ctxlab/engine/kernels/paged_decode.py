@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,11 @@ ENV = "CTXLAB_DECODE_KERNEL"  # "torch" forces the reference path; "numba" (defa
 _kernels: dict[str, Callable[..., None]] | None = None
 _state: dict[str, Any] = {"decided": False, "why": ""}
 _NO_MASK = np.zeros((1, 1, 1), dtype=np.bool_)
+# A pool's storage as numpy views, made once per pool (a call costs ~2 us inside the loop;
+# remaking the views each call cost several times that).
+_views: weakref.WeakKeyDictionary[Any, tuple[str, tuple[np.ndarray, ...]] | None] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _decide() -> dict[str, Callable[..., None]] | None:
@@ -83,6 +89,19 @@ def backend() -> str:
 
 
 def _pool_arrays(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
+    """The kernel's name and the pool's storage as numpy views (cached per pool), or None."""
+    try:
+        return _views[pool]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable: build the views each call
+        return _make_views(pool)
+    views = _make_views(pool)
+    _views[pool] = views
+    return views
+
+
+def _make_views(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
     """The kernel's name and the pool's storage as numpy views, or None (no kernel for it)."""
     if pool.device.type != "cpu":
         return None
@@ -137,8 +156,10 @@ def paged_decode(
     else:
         L = width if length is None else min(length, width)
         m_np, use_mask = _NO_MASK, False
-    qf = q.to(torch.float32).contiguous()
-    tb = table.to(torch.int64).contiguous()
+    qf = q if q.dtype == torch.float32 else q.to(torch.float32)
+    qf = qf if qf.is_contiguous() else qf.contiguous()
+    tb = table if table.dtype == torch.int64 else table.to(torch.int64)
+    tb = tb if tb.is_contiguous() else tb.contiguous()
     lens = np.full((B, H), L, dtype=np.int64)
     dv = pool.layout.head_dim_v
     out = np.empty((B, H, g, dv), dtype=np.float32)
