@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from ctxlab.errors import CtxlabError
@@ -247,6 +248,21 @@ class QuantKVPool:
             self._overlay(flat, k, v)
         shape = (*block_ids.shape[:-1], block_ids.shape[-1] * bs)
         return self._out(k).view(*shape, self.dk), self._out(v).view(*shape, self.dv)
+
+    def decode_views(self) -> tuple[str, tuple[np.ndarray, ...]] | None:
+        """The int8 codes and row scales as numpy views for the compiled decode attention
+        (`ctxlab/engine/kernels`): ("int8", (K codes, K scales, V codes, V scales)), codes
+        `[blocks, bs, d]`, scales `[blocks, bs]`, no copy. None for KIVI (its residual rows
+        live beside the codes) or off the CPU."""
+        if self.fmt != "int8" or self.device.type != "cpu":
+            return None
+        nb, bs = self.ks.shape[:2]
+        return "int8", (
+            self.kq.numpy(),
+            self.ks.view(nb, bs).numpy(),
+            self.vq.numpy(),
+            self.vs.view(nb, bs).numpy(),
+        )
 
     def _out(self, x: torch.Tensor) -> torch.Tensor:
         return x if x.dtype == self.layout.dtype else x.to(self.layout.dtype)

@@ -102,26 +102,9 @@ def _pool_arrays(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
 
 
 def _make_views(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
-    """The kernel's name and the pool's storage as numpy views, or None (no kernel for it)."""
-    if pool.device.type != "cpu":
-        return None
-    if not pool.quantized:
-        data = pool.data
-        if data.dtype == torch.float32:
-            return "f32", (data[0].numpy(), data[1].numpy())
-        if data.dtype == torch.bfloat16:
-            u = data.view(torch.uint16)
-            return "bf16", (u[0].numpy(), u[1].numpy())
-        return None
-    if getattr(pool, "fmt", None) == "int8":
-        nb, bs = pool.ks.shape[:2]
-        return "int8", (
-            pool.kq.numpy(),
-            pool.ks.view(nb, bs).numpy(),
-            pool.vq.numpy(),
-            pool.vs.view(nb, bs).numpy(),
-        )
-    return None
+    """The pool's own numpy views of its storage (`decode_views`), or None (no kernel)."""
+    views = getattr(pool, "decode_views", None)
+    return views() if views is not None else None
 
 
 def paged_decode(
