@@ -158,8 +158,3 @@ def decode_int8(q, kq, ks, vq, vs, table, lens, mask, use_mask, scale, out):
 
 
 KERNELS = {"f32": decode_f32, "bf16": decode_bf16, "int8": decode_int8}
-
-
-def parallel_variant(kind: str):
-    """The same loop with `prange` across lanes in parallel (not cached; for measuring)."""
-    return njit(fastmath=_FM, parallel=True)(KERNELS[kind].py_func)
