@@ -4,6 +4,11 @@
     .venv/bin/python benchmarks/decode_profile.py --formats int8 --top 20
     .venv/bin/python benchmarks/decode_profile.py --formats int8,int4 --batch 16 --context 320
     .venv/bin/python benchmarks/decode_profile.py --model gemma3-270m --formats fp32,int4
+    .venv/bin/python benchmarks/decode_profile.py --formats int8 --attention numba,torch
+
+`--attention numba,torch` runs every format twice, side by side in one process: with the
+compiled paged decode attention (ctxlab/engine/kernels) and with the torch reference
+(gather + SDPA), switched per call on the same engine.
 
 For each format, after a 512-token prompt, three nested timings of one step, interleaved
 across formats (best of `--reps` rounds of `--steps` steps, CPU time of this process):
@@ -17,7 +22,8 @@ Then one `torch.profiler` pass over `--steps` engine steps: self CPU time per op
 step, and their sum, against the unprofiled step: the difference is the interpreter and the
 dispatcher (the profiler adds some of its own, so the kernel share is an upper bound).
 Beside them: the memory roofline of the step's weight bytes at the read bandwidth measured
-here, the floor a decode step could reach if only the weights' bytes cost time.
+here, the floor a decode step could reach if only the weights' bytes cost time, and the
+roofline of weights + the KV the step reads (every sequence's K and V in every layer).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ctxlab.engine import LLM, SamplingParams
+from ctxlab.engine.kernels import paged_decode
 from ctxlab.model.weights import LINEARS, step_weight_bytes
 
 
@@ -115,6 +122,13 @@ class Subject:
             self.lins[-1] = (lambda x, t=table: x @ t.T, hidden)
             self.xs[hidden] = torch.randn(batch, hidden)
 
+    def kv_bytes(self) -> int:
+        """K and V bytes a decode step reads: every live sequence's lanes in every layer."""
+        pool = self.engine.kv.pool
+        tokens = sum(s.num_tokens for s in self.engine.seqs.values() if not s.finished)
+        lay = pool.layout
+        return tokens * lay.n_layers * lay.n_kv_heads * pool.block_bytes // lay.block_size
+
     def linears(self) -> None:
         for mod, width in self.lins:
             (mod.forward if hasattr(mod, "forward") else mod)(self.xs[width])
@@ -136,38 +150,60 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m or gemma3-270m")
+    ap.add_argument(
+        "--attention",
+        default="numba",
+        help="decode attention(s) to time, side by side: numba (the kernel), torch (reference)",
+    )
     args = ap.parse_args()
+    attentions = args.attention.split(",")
     torch.set_num_threads(args.threads)
     bandwidth = read_bandwidth()
     steps = 2 * args.reps * args.steps + args.steps  # every engine step the script takes
-    subjects = {
+    steps *= len(attentions)
+    engines = {
         f: Subject(f, args.context, args.batch, steps, args.model) for f in args.formats.split(",")
     }
+    subjects = {f"{f} / {a}": (s, a) for f, s in engines.items() for a in attentions}
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), batch {args.batch}, "
         f"context {args.context}, "
         f"read bandwidth {bandwidth / 1e9:.1f} GB/s, load {load()}"
     )
+
+    def using(attention: str, fn):
+        def run() -> None:
+            paged_decode.set_enabled(attention == "numba")
+            fn()
+
+        return run
+
     rows = {f: {} for f in subjects}
     for _ in range(2):  # two interleaved rounds; the best of both is kept
-        for f, s in subjects.items():
+        for f, (s, a) in subjects.items():
             for name, fn in (("linears", s.linears), ("forward", s.forward), ("step", s.step)):
-                ms = best_cpu_ms(fn, args.steps, args.reps)
+                ms = best_cpu_ms(using(a, fn), args.steps, args.reps)
                 rows[f][name] = min(ms, rows[f].get(name, float("inf")))
     print(
-        "\n| format | weights read / step | roofline ms | linears ms | forward, no attention "
-        "ms | engine step ms | step / roofline | load |"
+        "\n| format / attention | weights read / step | KV read / step | roofline ms "
+        "(weights / + KV) | linears ms | forward, no attention ms | engine step ms | "
+        "attention + rest ms | step / roofline (weights + KV) | load |"
     )
-    print("|---|---|---|---|---|---|---|---|")
-    for f, s in subjects.items():
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for f, (s, _a) in subjects.items():
         nbytes = step_weight_bytes(s.model)
+        kv = s.kv_bytes()
         roof = nbytes / bandwidth * 1e3
+        roof_kv = (nbytes + kv) / bandwidth * 1e3
         r = rows[f]
         print(
-            f"| {f} | {nbytes / 2**20:.0f} MiB | {roof:.1f} | {r['linears']:.1f} | "
-            f"{r['forward']:.1f} | {r['step']:.1f} | {r['step'] / roof:.1f}x | {load()} |"
+            f"| {f} | {nbytes / 2**20:.0f} MiB | {kv / 2**20:.1f} MiB | {roof:.1f} / "
+            f"{roof_kv:.1f} | {r['linears']:.1f} | {r['forward']:.1f} | {r['step']:.1f} | "
+            f"{r['step'] - r['forward']:.1f} | {r['step'] / roof_kv:.2f}x "
+            f"({roof_kv / r['step']:.0%}) | {load()} |"
         )
-    for f, s in subjects.items():
+    for f, (s, a) in subjects.items():
+        paged_decode.set_enabled(a == "numba")
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.steps):
                 s.step()

@@ -3,6 +3,11 @@
     .venv/bin/python benchmarks/vs_llamacpp.py                       # int8, 1 and 2 threads
     .venv/bin/python benchmarks/vs_llamacpp.py --formats int8,int4,fp32 --threads 1
     .venv/bin/python benchmarks/vs_llamacpp.py --quick               # 1 rep, smaller rows
+    .venv/bin/python benchmarks/vs_llamacpp.py --attention numba,torch --threads 1
+
+`--attention numba,torch` runs each ctxlab format twice, side by side: with the compiled
+paged decode attention (ctxlab/engine/kernels, the default) and with the torch reference
+(gather + SDPA); rows are labelled `int8 numba`, `int8 torch`.
 
 llama.cpp runs through the `xllamacpp` wheel (prebuilt llama.cpp bindings: nothing compiled,
 nothing downloaded) in a worker process (`_llamacpp_worker.py`), on:
@@ -47,6 +52,7 @@ import numpy as np
 import torch
 
 from ctxlab.engine import LLM, SamplingParams
+from ctxlab.engine.kernels import paged_decode
 from ctxlab.model import load_model
 from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
 from ctxlab.model.weights import step_weight_bytes
@@ -181,8 +187,11 @@ class LlamaCpp:
 
 
 class Ctxlab:
-    def __init__(self, loaded, kv_pool_tokens: int = 16 * 512 + 4096) -> None:
+    def __init__(
+        self, loaded, kv_pool_tokens: int = 16 * 512 + 4096, attention: str = "numba"
+    ) -> None:
         self.loaded = loaded
+        self.attention = attention
         self.llm = LLM(
             loaded,
             kv_pool_tokens=kv_pool_tokens,
@@ -191,11 +200,13 @@ class Ctxlab:
         )
 
     def prefill(self, ids: list[int]) -> tuple[float, float]:
+        paged_decode.set_enabled(self.attention == "numba")
         wall, cpu = time.perf_counter(), time.process_time()
         self.llm.generate([ids], SamplingParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - wall, time.process_time() - cpu
 
     def decode(self, prompts: list[list[int]], n: int) -> tuple[float, float]:
+        paged_decode.set_enabled(self.attention == "numba")
         eng = self.llm.engine
         params = SamplingParams(max_tokens=n + 1, temperature=0.0, ignore_eos=True)
         rids = [eng.add_request(p, params) for p in prompts]
@@ -262,7 +273,13 @@ def main() -> None:
     parser.add_argument("--poll", type=int, default=None, help="llama.cpp busy-wait level")
     parser.add_argument("--out", type=Path, default=Path("/tmp/ctxlab-vs-llamacpp"))
     parser.add_argument("--quick", action="store_true", help="1 rep, 512-token prefill only")
+    parser.add_argument(
+        "--attention",
+        default="numba",
+        help="ctxlab decode attention(s), side by side: numba (the kernel), torch (reference)",
+    )
     args = parser.parse_args()
+    attentions = args.attention.split(",")
     if args.quick:
         args.reps, args.prefill, args.decode = 1, "512", 32
     args.out.mkdir(parents=True, exist_ok=True)
@@ -272,9 +289,16 @@ def main() -> None:
         start = time.perf_counter()
         files[f"{q.upper()} copy"] = quantize_copy(src, q, args.out)
         print(f"{q} copy: {files[f'{q.upper()} copy']} ({time.perf_counter() - start:.1f} s)")
-    formats = args.formats.split(",")
-    models = {f: load_model(str(src), weights=f) for f in formats}
-    vocab = models[formats[0]].config.vocab_size
+    weight_formats = args.formats.split(",")
+    models = {f: load_model(str(src), weights=f) for f in weight_formats}
+    vocab = models[weight_formats[0]].config.vocab_size
+    # one ctxlab row per (format, attention): "int8", or "int8 numba" / "int8 torch"
+    variants = {
+        (f if len(attentions) == 1 else f"{f} {a}"): (f, a)
+        for f in weight_formats
+        for a in attentions
+    }
+    formats = list(variants)
     prefill_lens = [int(x) for x in args.prefill.split(",")]
     single = prompts_of(vocab, 1, 512, 1)
     batch = prompts_of(vocab, args.batch, args.batch_prompt, 2)
@@ -285,7 +309,7 @@ def main() -> None:
     for threads in [int(t) for t in args.threads.split(",")]:
         torch.set_num_threads(threads)
         bandwidth = read_bandwidth()
-        ours = {f: Ctxlab(m) for f, m in models.items()}
+        ours = {v: Ctxlab(models[f], attention=a) for v, (f, a) in variants.items()}
         theirs = {
             name: LlamaCpp(path, threads, args.out / "llamacpp.log", args.poll)
             for name, path in files.items()

@@ -159,8 +159,9 @@ ThreadsOpt = Annotated[
     int | None,
     typer.Option(
         "--threads",
-        help="torch threads (default: torch's choice). One request's decode with --weights int8 "
-        "runs faster on 1 thread than on 2 here (docs/decode.md).",
+        help="torch threads for steps that prefill (default: torch's choice); decode-only "
+        "steps of fewer than 64 sequences run on CTXLAB_DECODE_THREADS threads, 1 by default "
+        "(docs/decode.md).",
         show_default=False,
     ),
 ]

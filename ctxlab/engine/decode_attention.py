@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ctxlab.engine.kernels.paged_decode import paged_decode
 from ctxlab.engine.lane_runs import RowRuns, attend_pieces, read_pieces
 from ctxlab.engine.step_plan import ExtraRows
 from ctxlab.kv.store import KVStore
@@ -87,6 +88,13 @@ def decode_attention(
     runs of adjacent blocks) the lanes are read in place from the pool; otherwise they are
     gathered into `[B, n_kv, L, d]` first.
     """
+    # -- kernel hook (issue 25): the compiled paged decode reads the pool in place; None when
+    # it does not serve this call (no numba, not CPU, KIVI pool, CTXLAB_DECODE_KERNEL=torch).
+    if extra is None and not want_probs:
+        o = paged_decode(q, pool, table, mask, length)
+        if o is not None:
+            return o, None
+    # -- end of the kernel hook; below, the torch reference and fallback.
     if runs is not None:
         outs = [attend_pieces(q[b], read_pieces(pool, r)) for b, r in enumerate(runs)]
         return torch.stack(outs), None

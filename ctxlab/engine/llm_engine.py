@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ctxlab.engine.kernels.paged_decode import warm_up
 from ctxlab.engine.malloc import keep_heap_pages
 from ctxlab.engine.metrics import RequestMetrics
 from ctxlab.engine.policy_runtime import build_runtime, resolve_policy
@@ -83,6 +84,7 @@ class LLMEngine:
             kv_format=fmt,
             kv_group=group,
         )
+        warm_up(self.kv.pool)  # the compiled decode attention loads now, not in a timed step
         self.scheduler = Scheduler(self.kv, max_num_batched_tokens, max_num_seqs)
         self._build_runtime()
         # max_model_len past the trained length is allowed on purpose: it is how a run shows

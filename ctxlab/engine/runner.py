@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ctxlab.engine.attention import PagedAttention
+from ctxlab.engine.phase_threads import step_threads
 from ctxlab.engine.policy_runtime import NullRuntime, StepItem
 from ctxlab.engine.sampling import sample
 from ctxlab.engine.scheduler import ScheduledSeq
@@ -85,6 +86,11 @@ class Runner:
     @torch.inference_mode()
     def run(self, batch: list[ScheduledSeq]) -> list[int]:
         """Run one step; returns one sampled token per sequence that samples, in order."""
+        decode = sum(1 for sch in batch if sch.num_new == 1)
+        with step_threads(decode, sum(sch.num_new for sch in batch) - decode):  # per phase
+            return self._run(batch)
+
+    def _run(self, batch: list[ScheduledSeq]) -> list[int]:
         sampling = [sch for sch in batch if sch.samples]
         ends = []
         t = 0

@@ -4,14 +4,16 @@
 physical block of every lane. Which block belongs to which lane and sequence is the
 allocator's and the block table's business; the pool only stores, writes and gathers.
 `QuantKVPool` (`ctxlab/kv/quant_pool.py`) stores int8 or KIVI codes behind the same
-methods; both implement `KVStore` (`ctxlab/kv/store.py`), and code outside `ctxlab/kv`
-reads and writes rows only through it, never through the tensors.
+methods; both implement `KVStore` (`ctxlab/kv/store.py`, `decode_views` included for
+the compiled decode attention), and code outside `ctxlab/kv` reads and writes rows only
+through it, never through the tensors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ctxlab.kv.layout import KVLayout
@@ -115,6 +117,19 @@ class KVPool:
         k = self.data.as_strided((*size, lay.head_dim), (*stride, 1), k0)
         v = self.data.as_strided((*size, lay.head_dim_v), (*stride, 1), v0)
         return k, v
+
+    def decode_views(self) -> tuple[str, tuple[np.ndarray, ...]] | None:
+        """The storage as numpy views for the compiled decode attention
+        (`ctxlab/engine/kernels`): ("f32", (K, V)) or ("bf16", (K bits, V bits)), each
+        `[blocks, block_size, width]`, no copy; None for another dtype or device."""
+        if self.data.device.type != "cpu":
+            return None
+        if self.data.dtype == torch.float32:
+            return "f32", (self.data[0].numpy(), self.data[1].numpy())
+        if self.data.dtype == torch.bfloat16:
+            bits = self.data.view(torch.uint16)
+            return "bf16", (bits[0].numpy(), bits[1].numpy())
+        return None
 
     def read_rows(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K `[*rows.shape, d_k]` and V `[*rows.shape, d_v]` of flat slot rows (copies)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ctxlab.errors import CtxlabError
@@ -257,6 +258,21 @@ class QuantKVPool:
         """`KVPool.run_view`'s keys and values, decoded (a copy: codes have no float view)."""
         heads = torch.arange(n_heads, device=self.device)[:, None] * head_stride
         return self.gather(first + heads + torch.arange(n_blocks, device=self.device))
+
+    def decode_views(self) -> tuple[str, tuple[np.ndarray, ...]] | None:
+        """The int8 codes and row scales as numpy views for the compiled decode attention
+        (`ctxlab/engine/kernels`): ("int8", (K codes, K scales, V codes, V scales)), codes
+        `[blocks, bs, d]`, scales `[blocks, bs]`, no copy. None for KIVI (its residual rows
+        live beside the codes) or off the CPU."""
+        if self.fmt != "int8" or self.device.type != "cpu":
+            return None
+        nb, bs = self.ks.shape[:2]
+        return "int8", (
+            self.kq.numpy(),
+            self.ks.view(nb, bs).numpy(),
+            self.vq.numpy(),
+            self.vs.view(nb, bs).numpy(),
+        )
 
     def _out(self, x: torch.Tensor) -> torch.Tensor:
         return x if x.dtype == self.layout.dtype else x.to(self.layout.dtype)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from ctxlab.kv.layout import KVLayout
@@ -83,4 +84,10 @@ class KVStore(Protocol):
     def run_view(self, first: int, n_blocks: int, n_heads: int, head_stride: int) -> Pair:
         """K `[n_heads, n_blocks * block_size, d_k]` and V of adjacent blocks: head h holds
         blocks `first + h * head_stride` onwards (views when `views`, else copies)."""
+        ...
+
+    def decode_views(self) -> tuple[str, tuple[np.ndarray, ...]] | None:
+        """The storage as numpy views for the compiled decode attention (`engine/kernels`):
+        a format name and its arrays, no copy; None where the kernel cannot read this pool
+        in place (another dtype, a KIVI pool, not the CPU)."""
         ...

@@ -21,10 +21,20 @@ from hypothesis import strategies as st
 import ctxlab.engine.lane_runs as lr
 from ctxlab.engine import LLMEngine, SamplingParams
 from ctxlab.engine.decode_attention import decode_attention
+from ctxlab.engine.kernels import paged_decode
 from ctxlab.kv import KVCacheManager, KVLayout, KVPool
 
 BS = 4
 LAYOUT = KVLayout(n_layers=2, n_kv_heads=3, head_dim=8, head_dim_v=8, block_size=BS)
+
+
+@pytest.fixture(autouse=True)
+def torch_path():
+    """This file checks the torch path's in-place runs (the compiled kernel is checked
+    against that path in test_paged_decode.py)."""
+    paged_decode.set_enabled(False)
+    yield
+    paged_decode.set_enabled(None)
 
 
 @pytest.fixture

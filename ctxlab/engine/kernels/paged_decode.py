@@ -1,0 +1,187 @@
+"""The compiled implementation of the engine's decode attention, and when it runs.
+
+`paged_decode` is what `decode_attention` (ctxlab/engine/decode_attention.py) runs for a
+plain decode read (no extra rows, no probabilities): a numba loop (`numba_decode.py`) that
+walks each lane's block table and reads K and V in place from the pool's storage tensors
+(`.numpy()` views, no copy), every lane of the batch in one call, one pass over the bytes.
+The gather + SDPA path stays in `decode_attention` as the reference and the fallback; it
+runs when numba is not importable, the pool is not on the CPU or not a float32 / bfloat16 /
+int8 pool (KIVI codes, other dtypes), or `CTXLAB_DECODE_KERNEL=torch`. Which one runs is
+logged once (`ctxlab.engine.kernels`).
+
+Compilation: the loops are `cache=True`, so a machine compiles them once (about 10 s for
+the three pool formats) and every later process loads them from numba's cache (well under
+a second); `warm_up(pool)` does it when an engine is built (`LLMEngine.__init__`), so no
+timed step (TTFT, TPOT) pays it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger("ctxlab.engine.kernels")
+
+ENV = "CTXLAB_DECODE_KERNEL"  # "torch" forces the reference path; "numba" (default) the kernel
+
+_kernels: dict[str, Callable[..., None]] | None = None
+_state: dict[str, Any] = {"decided": False, "why": ""}
+_NO_MASK = np.zeros((1, 1, 1), dtype=np.bool_)
+# A pool's storage as numpy views, made once per pool (a call costs ~2 us inside the loop;
+# remaking the views each call cost several times that).
+_views: weakref.WeakKeyDictionary[Any, tuple[str, tuple[np.ndarray, ...]] | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _decide() -> dict[str, Callable[..., None]] | None:
+    """Import the numba loops once (None: the torch path runs), logging which runs."""
+    global _kernels
+    if _state["decided"]:
+        return _kernels
+    _state["decided"] = True
+    choice = os.environ.get(ENV, "numba").strip().lower()
+    if choice == "torch":
+        _state["why"] = f"{ENV}=torch"
+    else:
+        try:
+            from ctxlab.engine.kernels.numba_decode import KERNELS
+
+            _kernels = KERNELS
+        except ImportError as exc:  # numba missing or broken: the reference still runs
+            _state["why"] = f"numba is not importable ({exc})"
+    if _kernels is not None:
+        log.info("decode attention: numba paged kernel (in place, float32/bf16/int8 pools)")
+    else:
+        log.info("decode attention: torch gather + SDPA (%s)", _state["why"])
+    return _kernels
+
+
+def set_enabled(enabled: bool | None) -> None:
+    """Force the kernel on (`True`, when numba imports), off (`False`), or back to the
+    environment's choice (`None`); for tests and side-by-side benchmarks."""
+    global _kernels
+    _state["decided"] = False
+    _kernels = None
+    if enabled is None:
+        _decide()
+        return
+    saved = os.environ.get(ENV)
+    os.environ[ENV] = "numba" if enabled else "torch"
+    try:
+        _decide()
+    finally:
+        if saved is None:
+            del os.environ[ENV]
+        else:
+            os.environ[ENV] = saved
+
+
+def backend() -> str:
+    """Which decode attention runs: "numba" or "torch"."""
+    return "numba" if _decide() is not None else "torch"
+
+
+def _pool_arrays(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
+    """The kernel's name and the pool's storage as numpy views (cached per pool), or None."""
+    try:
+        return _views[pool]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable: build the views each call
+        return _make_views(pool)
+    views = _make_views(pool)
+    _views[pool] = views
+    return views
+
+
+def _make_views(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
+    """The pool's own numpy views of its storage (`decode_views`), or None (no kernel)."""
+    views = getattr(pool, "decode_views", None)
+    return views() if views is not None else None
+
+
+def paged_decode(
+    q: torch.Tensor,
+    pool: Any,
+    table: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    length: int | None = None,
+) -> torch.Tensor | None:
+    """Decode attention `[B, n_kv, g, dv]` over the pool, read in place; None when the kernel
+    does not serve this call (then the caller runs the torch path).
+
+    Arguments as `decode_attention`'s: q `[B, n_kv, g, d]`, `table [B, n_kv, nb]`, `mask
+    [B, n_kv, 1, L]` of the first L slots (None: the first `length` slots, or all).
+    """
+    kernels = _decide()
+    if kernels is None or q.device.type != "cpu":
+        return None
+    arrays = _pool_arrays(pool)
+    if arrays is None:
+        return None
+    kind, storage = arrays
+    B, H, g, d = q.shape
+    nb = table.shape[-1]
+    bs = pool.layout.block_size
+    width = nb * bs
+    if mask is not None:
+        L = min(mask.shape[-1], width)
+        m = mask.reshape(B, H, mask.shape[-1])
+        m_np = (m if m.is_contiguous() else m.contiguous()).numpy()
+        use_mask = True
+    else:
+        L = width if length is None else min(length, width)
+        m_np, use_mask = _NO_MASK, False
+    qf = q if q.dtype == torch.float32 else q.to(torch.float32)
+    qf = qf if qf.is_contiguous() else qf.contiguous()
+    tb = table if table.dtype == torch.int64 else table.to(torch.int64)
+    tb = tb if tb.is_contiguous() else tb.contiguous()
+    lens = np.full((B, H), L, dtype=np.int64)
+    dv = pool.layout.head_dim_v
+    out = np.empty((B, H, g, dv), dtype=np.float32)
+    scale = np.float32(d**-0.5)
+    args = (qf.numpy(), *storage, tb.numpy(), lens, m_np, use_mask, scale, out)
+    if torch.autograd.profiler._is_profiler_enabled:  # named in torch.profiler's tables
+        with torch.profiler.record_function("ctxlab::paged_decode"):
+            kernels[kind](*args)
+    else:
+        kernels[kind](*args)
+    o = torch.from_numpy(out)
+    return o if q.dtype == torch.float32 else o.to(q.dtype)
+
+
+def warm_up(pool: Any = None) -> float:
+    """Compile (first time on a machine) or load from numba's cache the loop `pool` will run
+    (every pool format's when None) on a tiny input, so no timed step pays it; returns the
+    seconds it took (0 when the kernel does not serve this pool)."""
+    kernels = _decide()
+    if kernels is None:
+        return 0.0
+    kinds = ["f32", "bf16", "int8"]
+    if pool is not None:
+        views = _pool_arrays(pool)
+        if views is None:
+            return 0.0
+        kinds = [views[0]]
+    t0 = time.perf_counter()
+    q = np.zeros((1, 1, 2, 4), np.float32)
+    tb = np.zeros((1, 1, 1), np.int64)
+    lens = np.ones((1, 1), np.int64)
+    out = np.empty((1, 1, 2, 4), np.float32)
+    s = np.float32(0.5)
+    tiny: dict[str, tuple[np.ndarray, ...]] = {
+        "f32": (np.zeros((1, 2, 4), np.float32),) * 2,
+        "bf16": (np.zeros((1, 2, 4), np.uint16),) * 2,
+        "int8": (np.zeros((1, 2, 4), np.int8), np.ones((1, 2), np.float32)) * 2,
+    }
+    for kind in kinds:
+        kernels[kind](q, *tiny[kind], tb, lens, _NO_MASK, False, s, out)
+    return time.perf_counter() - t0
