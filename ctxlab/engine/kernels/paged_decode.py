@@ -22,21 +22,24 @@ import os
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from ctxlab.kv.store import KVStore
 
 log = logging.getLogger("ctxlab.engine.kernels")
 
 ENV = "CTXLAB_DECODE_KERNEL"  # "torch" forces the reference path; "numba" (default) the kernel
 
 _kernels: dict[str, Callable[..., None]] | None = None
-_state: dict[str, Any] = {"decided": False, "why": ""}
+_state: dict[str, bool | str] = {"decided": False, "why": ""}
 _NO_MASK = np.zeros((1, 1, 1), dtype=np.bool_)
 # A pool's storage as numpy views, made once per pool (a call costs ~2 us inside the loop;
 # remaking the views each call cost several times that).
-_views: weakref.WeakKeyDictionary[Any, tuple[str, tuple[np.ndarray, ...]] | None] = (
+_views: weakref.WeakKeyDictionary[KVStore, tuple[str, tuple[np.ndarray, ...]] | None] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -89,7 +92,7 @@ def backend() -> str:
     return "numba" if _decide() is not None else "torch"
 
 
-def _pool_arrays(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
+def _pool_arrays(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
     """The kernel's name and the pool's storage as numpy views (cached per pool), or None."""
     try:
         return _views[pool]
@@ -102,15 +105,14 @@ def _pool_arrays(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
     return views
 
 
-def _make_views(pool: Any) -> tuple[str, tuple[np.ndarray, ...]] | None:
+def _make_views(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
     """The pool's own numpy views of its storage (`decode_views`), or None (no kernel)."""
-    views = getattr(pool, "decode_views", None)
-    return views() if views is not None else None
+    return pool.decode_views()
 
 
 def paged_decode(
     q: torch.Tensor,
-    pool: Any,
+    pool: KVStore,
     table: torch.Tensor,
     mask: torch.Tensor | None = None,
     length: int | None = None,
@@ -158,7 +160,7 @@ def paged_decode(
     return o if q.dtype == torch.float32 else o.to(q.dtype)
 
 
-def warm_up(pool: Any = None) -> float:
+def warm_up(pool: KVStore | None = None) -> float:
     """Compile (first time on a machine) or load from numba's cache the loop `pool` will run
     (every pool format's when None) on a tiny input, so no timed step pays it; returns the
     seconds it took (0 when the kernel does not serve this pool)."""
