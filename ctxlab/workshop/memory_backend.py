@@ -87,10 +87,13 @@ def _common_prefix(ids: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def workshop_backend(session: Any, pool_tokens: int, max_num_seqs: int) -> WorkshopBackend:
+def workshop_backend(session: Any, pool_tokens: int, max_num_seqs: int) -> Any:
     """A backend over a fresh engine on the run's model: `pool_tokens` (whole pages) and
     `max_num_seqs` sized by the demonstration for its largest batch; a shared prefix is
-    warmed when it fills at least one page."""
+    warmed when it fills at least one page. Through a server (`ctxlab workshop --server`)
+    it is the server's chat API instead (`server_chat.ServerChatBackend`)."""
+    if session.use_server and session.server_chat is not None:
+        return session.server_chat
     page = session.cfg.engine.page_size
     pool = -(-pool_tokens // page) * page
     llm = session.llm(pool_tokens=pool, max_num_seqs=max_num_seqs)

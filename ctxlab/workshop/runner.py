@@ -15,7 +15,7 @@ import json
 import math
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ def run_workshop(
     loaded: Any = None,
     show_progress: bool = True,
     server: Any = None,
+    servers: list[tuple[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run, write results.json, report.md and report.html under `out`; return the results.
 
@@ -78,10 +79,13 @@ def run_workshop(
         session.check_arch()
         through = None
         if server is not None:
-            through = _through_server(session, server, only, show_progress)
+            others = [(n, s) for n, s in (servers or []) if s is not server]
+            name = next((n for n, s in (servers or []) if s is server), "server")
+            through = _through_server(session, server, only, show_progress, name, others)
         demos = _run_demos(session, only, show_progress, through)
+        gone = through.gone if through is not None else None
         useful = None
-        if cfg.useful_context.enabled and only is None:
+        if cfg.useful_context.enabled and only is None and gone is None:
             useful = _useful_context(session, show_progress)
         demo_json = {k: d.to_json(out) for k, d in demos.items()}
         results: dict[str, Any] = {
@@ -92,6 +96,8 @@ def run_workshop(
         }
         if server is not None:
             results["server"] = {**server.info.as_dict(), "label": server.label(code=True)}
+            results["error"] = gone or ""
+            _server_summaries(results, through)
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
         results["verdicts"] = [v.to_json() for v in verdicts]
@@ -130,7 +136,7 @@ def run_workshop(
 
 # Through a server: the demonstrations whose requests go to it.
 THROUGH_SERVER = ("prefix_miss", "warm_prefix", "compaction", "retrieval_depth")
-NEEDS_CACHED_TOKENS = ("prefix_miss", "warm_prefix")
+NEEDS_CACHED_TOKENS = ("prefix_miss", "warm_prefix", "eviction")
 
 
 @dataclass
@@ -138,53 +144,126 @@ class Through:
     """What `--server` decided before the demonstrations ran."""
 
     label: str
-    staircase: Any  # ctxlab.probe.prefix.PrefixResult
+    staircase: Any  # ctxlab.probe.prefix.PrefixResult (None when the server died first)
     cached_reported: bool
+    show: bool = True
+    chat_reason: str | None = None  # why demonstrations 5 and 6 cannot use its chat API
+    gone: str | None = None  # the server stopped answering: the sentence, and no more demos
+    summaries: list = field(default_factory=list)  # server_compare.Summary, the first first
 
 
-def _through_server(session: Session, server: Any, only: set[int] | None, show: bool) -> Through:
+def _through_server(
+    session: Session,
+    server: Any,
+    only: set[int] | None,
+    show: bool,
+    name: str = "server",
+    others: list[tuple[str, Any]] | None = None,
+) -> Through:
     """Measure the server's page size once (demonstrations 1 and 3 need it) and whether it
-    reports cached tokens; demonstrations then see the server's page, not the config's."""
+    reports cached tokens; demonstrations then see the server's page, not the config's.
+    Demonstrations 5 and 6 get its chat API, once its token counts match the local ones."""
+    from ctxlab.probe.client import ServerGone
     from ctxlab.workshop import server_demos
+    from ctxlab.workshop.server_chat import ServerChatBackend
 
     session.server = server
-    with progress(f"measuring {server.label()}", enabled=show):
-        cached = server.reports_cached()
-        longest = 64 if session.quick else max(64, min(300, session.cfg.page_size.pair_tokens))
-        pre = server_demos.probe_page(server, longest)
+    label = server.label(code=True)
+    try:
+        with progress(f"measuring {server.label()}", enabled=show):
+            cached = server.reports_cached()
+            longest = 64 if session.quick else max(64, min(300, session.cfg.page_size.pair_tokens))
+            pre = server_demos.probe_page(server, longest)
+            chat_reason = None
+            if only is None or only & {5, 6}:
+                page = pre.granularity.value
+                window = min(server.info.max_model_len or 10**9, session.cfg.model.max_model_len)
+                chat = ServerChatBackend(
+                    server, session.loaded.tokenizer, window, page if isinstance(page, int) else 16
+                )
+                chat_reason = chat.check_counts()
+                session.server_chat = chat if chat_reason is None else None
+    except ServerGone as exc:
+        return Through(label, None, False, show, gone=gone_sentence(server, "before", exc))
+    through = Through(label, pre, cached, show, chat_reason)
     page = pre.granularity.value
     if isinstance(page, int):
         engine = session.cfg.engine.model_copy(update={"page_size": page})
         session.cfg = session.cfg.model_copy(update={"engine": engine})
-    return Through(server.label(code=True), pre, cached)
+    # the probe summary of every server, the same staircase positions on each
+    from ctxlab.workshop.server_compare import summarize
+
+    for n, s in [(name, server), *(others or [])]:
+        try:
+            with progress(f"probe summary of {s.label()}", enabled=show):
+                through.summaries.append(summarize(n, s, longest, pre if s is server else None))
+        except ServerGone as exc:
+            through.gone = gone_sentence(s, "during its probe summary", exc)
+            break
+    return through
+
+
+def _server_summaries(results: dict[str, Any], through: Through | None) -> None:
+    """results["servers"]: each server probed, and the side-by-side probe table."""
+    from dataclasses import asdict
+
+    from ctxlab.workshop.server_compare import probe_table
+
+    if through is None or not through.summaries:
+        return
+    results["servers"] = [s.as_dict() for s in through.summaries]
+    results["servers_table"] = asdict(probe_table(through.summaries))
+
+
+def gone_sentence(server: Any, when: str, exc: Exception) -> str:
+    return (
+        f"the server at {server.info.url} stopped answering {when} ({exc}); what was measured "
+        "before it is kept in the report"
+    )
 
 
 def _run_demos(
     session: Session, only: set[int] | None, show: bool, through: Through | None = None
 ) -> dict[str, DemoResult]:
+    """Each demonstration in order; through a server that stops answering, the one that
+    was running and every later one are "not measurable" with that sentence."""
+    from ctxlab.probe.client import ServerGone
+    from ctxlab.workshop.server_demos import not_measurable
+
     demos: dict[str, DemoResult] = {}
     for demo in DEMOS:
         if only is not None and demo.number not in only:
             demos[demo.key] = DemoResult(demo.number, demo.key, demo.title, "not selected", "")
             continue
-        if through is not None:
-            early = _server_variant(session, demo.key, through)
-            if early is not None:
-                demos[demo.key] = early
-                continue
-        module = importlib.import_module(f"ctxlab.workshop.{demo.module}")
-        label = f"demonstration {demo.number}/{len(DEMOS)}: {demo.title}"
-        session.use_server = through is not None and demo.key in THROUGH_SERVER
+        if through is not None and through.gone is not None:
+            demos[demo.key] = not_measurable(demo.key, f"not run: {through.gone}")
+            continue
         try:
-            with progress(label, module.steps(session), enabled=show) as tracker, Timer() as t:
-                res = module.run(session, tracker)
-        finally:
-            session.use_server = False
-        res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
-        if through is not None:
-            _name_the_server(res, demo.key, through.label)
-        demos[demo.key] = res
+            demos[demo.key] = _one_demo(session, demo, show, through)
+        except ServerGone as exc:
+            assert through is not None
+            through.gone = gone_sentence(session.server, f"in demonstration {demo.number}", exc)
+            demos[demo.key] = not_measurable(demo.key, through.gone)
     return demos
+
+
+def _one_demo(session: Session, demo: Any, show: bool, through: Through | None) -> DemoResult:
+    if through is not None:
+        early = _server_variant(session, demo.key, through)
+        if early is not None:
+            return early
+    module = importlib.import_module(f"ctxlab.workshop.{demo.module}")
+    label = f"demonstration {demo.number}/{len(DEMOS)}: {demo.title}"
+    session.use_server = through is not None and demo.key in THROUGH_SERVER
+    try:
+        with progress(label, module.steps(session), enabled=show) as tracker, Timer() as t:
+            res = module.run(session, tracker)
+    finally:
+        session.use_server = False
+    res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+    if through is not None:
+        _name_the_server(res, demo.key, through.label)
+    return res
 
 
 def _server_variant(session: Session, key: str, through: Through) -> DemoResult | None:
@@ -196,12 +275,25 @@ def _server_variant(session: Session, key: str, through: Through) -> DemoResult 
             key, "the server does not report cached prompt tokens (vLLM needs "
             "--enable-prompt-tokens-details, SGLang --enable-cache-report)",
         )  # fmt: skip
+    if key in ("compaction", "retrieval_depth") and through.chat_reason is not None:
+        return server_demos.not_measurable(key, through.chat_reason)
     if key == "page_size":
         res = server_demos.page_size(session, through.staircase)
         _name_the_server(res, key, through.label)
+        if len(through.summaries) > 1:
+            from ctxlab.workshop.server_compare import page_tables
+
+            res.tables += page_tables(through.summaries, session.cfg.page_size.request_tokens)
         return res
     if key == "eviction":
-        return server_demos.not_measurable(key, server_demos.EVICTION_REASON)
+        from ctxlab.workshop import server_eviction
+
+        page = through.staircase.granularity.value
+        label = f"demonstration 4/{len(DEMOS)}: eviction sized to {session.server.label()}"
+        with progress(label, enabled=through.show), Timer() as t:
+            res = server_eviction.run(session, page if isinstance(page, int) else None)
+        res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+        return res
     return None
 
 

@@ -4,8 +4,8 @@
   run measures it instead: the probe's divergence staircase (`ctxlab.probe.prefix`) gives
   the server's reuse granularity, each divergence point's reused and recomputed tokens, and
   the rounding waste the granularity implies for the config's request lengths.
-- Demonstration 4 (eviction) needs the engine's pool, scheduler and step profile under its
-  own control: through a server it is "not measurable", with that reason.
+- Demonstration 4 (eviction) is sized to the server's probed cache instead of a pool
+  (`server_eviction.py`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,11 @@ import math
 import secrets
 
 from ctxlab.probe import prefix
-from ctxlab.probe.prompts import Words, check_rule, text
+from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.workshop.catalog import BY_KEY
 from ctxlab.workshop.result import Column, DemoResult, Table
 from ctxlab.workshop.server_backend import ServerLLM
 from ctxlab.workshop.session import Session
-
-EVICTION_REASON = (
-    "it sizes the engine's pool and scheduler and times its steps from inside; a server's "
-    "pool cannot be set from outside (`ctxlab probe` measures its capacity and a step "
-    "profile instead)"
-)
 
 
 def not_measurable(key: str, reason: str) -> DemoResult:
@@ -35,11 +29,16 @@ def not_measurable(key: str, reason: str) -> DemoResult:
     return res
 
 
-def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
-    """The server's divergence staircase (`ctxlab probe`'s prefix section)."""
+def calibrate(server: ServerLLM) -> tuple[Words, TokenRule]:
+    """Fresh words and the server's token rule for them (`ctxlab.probe.prompts`)."""
     words = Words(secrets.randbits(32))
     counts = {n: server.client.complete(text(words.take(n)), n).prompt_tokens for n in (48, 112)}
-    rule = check_rule(counts, None)
+    return words, check_rule(counts, None)
+
+
+def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
+    """The server's divergence staircase (`ctxlab probe`'s prefix section)."""
+    words, rule = calibrate(server)
     return prefix.measure(server.client, words, rule, longest, lambda _m: None)
 
 

@@ -31,6 +31,7 @@ class Session:
     # through it (the runner sets this per demonstration; the others use the local engine)
     server: Any = None  # ctxlab.workshop.server_backend.ServerLLM
     use_server: bool = False
+    server_chat: Any = None  # ctxlab.workshop.server_chat.ServerChatBackend (demos 5, 6)
 
     # -- prompts --------------------------------------------------------------------------
     def text_ids(self, n: int) -> list[int]:
