@@ -114,6 +114,7 @@ def register(app: typer.Typer) -> None:
         if listed:
             from ctxlab.workshop.runner import load_default_model
 
+            _each(listed, _check_server)  # a bad URL, key or model costs a second, not a load
             loaded = load_default_model(cfg)
             backends = _connect(listed, loaded)
             try:
@@ -152,25 +153,41 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _connect(listed: list[tuple[str, str, str | None, str | None]], loaded: Any) -> list:
-    """Check and wrap every server before anything is measured; a bad one is one sentence
-    naming its label (`[[servers]]`) or `--server`."""
-    from ctxlab.workshop.server_backend import ServerLLM
+Listed = list[tuple[str, str, str | None, str | None]]  # label, url, api key, model
 
+
+def _each(listed: Listed, do: Any) -> list:
+    """`do(url, key, model)` for every server; a failure is one sentence naming the server's
+    label (`[[servers]]`) or none (`--server`)."""
     out = []
     for name, url, key, model in listed:
         try:
-            out.append(
-                (
-                    name,
-                    ServerLLM.connect(url, key, model, loaded.tokenizer, loaded.config.vocab_size),
-                )
-            )
+            out.append((name, do(url, key, model)))
         except CtxlabError as exc:
             if len(listed) == 1 and name == "server":
                 raise
             raise CtxlabError(f"[[servers]] {name!r}: {exc}") from None
     return out
+
+
+def _check_server(url: str, key: str | None, model: str | None) -> None:
+    """Reach the server and read its model list (the checks `ServerLLM.connect` repeats)."""
+    from ctxlab.probe.client import Budget, ProbeClient
+    from ctxlab.probe.identify import check_url, identify
+
+    client = ProbeClient(check_url(url), model or "", key, Budget(1, 1), timeout=30.0)
+    try:
+        identify(client, model)
+    finally:
+        client.close()
+
+
+def _connect(listed: Listed, loaded: Any) -> list:
+    """Wrap every server for the run (`ServerLLM`), before anything is measured."""
+    from ctxlab.workshop.server_backend import ServerLLM
+
+    tok, vocab = loaded.tokenizer, loaded.config.vocab_size
+    return _each(listed, lambda url, key, model: ServerLLM.connect(url, key, model, tok, vocab))
 
 
 def _print_summary(results: dict, folder: Path) -> None:
