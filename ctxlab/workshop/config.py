@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.inputs import SEED_MAX
 from ctxlab.workshop.catalog import BY_KEY, metric_ref
+from ctxlab.workshop.config_servers import ServerList
 
 Pos = Annotated[int, Field(ge=1)]
 NonNeg = Annotated[int, Field(ge=0)]
@@ -299,26 +300,6 @@ class Prediction(_Strict):
         return value
 
 
-class ServerEntry(_Strict):
-    """One `[[servers]]` entry: a deployment the run measures through its OpenAI API."""
-
-    label: str = Field(min_length=1)
-    url: str = Field(min_length=1)
-    api_key: str | None = Field(default=None, exclude=True, repr=False)  # never written out
-    model: str | None = None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, url: str) -> str:
-        from ctxlab.errors import CtxlabError
-        from ctxlab.probe.identify import check_url
-
-        try:
-            return check_url(url)
-        except CtxlabError as exc:
-            raise ValueError(str(exc).removeprefix("--server ")) from None
-
-
 class WorkshopConfig(_Strict):
     model: ModelSection
     engine: EngineSection
@@ -333,19 +314,7 @@ class WorkshopConfig(_Strict):
     useful_context: UsefulContextSection
     required_metrics: list[str]
     predictions: dict[str, dict[str, Prediction]]
-    # `ctxlab workshop` through these servers (the first carries every demonstration; all
-    # of them get demonstration 3 and the probe summary side by side); `--server` overrides
-    servers: list[ServerEntry] = Field(default_factory=list)
-
-    @field_validator("servers")
-    @classmethod
-    def _labels(cls, servers: list[ServerEntry]) -> list[ServerEntry]:
-        seen: set[str] = set()
-        for s in servers:
-            if s.label in seen:
-                raise ValueError(f"label {s.label!r} is given to two servers; labels must differ")
-            seen.add(s.label)
-        return servers
+    servers: ServerList = Field(default_factory=list)  # [[servers]]: config_servers.py
 
     @field_validator("required_metrics")
     @classmethod

@@ -260,9 +260,22 @@ def _one_demo(session: Session, demo: Any, show: bool, through: Through | None) 
             res = module.run(session, tracker)
     finally:
         session.use_server = False
+    if through is not None and demo.key == "recurrent_vs_kv":
+        from ctxlab.workshop.server_demos import recurrent_rows
+
+        with progress(f"demonstration 7 on {session.server.label()}", enabled=show), Timer() as t2:
+            recurrent_rows(session, res)
+        t.wall_s, t.cpu_s = t.wall_s + t2.wall_s, t.cpu_s + t2.cpu_s
     res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
     if through is not None:
         _name_the_server(res, demo.key, through.label)
+        if demo.key in ("compaction", "retrieval_depth"):
+            res.notes.append(
+                f"Every model call went to the chat API of {through.label} "
+                "(`/v1/chat/completions`: its own chat template and model); budgets were "
+                "counted with the local tokenizer, checked first against the server's count "
+                "of a test chat; reused tokens are the server's cached_tokens."
+            )
     return res
 
 

@@ -38,12 +38,10 @@ from ctxlab.probe import capacity, steptime
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
-from ctxlab.workshop.catalog import BY_KEY
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
 
-DEMO = BY_KEY["eviction"]
 ORDERS = ("grouped", "interleaved")
 MAX_REQUESTS = 96  # requests one order may send; a larger cache is "not measurable" here
 CAPACITY_REQUESTS = 400  # the capacity section's budget (it sends until the cache evicts)
@@ -166,7 +164,7 @@ def sized_session(session: Session, s: Sizing, page: int) -> Session:
 
 def run(session: Session, page: int | None) -> DemoResult:
     from ctxlab.workshop import demo_eviction
-    from ctxlab.workshop.server_demos import not_measurable
+    from ctxlab.workshop.server_demos import new_result, not_measurable
 
     server = session.server
     if page is None:
@@ -177,7 +175,7 @@ def run(session: Session, page: int | None) -> DemoResult:
     info = server.info
     max_len = info.max_model_len or session.cfg.model.max_model_len
     ev = session.cfg.eviction
-    res = DemoResult(DEMO.number, DEMO.key, DEMO.title, "run", "measured and modeled")
+    res = new_result("eviction", "run", "measured and modeled")
     f = res.figures
     # 1. the cache's capacity, with its own budget
     cap_client = _client(server, CAPACITY_REQUESTS, 200 * max_len)
