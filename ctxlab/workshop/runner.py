@@ -64,9 +64,13 @@ def run_workshop(
 ) -> dict[str, Any]:
     """Run, write results.json, report.md and report.html under `out`; return the results.
 
-    `server` (a `ServerLLM`, from `ctxlab workshop --server`): demonstrations 1, 2, 5 and 6
-    send their requests to it, 3 measures its page size, 4 is not measurable through it,
-    7 runs as without a server (modeled, and measured on the local engine)."""
+    `server` (a `ServerLLM`, from `ctxlab workshop --server` or the first `[[servers]]`):
+    demonstrations 1 and 2 send their requests to it, 3 measures its page size, 4 is sized
+    to its probed cache (`server_eviction.py`), 5 and 6 use its chat API, 7 runs as without
+    a server plus its short and long workloads sent to it. `servers`: every (label, server)
+    of the config, the first included: each gets the probe summary and demonstration 3
+    side by side (`server_compare.py`). A server that stops answering ends the run early
+    with `results["error"]` saying so; what was measured before is kept."""
     load0 = load_average()
     with Timer() as total:
         if loaded is None:
