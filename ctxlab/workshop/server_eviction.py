@@ -232,11 +232,11 @@ def run(session: Session, page: int | None) -> DemoResult:
     _tables(session, res, runs, sizing, page, sent_cap, t_cap.wall_s, t_prof.wall_s)
     _observe(res, runs)
     _explain(session, res, runs, sizing, unique)
+    lead_ms = 1e3 * (runs["grouped"]["server"]["started"] - predicted_at)
     res.notes.append(
         "The simulator's prediction was computed from the probed profile and written to "
         "eviction-prediction.json before the first measured request was sent "
-        f"({f.say('prediction_lead_s', runs['grouped']['server']['started'] - predicted_at, 2)}"
-        " s before)."
+        f"({f.say('prediction_lead_ms', lead_ms, 1)} ms before)."
     )
     return res
 

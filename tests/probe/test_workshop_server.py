@@ -144,7 +144,7 @@ def test_workshop_through_ctxlab_serve(paged, tmp_path):
     assert working > POOL
     obs = four["observations"]["reused_tokens"]
     assert obs["observed"] < obs["baseline"]
-    assert four["figures"]["prediction_lead_s"] >= 0  # written before the first request
+    assert four["figures"]["prediction_lead_ms"] >= 0  # written before the first request
     ttft = verdicts(results, 4)["sim_vs_engine_ttft_p50_ms"]
     assert ttft["verdict"] in ("held", "failed", "within noise") and ttft["samples"]
     through_chat(results, "ctxlab")
