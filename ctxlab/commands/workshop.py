@@ -3,13 +3,16 @@
 The config is read and checked before the model loads (a mistake costs a second, not a
 model load); torch and the model are imported inside the command so `ctxlab --help` stays
 fast. The exit code is 0 when every required metric was measured, 1 when the run is
-incomplete (the report says which metric and why), 2 for a bad config or flag.
+incomplete (the report says which metric and why), 2 for a bad config or flag, 3 when a
+server (`--server`, `[[servers]]`) stopped answering mid-run (the report keeps what was
+measured before).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -77,8 +80,8 @@ def register(app: typer.Typer) -> None:
         server: str = typer.Option(
             None,
             "--server",
-            help="Measure through this OpenAI-compatible server (root URL, no /v1); see "
-            "docs/deployment.md.",
+            help="Measure through this OpenAI-compatible server (root URL, no /v1); it "
+            "replaces the config's servers list; see docs/deployment.md.",
         ),
         api_key: str = typer.Option(None, "--api-key", help="Bearer key for --server."),
         server_model: str = typer.Option(
@@ -105,19 +108,23 @@ def register(app: typer.Typer) -> None:
         from ctxlab.workshop.runner import run_workshop
 
         label = str(config) if config is not None else "the embedded default config"
-        backend = None
-        if server is not None:
+        listed = [("server", server, api_key, server_model)] if server is not None else [
+            (s.label, s.url, s.api_key, s.model) for s in cfg.servers
+        ]  # fmt: skip
+        if listed:
             from ctxlab.workshop.runner import load_default_model
-            from ctxlab.workshop.server_backend import ServerLLM
 
+            _each(listed, _check_server)  # a bad URL, key or model costs a second, not a load
             loaded = load_default_model(cfg)
-            backend = ServerLLM.connect(
-                server, api_key, server_model, loaded.tokenizer, loaded.config.vocab_size
-            )
-            results = run_workshop(
-                cfg, folder, quick=quick, only=picked, config_label=label, loaded=loaded,
-                server=backend,
-            )  # fmt: skip
+            backends = _connect(listed, loaded)
+            try:
+                results = run_workshop(
+                    cfg, folder, quick=quick, only=picked, config_label=label, loaded=loaded,
+                    server=backends[0][1], servers=backends,
+                )  # fmt: skip
+            finally:
+                for _, b in backends:
+                    b.close()
         else:
             results = run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
         report = folder / results["files"]["markdown"]
@@ -138,9 +145,49 @@ def register(app: typer.Typer) -> None:
             )
         else:
             _print_summary(results, folder)
+        if results.get("error"):
+            typer.echo(f"error: {results['error']} ({folder}).", err=True)
+            raise typer.Exit(3)
         if results["status"] != "complete":
             typer.echo(f"error: the run is incomplete: {results['status_reason']}.", err=True)
             raise typer.Exit(1)
+
+
+Listed = list[tuple[str, str, str | None, str | None]]  # label, url, api key, model
+
+
+def _each(listed: Listed, do: Any) -> list:
+    """`do(url, key, model)` for every server; a failure is one sentence naming the server's
+    label (`[[servers]]`) or none (`--server`)."""
+    out = []
+    for name, url, key, model in listed:
+        try:
+            out.append((name, do(url, key, model)))
+        except CtxlabError as exc:
+            if len(listed) == 1 and name == "server":
+                raise
+            raise CtxlabError(f"[[servers]] {name!r}: {exc}") from None
+    return out
+
+
+def _check_server(url: str, key: str | None, model: str | None) -> None:
+    """Reach the server and read its model list (the checks `ServerLLM.connect` repeats)."""
+    from ctxlab.probe.client import Budget, ProbeClient
+    from ctxlab.probe.identify import check_url, identify
+
+    client = ProbeClient(check_url(url), model or "", key, Budget(1, 1), timeout=30.0)
+    try:
+        identify(client, model)
+    finally:
+        client.close()
+
+
+def _connect(listed: Listed, loaded: Any) -> list:
+    """Wrap every server for the run (`ServerLLM`), before anything is measured."""
+    from ctxlab.workshop.server_backend import ServerLLM
+
+    tok, vocab = loaded.tokenizer, loaded.config.vocab_size
+    return _each(listed, lambda url, key, model: ServerLLM.connect(url, key, model, tok, vocab))
 
 
 def _print_summary(results: dict, folder: Path) -> None:
@@ -153,7 +200,12 @@ def _print_summary(results: dict, folder: Path) -> None:
     table = Table(title="predictions against observations", title_justify="left")
     for col in ("demo", "metric", "predicted", "baseline", "observed", "verdict"):
         table.add_column(col, justify="right" if col in ("baseline", "observed") else "left")
-    style = {"held": "green", "failed": "bold red", "not measurable": "yellow"}
+    style = {
+        "held": "green",
+        "failed": "bold red",
+        "within noise": "cyan",
+        "not measurable": "yellow",
+    }
     for v in results["verdicts"]:
         d = v["digits"]
         table.add_row(

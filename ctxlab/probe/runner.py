@@ -151,7 +151,7 @@ def _sections(
             pre = prefix.measure(client, words, rule, cfg.longest, say)
             report.add("prefix caching", pre.figures())
             report.details["staircase"] = pre.points
-            report.add("prefix caching", [_kind_of_cache(info, pre.granularity)])
+            report.add("prefix caching", [kind_of_cache(info, pre.granularity)])
             if isinstance(pre.granularity.value, int):
                 page = pre.granularity.value
         except BudgetSpent:
@@ -207,7 +207,7 @@ def _sections(
             )
 
 
-def _kind_of_cache(info: ServerInfo, granularity: Figure) -> Figure:
+def kind_of_cache(info: ServerInfo, granularity: Figure) -> Figure:
     """What kind of cache the staircase and the engine's own description say this is."""
     if granularity.value == 1 and info.engine == "llama.cpp":
         n = f"{info.slots} slots" if info.slots else "its slots"

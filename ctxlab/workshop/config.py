@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.inputs import SEED_MAX
+from ctxlab.workshop.config_servers import ServerList
 
 Pos = Annotated[int, Field(ge=1)]
 NonNeg = Annotated[int, Field(ge=0)]
@@ -161,6 +162,7 @@ class CommonConfig(Section):
     useful_context: UsefulContextSection
     required_metrics: list[str]
     predictions: dict[str, dict[str, Prediction]]
+    servers: ServerList = Field(default_factory=list)  # [[servers]]: config_servers.py
 
     @model_validator(mode="after")
     def _useful_fits(self) -> CommonConfig:

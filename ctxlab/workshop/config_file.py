@@ -65,6 +65,8 @@ def _sentence(exc: ValidationError, source: str, user: dict, user_quick: dict | 
         where = source if _has_path(user_quick, names) else "the embedded default config"
     else:
         where = source if _has_path(user, names) else "the embedded default config"
+    if names[:1] == ("servers",):  # only a user's file lists servers
+        where = source
     kind = err["type"]
     msg = str(err["msg"]).removeprefix("Value error, ")
     if kind == "extra_forbidden":
@@ -73,7 +75,8 @@ def _sentence(exc: ValidationError, source: str, user: dict, user_quick: dict | 
     if kind == "missing":
         return f"{where}: key {key!r} is missing."
     value = err.get("input")
-    shown = "" if isinstance(value, dict) else f" = {value!r}"
+    secret = "api_key" in names  # a key is never echoed
+    shown = "" if isinstance(value, dict | list) or secret else f" = {value!r}"
     if not loc:  # a check across sections: its message names the keys
         return f"{where}" + (" [quick]" if user_quick is not None else "") + f": {msg}."
     return f"{where}: {key}{shown}: {msg[:1].lower() + msg[1:] if msg else 'invalid'}."

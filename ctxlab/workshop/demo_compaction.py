@@ -93,14 +93,13 @@ def in_prompt(chats: list[list[dict[str, str]]], facts: list[Any]) -> list[bool]
 def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.memory import MemoryConfig, compaction_report, conversation_fixture, model_ceiling
     from ctxlab.memory.embed import WordLlamaEmbedder
-    from ctxlab.workshop.memory_backend import workshop_backend
 
     c = DEMO.config(session.cfg)
     res = DemoResult.of(DEMO, "run", "measured")
     fx = conversation_fixture(c.fixture_seed, c.sessions, c.turns_per_session, c.facts)
     n = len(fx.facts)
     # the largest batch: every fact's question at once, each prompt within the window
-    backend = workshop_backend(session, (n + 2) * c.window_tokens, n + 1)
+    backend = session.chat_backend((n + 2) * c.window_tokens, n + 1)
     mem = MemoryConfig(
         window=c.window_tokens,
         reserve=c.reserve_tokens,

@@ -83,7 +83,6 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.rag.evaluate import evidence_chunks
     from ctxlab.rag.metrics import recall_at_k
     from ctxlab.rag.retriever import order_passages
-    from ctxlab.workshop.memory_backend import workshop_backend
 
     c, cost = DEMO.config(session.cfg), session.cfg.cost
     res = DemoResult.of(DEMO, "run", "measured")
@@ -149,7 +148,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         # two depths: the k answered and the one before it
         batch = session.cfg.engine.max_num_seqs
         two = sorted(d.max_prompt_tokens + c.answer_tokens for d in depths.values())[-2:]
-        backend = workshop_backend(session, (batch + 1) * sum(two), batch)
+        backend = session.chat_backend((batch + 1) * sum(two), batch)
         evidence = {q.id: evidence_chunks(store, q) for q in answered}
         got: dict[int, list[Any]] = {k: [] for k in depths}
         spent = {k: [0.0, 0.0, 0, 0] for k in depths}  # cpu s, wall s, prompt, reused

@@ -41,6 +41,7 @@ def _stored_table(t: JSONObject) -> Block:
 def build_document(res: JSONObject) -> list[Block]:
     doc: list[Block] = [Block("h1", "ctxlab workshop report")]
     doc += _status(res)
+    doc += _servers(res)
     doc += _predictions(res)
     doc += _context(res)
     doc += _layers(res)
@@ -56,14 +57,7 @@ def _status(res: JSONObject) -> list[Block]:
     load0 = " / ".join(fmt(x, 2) for x in run["load_average_start"]) or "n/a"
     load1 = " / ".join(fmt(x, 2) for x in run["load_average_end"]) or "n/a"
     counts = res["verdict_counts"]
-    server = res.get("server")
-    where = []
-    if server:
-        where = [
-            f"server: {server['label']}; demonstrations one, two, five and six sent their "
-            "requests to it, three measured its page size, four is not measurable through it, "
-            "seven and the eval ran on the local engine"
-        ]
+    where = _server_lines(res)
     return [
         Block("p", f"**{head}**: {res['status_reason']}."),
         Block(
@@ -87,6 +81,50 @@ def _status(res: JSONObject) -> list[Block]:
             ],
         ),
     ]
+
+
+SERVER_DEMOS = {"prefix_miss", "warm_prefix", "page_size", "eviction", "compaction",
+                "retrieval_depth"}  # fmt: skip
+
+
+def _server_lines(res: JSONObject) -> list[str]:
+    """Through servers: each one named (URL without credentials, model, engine and version
+    where it tells them), and which demonstrations went through the first one."""
+    server = res.get("server")
+    if not server:
+        return []
+    demos = res["demos"].values()
+    through = [str(d["number"]) for d in demos if d["key"] in SERVER_DEMOS and d["status"] == "run"]
+    page = res["demos"]["page_size"]["status"] == "not measurable" and any(
+        t["key"].startswith("page_size_server") for t in res["demos"]["page_size"]["tables"]
+    )
+    cannot = [
+        f"{d['number']} ({d['summary'].removeprefix('Not measurable through the server: ')})"
+        for d in demos
+        if d["key"] in SERVER_DEMOS and d["status"] == "not measurable" and d["key"] != "page_size"
+    ]
+    lines = [
+        f"server: {server['label']}; demonstrations {', '.join(through) or 'none'} went "
+        "through it"
+        + ("; 3 measured its page instead of comparing page sizes" if page else "")
+        + (f"; not measurable through it: {'; '.join(cannot)}" if cannot else "")
+        + "; 7 and the eval ran on the local engine"
+    ]
+    others = res.get("servers", [])[1:]
+    if others:
+        lines.append(
+            "also probed side by side (the probe summary and demonstration 3): "
+            + "; ".join(f"{s['name']}: {s['label']}" for s in others)
+        )
+    if res.get("error"):
+        lines.append(f"stopped early: {res['error']}")
+    return lines
+
+
+def _servers(res: JSONObject) -> list[Block]:
+    if not res.get("servers_table"):
+        return []
+    return [Block("h2", "The servers"), _stored_table(res["servers_table"])]
 
 
 def _predictions(res: JSONObject) -> list[Block]:

@@ -25,7 +25,6 @@ from ctxlab.memory.engine_backend import EngineBackend
 if TYPE_CHECKING:
     from ctxlab.engine import LLM
     from ctxlab.workshop.server_backend import ServerLLM
-    from ctxlab.workshop.session import Session
 
 
 @dataclass
@@ -90,13 +89,3 @@ def _common_prefix(ids: Sequence[Sequence[int]]) -> int:
         if any(x[i] != first[i] for x in ids[1:]):
             return i
     return n
-
-
-def workshop_backend(session: Session, pool_tokens: int, max_num_seqs: int) -> WorkshopBackend:
-    """A backend over a fresh engine on the run's model: `pool_tokens` (whole pages) and
-    `max_num_seqs` sized by the demonstration for its largest batch; a shared prefix is
-    warmed when it fills at least one page."""
-    page = session.cfg.engine.page_size
-    pool = -(-pool_tokens // page) * page
-    llm = session.llm(pool_tokens=pool, max_num_seqs=max_num_seqs)
-    return WorkshopBackend(llm, session.cfg.model.max_model_len, page)

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +29,11 @@ from ctxlab.workshop.session import Session
 from ctxlab.workshop.verdicts import VERDICT_KINDS, Verdict, judge
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ctxlab.model import LoadedModel
     from ctxlab.probe.prefix import PrefixResult
+    from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.server_backend import ServerLLM
 
 SCHEMA = "ctxlab.workshop/1"
@@ -63,12 +66,17 @@ def run_workshop(
     loaded: LoadedModel | None = None,
     show_progress: bool = True,
     server: ServerLLM | None = None,
+    servers: list[tuple[str, ServerLLM]] | None = None,
 ) -> JSONObject:
     """Run, write results.json, report.md and report.html under `out`; return the results.
 
-    `server` (a `ServerLLM`, from `ctxlab workshop --server`): demonstrations 1, 2, 5 and 6
-    send their requests to it, 3 measures its page size, 4 is not measurable through it,
-    7 runs as without a server (modeled, and measured on the local engine)."""
+    `server` (a `ServerLLM`, from `ctxlab workshop --server` or the first `[[servers]]`):
+    demonstrations 1 and 2 send their requests to it, 3 measures its page size, 4 is sized
+    to its probed cache (`server_eviction.py`), 5 and 6 use its chat API, 7 runs as without
+    a server plus its short and long workloads sent to it. `servers`: every (label, server)
+    of the config, the first included: each gets the probe summary and demonstration 3
+    side by side (`server_compare.py`). A server that stops answering ends the run early
+    with `results["error"]` saying so; what was measured before is kept."""
     load0 = load_average()
     with Timer() as total:
         if loaded is None:
@@ -81,10 +89,13 @@ def run_workshop(
         session.check_arch()
         through = None
         if server is not None:
-            through = _through_server(session, server, only, show_progress)
+            others = [(n, s) for n, s in (servers or []) if s is not server]
+            name = next((n for n, s in (servers or []) if s is server), "server")
+            through = _through_server(session, server, only, show_progress, name, others)
         demos = _run_demos(session, only, show_progress, through)
+        gone = through.gone if through is not None else None
         useful = None
-        if cfg.useful_context.enabled and only is None:
+        if cfg.useful_context.enabled and only is None and gone is None:
             useful = _useful_context(session, show_progress)
         demo_json = {k: d.to_json(out) for k, d in demos.items()}
         results: JSONObject = {
@@ -95,6 +106,8 @@ def run_workshop(
         }
         if server is not None:
             results["server"] = {**server.info.as_dict(), "label": server.label(code=True)}
+            results["error"] = gone or ""
+            _server_summaries(results, through)
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
         results["verdicts"] = [v.to_json() for v in verdicts]
@@ -133,7 +146,7 @@ def run_workshop(
 
 # Through a server: the demonstrations whose requests go to it.
 THROUGH_SERVER = ("prefix_miss", "warm_prefix", "compaction", "retrieval_depth")
-NEEDS_CACHED_TOKENS = ("prefix_miss", "warm_prefix")
+NEEDS_CACHED_TOKENS = ("prefix_miss", "warm_prefix", "eviction")
 
 
 @dataclass
@@ -141,54 +154,140 @@ class Through:
     """What `--server` decided before the demonstrations ran."""
 
     label: str
-    staircase: PrefixResult
+    staircase: PrefixResult | None  # None when the server died first
     cached_reported: bool
+    show: bool = True
+    chat_reason: str | None = None  # why demonstrations 5 and 6 cannot use its chat API
+    gone: str | None = None  # the server stopped answering: the sentence, and no more demos
+    summaries: list = field(default_factory=list)  # server_compare.Summary, the first first
 
 
 def _through_server(
-    session: Session, server: ServerLLM, only: set[int] | None, show: bool
+    session: Session,
+    server: ServerLLM,
+    only: set[int] | None,
+    show: bool,
+    name: str = "server",
+    others: list[tuple[str, ServerLLM]] | None = None,
 ) -> Through:
     """Measure the server's page size once (demonstrations 1 and 3 need it) and whether it
-    reports cached tokens; demonstrations then see the server's page, not the config's."""
+    reports cached tokens; demonstrations then see the server's page, not the config's.
+    Demonstrations 5 and 6 get its chat API, once its token counts match the local ones."""
+    from ctxlab.probe.client import ServerGone
     from ctxlab.workshop import server_demos
+    from ctxlab.workshop.server_chat import ServerChatBackend
 
     session.server = server
-    with progress(f"measuring {server.label()}", enabled=show):
-        cached = server.reports_cached()
-        longest = 64 if session.quick else max(64, min(300, session.cfg.page_size.pair_tokens))
-        pre = server_demos.probe_page(server, longest)
+    label = server.label(code=True)
+    try:
+        with progress(f"measuring {server.label()}", enabled=show):
+            cached = server.reports_cached()
+            longest = 64 if session.quick else max(64, min(300, session.cfg.page_size.pair_tokens))
+            pre = server_demos.probe_page(server, longest)
+            chat_reason = None
+            if only is None or only & {5, 6}:
+                page = pre.granularity.value
+                window = min(server.info.max_model_len or 10**9, session.cfg.model.max_model_len)
+                chat = ServerChatBackend(
+                    server, session.loaded.tokenizer, window, page if isinstance(page, int) else 16
+                )
+                chat_reason = chat.check_counts()
+                session.server_chat = chat if chat_reason is None else None
+    except ServerGone as exc:
+        return Through(label, None, False, show, gone=gone_sentence(server, "before", exc))
+    through = Through(label, pre, cached, show, chat_reason)
     page = pre.granularity.value
     if isinstance(page, int):
         engine = session.cfg.engine.model_copy(update={"page_size": page})
         session.cfg = session.cfg.model_copy(update={"engine": engine})
-    return Through(server.label(code=True), pre, cached)
+    # the probe summary of every server, the same staircase positions on each
+    from ctxlab.workshop.server_compare import summarize
+
+    for n, s in [(name, server), *(others or [])]:
+        try:
+            with progress(f"probe summary of {s.label()}", enabled=show):
+                through.summaries.append(summarize(n, s, longest, pre if s is server else None))
+        except ServerGone as exc:
+            through.gone = gone_sentence(s, "during its probe summary", exc)
+            break
+    return through
+
+
+def _server_summaries(results: JSONObject, through: Through | None) -> None:
+    """results["servers"]: each server probed, and the side-by-side probe table."""
+    from dataclasses import asdict
+
+    from ctxlab.workshop.server_compare import probe_table
+
+    if through is None or not through.summaries:
+        return
+    results["servers"] = [s.as_dict() for s in through.summaries]
+    results["servers_table"] = asdict(probe_table(through.summaries))
+
+
+def gone_sentence(server: ServerLLM, when: str, exc: Exception) -> str:
+    return (
+        f"the server at {server.info.url} stopped answering {when} ({exc}); what was measured "
+        "before it is kept in the report"
+    )
 
 
 def _run_demos(
     session: Session, only: set[int] | None, show: bool, through: Through | None = None
 ) -> dict[str, DemoResult]:
+    """Each demonstration in order; through a server that stops answering, the one that
+    was running and every later one are "not measurable" with that sentence."""
+    from ctxlab.probe.client import ServerGone
+    from ctxlab.workshop.server_demos import not_measurable
+
     demos: dict[str, DemoResult] = {}
     for demo in REGISTERED:
         if only is not None and demo.number not in only:
             demos[demo.key] = DemoResult.of(demo, "not selected", "")
             continue
-        if through is not None:
-            early = _server_variant(session, demo.key, through)
-            if early is not None:
-                demos[demo.key] = early
-                continue
-        label = f"demonstration {demo.number}/{len(REGISTERED)}: {demo.title}"
-        session.use_server = through is not None and demo.key in THROUGH_SERVER
+        if through is not None and through.gone is not None:
+            demos[demo.key] = not_measurable(demo.key, f"not run: {through.gone}")
+            continue
         try:
-            with progress(label, demo.steps(session), enabled=show) as tracker, Timer() as t:
-                res = demo.run(session, tracker)
-        finally:
-            session.use_server = False
-        res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
-        if through is not None:
-            _name_the_server(res, demo.key, through.label)
-        demos[demo.key] = res
+            demos[demo.key] = _one_demo(session, demo, show, through)
+        except ServerGone as exc:
+            assert through is not None
+            through.gone = gone_sentence(session.server, f"in demonstration {demo.number}", exc)
+            demos[demo.key] = not_measurable(demo.key, through.gone)
     return demos
+
+
+def _one_demo(
+    session: Session, demo: Demonstration[BaseModel], show: bool, through: Through | None
+) -> DemoResult:
+    if through is not None:
+        early = _server_variant(session, demo.key, through)
+        if early is not None:
+            return early
+    label = f"demonstration {demo.number}/{len(REGISTERED)}: {demo.title}"
+    session.use_server = through is not None and demo.key in THROUGH_SERVER
+    try:
+        with progress(label, demo.steps(session), enabled=show) as tracker, Timer() as t:
+            res = demo.run(session, tracker)
+    finally:
+        session.use_server = False
+    if through is not None and demo.key == "recurrent_vs_kv":
+        from ctxlab.workshop.server_demos import recurrent_rows
+
+        with progress(f"demonstration 7 on {session.server.label()}", enabled=show), Timer() as t2:
+            recurrent_rows(session, res)
+        t.wall_s, t.cpu_s = t.wall_s + t2.wall_s, t.cpu_s + t2.cpu_s
+    res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+    if through is not None:
+        _name_the_server(res, demo.key, through.label)
+        if demo.key in ("compaction", "retrieval_depth"):
+            res.notes.append(
+                f"Every model call went to the chat API of {through.label} "
+                "(`/v1/chat/completions`: its own chat template and model); budgets were "
+                "counted with the local tokenizer, checked first against the server's count "
+                "of a test chat; reused tokens are the server's cached_tokens."
+            )
+    return res
 
 
 def _server_variant(session: Session, key: str, through: Through) -> DemoResult | None:
@@ -200,12 +299,25 @@ def _server_variant(session: Session, key: str, through: Through) -> DemoResult 
             key, "the server does not report cached prompt tokens (vLLM needs "
             "--enable-prompt-tokens-details, SGLang --enable-cache-report)",
         )  # fmt: skip
+    if key in ("compaction", "retrieval_depth") and through.chat_reason is not None:
+        return server_demos.not_measurable(key, through.chat_reason)
     if key == "page_size":
         res = server_demos.page_size(session, through.staircase)
         _name_the_server(res, key, through.label)
+        if len(through.summaries) > 1:
+            from ctxlab.workshop.server_compare import page_tables
+
+            res.tables += page_tables(through.summaries, session.cfg.page_size.request_tokens)
         return res
     if key == "eviction":
-        return server_demos.not_measurable(key, server_demos.EVICTION_REASON)
+        from ctxlab.workshop import server_eviction
+
+        page = through.staircase.granularity.value
+        label = f"demonstration 4/{len(REGISTERED)}: eviction sized to {session.server.label()}"
+        with progress(label, enabled=through.show), Timer() as t:
+            res = server_eviction.run(session, page if isinstance(page, int) else None)
+        res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+        return res
     return None
 
 

@@ -10,8 +10,8 @@ the same seed, so a second run would find the first one's prompts cached (llama.
 host-memory prompt cache keeps them for long). Token-id prompts are therefore relabelled
 by a per-run rotation of the ordinary vocabulary (ids >= 1000): equal ids stay equal and
 different ids stay different, so every prefix relation a demonstration builds is kept,
-while no two runs send the same sequence. Chats (demonstrations 5 and 6) are sent as
-rendered, since their answers must be read.
+while no two runs send the same sequence. A chat given to `generate` is sent as rendered;
+demonstrations 5 and 6 use the server's own chat API instead (`server_chat.py`).
 
 Each answer is streamed: TTFT and every inter-token gap are the client's clock; reused
 tokens are the server's `cached_tokens` (or llama.cpp's `timings.cache_n`). What a server

@@ -4,8 +4,8 @@
   run measures it instead: the probe's divergence staircase (`ctxlab.probe.prefix`) gives
   the server's reuse granularity, each divergence point's reused and recomputed tokens, and
   the rounding waste the granularity implies for the config's request lengths.
-- Demonstration 4 (eviction) needs the engine's pool, scheduler and step profile under its
-  own control: through a server it is "not measurable", with that reason.
+- Demonstration 4 (eviction) is sized to the server's probed cache instead of a pool
+  (`server_eviction.py`).
 """
 
 from __future__ import annotations
@@ -14,32 +14,35 @@ import math
 import secrets
 
 from ctxlab.probe import prefix
-from ctxlab.probe.prompts import Words, check_rule, text
+from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.workshop.registry import BY_KEY
-from ctxlab.workshop.result import Column, DemoResult, Table
+from ctxlab.workshop.result import Column, DemoResult, Status, Table
 from ctxlab.workshop.server_backend import ServerLLM
 from ctxlab.workshop.session import Session
 
-EVICTION_REASON = (
-    "it sizes the engine's pool and scheduler and times its steps from inside; a server's "
-    "pool cannot be set from outside (`ctxlab probe` measures its capacity and a step "
-    "profile instead)"
-)
+
+def new_result(key: str, status: Status, mode: str = "measured") -> DemoResult:
+    """An empty result for demonstration `key` (the server variants' one constructor)."""
+    return DemoResult.of(BY_KEY[key], status, mode)
 
 
 def not_measurable(key: str, reason: str) -> DemoResult:
-    demo = BY_KEY[key]
-    res = DemoResult.of(demo, "not measurable")
+    res = new_result(key, "not measurable")
     res.summary = f"Not measurable through the server: {reason}."
     res.notes.append(res.summary)
     return res
 
 
-def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
-    """The server's divergence staircase (`ctxlab probe`'s prefix section)."""
+def calibrate(server: ServerLLM) -> tuple[Words, TokenRule]:
+    """Fresh words and the server's token rule for them (`ctxlab.probe.prompts`)."""
     words = Words(secrets.randbits(32))
     counts = {n: server.client.complete(text(words.take(n)), n).prompt_tokens for n in (48, 112)}
-    rule = check_rule(counts, None)
+    return words, check_rule(counts, None)
+
+
+def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
+    """The server's divergence staircase (`ctxlab probe`'s prefix section)."""
+    words, rule = calibrate(server)
     return prefix.measure(server.client, words, rule, longest, lambda _m: None)
 
 
@@ -89,3 +92,47 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
     )
     res.notes.append(res.summary)
     return res
+
+
+def recurrent_rows(session: Session, res: DemoResult) -> None:
+    """Demonstration 7's measured short and long workloads, sent to the server as well (the
+    modeled recurrent side needs no server): every request at once, fresh prompts."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ctxlab.workshop.measure import pct
+
+    server = session.server
+    cfg = session.cfg.recurrent_vs_kv
+    label = server.label(code=True)
+    why = "not measurable: a server does not say how many requests it ran at once"
+    table = Table(
+        "recurrent_vs_kv_server", "serving",
+        f"Demonstration 7: the short and long workloads on {label}", "measured",
+        [Column("workload"), Column("requests"), Column("tokens per request"),
+         Column("TTFT p50 ms", 1), Column("TTFT p99 ms", 1), Column("makespan s", 2),
+         Column("concurrency reached")],
+        note="every request sent at once (fresh prompts, nothing shared); TTFT from the "
+        "common start; the resident bytes per request are not visible through the API",
+    )  # fmt: skip
+    f = res.figures
+    for name, w in (("short", cfg.engine_short), ("long", cfg.engine_long)):
+        prompts = [session.text_ids(w.input_tokens) for _ in range(w.requests)]
+        start = time.perf_counter()
+
+        def one(ids: list[int], out: int = w.output_tokens, t0: float = start) -> tuple:
+            rotated = [server._rotate(t) for t in ids]
+            a = server.client.complete(rotated, len(ids), max_tokens=out, ignore_eos=True)
+            end = a.chunk_times[-1] if a.chunk_times else a.sent_at + a.ttft
+            return (a.sent_at + a.ttft - t0) * 1e3, end - t0
+
+        with ThreadPoolExecutor(min(PARALLEL_MAX, w.requests)) as pool:
+            got = list(pool.map(one, prompts))
+        ttft = [g[0] for g in got]
+        table.add(name, w.requests, w.input_tokens + w.output_tokens, pct(ttft, 50),
+                  pct(ttft, 99), max(g[1] for g in got), why)  # fmt: skip
+        f.say(f"server_{name}_ttft_p99_ms", pct(ttft, 99), 1)
+    res.tables.append(table)
+
+
+PARALLEL_MAX = 64

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from ctxlab.arch.spec import ArchSpec
     from ctxlab.engine import LLM
     from ctxlab.model import LoadedModel
+    from ctxlab.workshop.memory_backend import WorkshopBackend
     from ctxlab.workshop.server_backend import ServerLLM
+    from ctxlab.workshop.server_chat import ServerChatBackend
 
 WARM_UP_TOKENS = 48
 TEXT_CHARS = 400_000  # about 100,000 tokens: far more than one run's prompts need
@@ -37,6 +39,7 @@ class Session:
     # through it (the runner sets this per demonstration; the others use the local engine)
     server: ServerLLM | None = None
     use_server: bool = False
+    server_chat: ServerChatBackend | None = None  # demonstrations 5 and 6 through a server
 
     # -- prompts --------------------------------------------------------------------------
     def text_ids(self, n: int) -> list[int]:
@@ -92,6 +95,22 @@ class Session:
             ids = self.text_ids(WARM_UP_TOKENS)
             llm.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="warm-up")
         return llm
+
+    def chat_backend(
+        self, pool_tokens: int, max_num_seqs: int
+    ) -> WorkshopBackend | ServerChatBackend:
+        """The memory and retrieval layers' backend: a fresh engine on the run's model with
+        `pool_tokens` (whole pages) and `max_num_seqs` sized by the demonstration for its
+        largest batch (a shared prefix is warmed when it fills at least one page), or,
+        through a server (`ctxlab workshop --server`), the server's chat API."""
+        from ctxlab.workshop.memory_backend import WorkshopBackend
+
+        if self.use_server and self.server_chat is not None:
+            return self.server_chat
+        page = self.cfg.engine.page_size
+        pool = -(-pool_tokens // page) * page
+        llm = self.llm(pool_tokens=pool, max_num_seqs=max_num_seqs)
+        return WorkshopBackend(llm, self.cfg.model.max_model_len, page)
 
     def slot_bytes(self, llm: LLM | ServerLLM) -> int:
         """Pool bytes of one token slot over every layer and KV head, read from the pool

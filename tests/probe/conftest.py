@@ -1,7 +1,7 @@
 """Servers for the probe tests: `ctxlab serve` (the serving tests' helper), llama.cpp's
 server from the xllamacpp wheel, and scripted stand-ins (standard library, in a thread) for
 the failures a real server is hard to make on demand: a refused key, a server that is not
-OpenAI-compatible, one that dies mid-run."""
+OpenAI-compatible, one that dies mid-run (and a chat endpoint that records its calls)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,8 @@ class Script:
     models_body: str = '{"object": "list", "data": [{"id": "m", "object": "model"}]}'
     die_after: int | None = None
     served: int = 0
+    paths: list[str] = field(default_factory=list)  # every POST, in order
+    chat_prompt_tokens: int | None = None  # chat usage.prompt_tokens (None: words counted)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -113,6 +115,15 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"{}")
         if s.status != 200:
             self._send(s.status, json.dumps({"error": {"message": "scripted", "code": s.status}}))
+            return
+        s.paths.append(self.path)
+        if self.path == "/v1/chat/completions":
+            words = sum(len(m["content"].split()) for m in body.get("messages", []))
+            n = s.chat_prompt_tokens if s.chat_prompt_tokens is not None else words
+            reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}],
+                     "usage": {"prompt_tokens": n, "completion_tokens": 1,
+                               "prompt_tokens_details": {"cached_tokens": n // 2}}}  # fmt: skip
+            self._send(200, json.dumps(reply))
             return
         if self.path != "/v1/completions":
             self._send(404, "<html>not found</html>", "text/html")

@@ -1,0 +1,52 @@
+"""`[[servers]]` in the workshop config: the deployments a run measures through their
+OpenAI API (`ctxlab workshop` with no `--server`; `--server URL` replaces the list).
+
+    [[servers]]
+    label = "vllm-p16"                # names the server in every table; labels must differ
+    url = "http://gpu-box:8000"       # the server root, without /v1
+    api_key = "..."                   # optional; sent as a Bearer key, never written out
+    model = "meta-llama/Llama-3.1-8B" # optional: the model to use when it serves several
+
+The first server carries every demonstration a server can run; every listed server gets
+the probe summary and demonstration 3 side by side (`server_compare.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+
+class ServerEntry(BaseModel):
+    """One `[[servers]]` entry."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    label: str = Field(min_length=1)
+    url: str = Field(min_length=1)
+    api_key: str | None = Field(default=None, exclude=True, repr=False)  # never written out
+    model: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        from ctxlab.errors import CtxlabError
+        from ctxlab.probe.identify import check_url
+
+        try:
+            return check_url(url)
+        except CtxlabError as exc:
+            raise ValueError(str(exc).removeprefix("--server ")) from None
+
+
+def _distinct(servers: list[ServerEntry]) -> list[ServerEntry]:
+    seen: set[str] = set()
+    for s in servers:
+        if s.label in seen:
+            raise ValueError(f"label {s.label!r} is given to two servers; labels must differ")
+        seen.add(s.label)
+    return servers
+
+
+ServerList = Annotated[list[ServerEntry], AfterValidator(_distinct)]

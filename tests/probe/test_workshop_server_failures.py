@@ -1,0 +1,110 @@
+"""`ctxlab workshop --server` and `[[servers]]` on bad input: one sentence each, exit 2 for a
+user's mistake before the model loads, exit 3 with the partial report kept when a server
+stops answering mid-run (scripted stand-ins: a real server is hard to break on demand)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.probe.conftest import ROOT, Script, free_port, stand_in
+
+
+def workshop(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", "from ctxlab.cli import main; main()", "workshop", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def one_sentence(res: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert res.returncode == code, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    return last
+
+
+def test_unreachable_server(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    line = one_sentence(workshop("--server", url, "--only", "1", "--out", str(tmp_path)))
+    assert line.startswith(f"error: cannot reach {url}")
+
+
+def test_wrong_key(tmp_path):
+    with stand_in(Script(status=401)) as url:
+        res = workshop("--server", url, "--api-key", "sk-wrong", "--out", str(tmp_path))
+    line = one_sentence(res)
+    assert "refused the API key (HTTP 401)" in line and "sk-wrong" not in res.stderr
+
+
+def test_not_openai_compatible(tmp_path):
+    with stand_in(Script(models_body="<html>hello</html>")) as url:
+        line = one_sentence(workshop("--server", url, "--out", str(tmp_path)))
+    assert "is not an OpenAI-compatible server" in line
+
+
+def test_model_it_does_not_serve(tmp_path):
+    with stand_in(Script()) as url:
+        res = workshop("--server", url, "--server-model", "gpt-x", "--out", str(tmp_path))
+    assert "does not serve model 'gpt-x'; it serves m" in one_sentence(res)
+
+
+def _config(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "servers.toml"
+    path.write_text(body)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('[[servers]]\nlabel = "a"\nurl = "http://127.0.0.1:1"\n'
+         '[[servers]]\nlabel = "a"\nurl = "http://127.0.0.1:2"\n',
+         "servers: label 'a' is given to two servers; labels must differ."),
+        ('[[servers]]\nlabel = "a"\n', "key 'servers[0].url' is missing."),
+        ('[[servers]]\nlabel = "a"\nurl = "127.0.0.1:8000"\napi_key = "sk-x"\n',
+         "servers[0].url = '127.0.0.1:8000': '127.0.0.1:8000' must be an http(s) URL"),
+    ],
+    ids=["duplicate-label", "missing-url", "bad-url"],
+)  # fmt: skip
+def test_bad_servers_list(tmp_path, body, expected):
+    path = _config(tmp_path, body)
+    res = workshop(path, "--out", str(tmp_path / "out"))
+    line = one_sentence(res)
+    assert line.startswith(f"error: {path}: ") and expected in line
+    assert "sk-x" not in res.stderr
+
+
+def test_one_bad_server_of_several_is_named(tmp_path):
+    with stand_in(Script()) as good:
+        bad = f"http://127.0.0.1:{free_port()}"
+        body = (
+            f'[[servers]]\nlabel = "ok"\nurl = "{good}"\n'
+            f'[[servers]]\nlabel = "gone"\nurl = "{bad}"\n'
+        )
+        line = one_sentence(workshop(_config(tmp_path, body), "--out", str(tmp_path / "o")))
+    assert line.startswith(f"error: [[servers]] 'gone': cannot reach {bad}")
+
+
+@pytest.mark.model
+def test_server_that_dies_mid_run_keeps_the_report(tmp_path):
+    # the stand-in answers the setup (cached-token check, staircase, probe summary: 24
+    # requests) and two of demonstration 1's, then closes
+    with stand_in(Script(die_after=26)) as url:
+        res = workshop("--server", url, "--quick", "--only", "1,2", "--out", str(tmp_path))
+    line = one_sentence(res, 3)
+    assert line.startswith(f"error: the server at {url} stopped answering in demonstration 1")
+    assert str(tmp_path) in line
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["error"].startswith(f"the server at {url} stopped answering")
+    demos = results["demos"]
+    assert demos["prefix_miss"]["status"] == demos["warm_prefix"]["status"] == "not measurable"
+    assert "not run: the server" in demos["warm_prefix"]["summary"]
+    # what was measured before it died is kept: the server's probe summary
+    assert results["servers"][0]["info"]["url"] == url
+    assert "stopped early" in (tmp_path / "report.md").read_text()
