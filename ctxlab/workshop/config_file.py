@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import tomllib
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,12 +21,14 @@ from ctxlab.inputs import load_toml
 from ctxlab.workshop.default_config import DEFAULT_TOML
 from ctxlab.workshop.registry import WorkshopConfig
 
+TomlTable = dict[str, object]  # a parsed TOML document or table
 
-def default_document() -> dict[str, Any]:
+
+def default_document() -> TomlTable:
     return tomllib.loads(DEFAULT_TOML)
 
 
-def merge(base: dict[str, Any], over: dict[str, Any], path: tuple[str, ...] = ()) -> dict:
+def merge(base: TomlTable, over: TomlTable, path: tuple[str, ...] = ()) -> TomlTable:
     """`over` merged into a copy of `base`; tables merge, `predictions.<demo>` replaces."""
     out = copy.deepcopy(base)
     for key, value in over.items():
@@ -39,7 +40,7 @@ def merge(base: dict[str, Any], over: dict[str, Any], path: tuple[str, ...] = ()
     return out
 
 
-def _has_path(doc: Any, loc: tuple[Any, ...]) -> bool:
+def _has_path(doc: object, loc: tuple[int | str, ...]) -> bool:
     for part in loc:
         if not isinstance(doc, dict) or part not in doc:
             return False
@@ -47,7 +48,7 @@ def _has_path(doc: Any, loc: tuple[Any, ...]) -> bool:
     return True
 
 
-def _key(loc: tuple[Any, ...]) -> str:
+def _key(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -85,7 +86,7 @@ def _sentence(exc: ValidationError, source: str, user: dict, user_quick: dict | 
 def load_config(path: Path | None = None, quick: bool = False) -> WorkshopConfig:
     """The validated contract: the default, the user's file merged over it, `[quick]` last."""
     source = str(path) if path is not None else "the embedded default config"
-    user: dict[str, Any] = {}
+    user: TomlTable = {}
     if path is not None:
         if not path.is_file():
             raise CtxlabError(f"workshop config {path} does not exist or is not a file.")

@@ -17,7 +17,7 @@ not by the tokens it saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -27,6 +27,13 @@ from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, R
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.memory.fixtures import ConversationFixture, Fact
+    from ctxlab.memory.loss import CompactionReport
+    from ctxlab.memory.strategies import Strategy
+    from ctxlab.workshop.result import Figures
+
 
 LABELS = {
     "truncation": "truncation",
@@ -41,7 +48,7 @@ LABELS = {
 class Outcome:
     """One strategy's loss report plus what this demonstration measured around it."""
 
-    report: Any  # ctxlab.memory.CompactionReport
+    report: CompactionReport
     in_prompt: list[bool]  # per fact: its answer is in the prompt its question was asked with
     question_prompt_tokens: float  # mean prompt tokens of the questions' prompts
     answer_tokens: float  # mean output tokens of the answers
@@ -57,7 +64,7 @@ def steps(session: Session) -> int:
     return len(c.strategies) + (1 if c.ceiling else 0)
 
 
-def strategy(name: str, summary_tokens: int) -> Any:
+def strategy(name: str, summary_tokens: int) -> Strategy:
     """A fresh strategy object; the summaries get the configured length."""
     from ctxlab.memory.strategies import make_strategy
     from ctxlab.memory.strategies.summary import ExtractiveSummary, RecursiveSummary
@@ -74,7 +81,7 @@ def strategy(name: str, summary_tokens: int) -> Any:
     return make_strategy(name)
 
 
-def in_prompt(chats: list[list[dict[str, str]]], facts: list[Any]) -> list[bool]:
+def in_prompt(chats: list[list[dict[str, str]]], facts: list[Fact]) -> list[bool]:
     """Per fact, whether its answer is in the prompt its question was asked with (the
     question itself, the last message, excluded)."""
     from ctxlab.memory.context import context_text
@@ -195,7 +202,7 @@ def _observe(res: DemoResult, outcomes: dict[str, Outcome]) -> None:
 def _tables(
     session: Session,
     res: DemoResult,
-    fx: Any,
+    fx: ConversationFixture,
     outcomes: dict[str, Outcome],
     ceiling: float | None,
 ) -> None:
@@ -339,7 +346,7 @@ def _hosted(session: Session, prompt_tokens: float, output_tokens: float) -> flo
 def _explain(
     session: Session,
     res: DemoResult,
-    fx: Any,
+    fx: ConversationFixture,
     outcomes: dict[str, Outcome],
     ceiling: float | None,
 ) -> None:
@@ -440,7 +447,7 @@ def _explain(
     res.notes.append(f"The memory loop here is the {LOOP_NOTE}.")
 
 
-def _discard_gain(f: Any, compact: Outcome, tiered: Outcome, n: int) -> Gain:
+def _discard_gain(f: Figures, compact: Outcome, tiered: Outcome, n: int) -> Gain:
     """Compaction that deletes the log against tiered memory, paired over the same facts."""
     from ctxlab import stats
 

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, model_validator
 
@@ -38,6 +38,11 @@ from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, R
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.engine import LLMEngine, RequestOutput
+    from ctxlab.serve.disagg_decode import DecodeEngine
+
 
 MIB = 2**20
 READY_S = 300.0
@@ -67,7 +72,7 @@ def make_plan(session: Session) -> list[Planned]:
     return out
 
 
-def drive(engine: Any, plan: list[Planned]) -> list[Any]:
+def drive(engine: LLMEngine | DecodeEngine, plan: list[Planned]) -> list[RequestOutput]:
     """Add each request at its time while stepping; the requests' own metrics, in order."""
     from ctxlab.engine import SamplingParams
 
@@ -94,7 +99,7 @@ def drive(engine: Any, plan: list[Planned]) -> list[Any]:
     return outs
 
 
-def figures(plan: list[Planned], outs: list[Any]) -> dict:
+def figures(plan: list[Planned], outs: list[RequestOutput]) -> dict:
     """TTFT, TPOT, and the streams' gaps that end while a long prompt waits for its first
     token (being prefilled, and moved when disaggregated)."""
     failed = [o for o in outs if o.finish_reason == "error"]
@@ -164,7 +169,7 @@ def _proc(pid: int) -> dict[str, float]:
     return out
 
 
-def _profile(session: Session, engine: Any, out: Path) -> Path:
+def _profile(session: Session, engine: LLMEngine, out: Path) -> Path:
     """A step profile on this engine (one thread), shaped like the workload's steps."""
     import json
 

@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
@@ -34,6 +34,10 @@ from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, R
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.engine import LLMEngine
+
 
 ORDERS = ("grouped", "interleaved")
 
@@ -127,7 +131,7 @@ def step_profile(session: Session, res: DemoResult) -> tuple[Path, str]:
 
 
 def run_engine(
-    session: Session, jobs: list[Job], pool: int, setup: Callable[[Any], None] | None = None
+    session: Session, jobs: list[Job], pool: int, setup: Callable[[LLMEngine], None] | None = None
 ) -> dict:
     """Every job added at once, stepped to the end; the pool's and requests' own counts.
     `setup` is handed the engine first (demonstration 8 attaches its offload tier there)."""

@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -38,6 +38,10 @@ from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, R
 from ctxlab.workshop.measure import pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.engine import LLMEngine
+
 
 KINDS = ("missing", "checksum", "io")
 MIB = 2**20
@@ -90,7 +94,7 @@ def transfer_profiles(session: Session, pool: int, blocks: int) -> dict[str, Any
 def _stats_run(session: Session, jobs: list[Job], pool: int, tier: tuple) -> dict:
     holder: dict[str, Any] = {}
 
-    def attach(engine: Any) -> None:
+    def attach(engine: LLMEngine) -> None:
         holder["off"] = engine.attach_offload(*tier)
 
     run = run_engine(session, jobs, pool, attach)

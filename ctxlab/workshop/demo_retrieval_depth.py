@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -32,8 +32,13 @@ from ctxlab.workshop.result import DemoResult, fmt
 from ctxlab.workshop.retrieval_depth_report import Depth
 from ctxlab.workshop.session import Session
 
+if TYPE_CHECKING:
+    from ctxlab.rag.answer import Answer
+    from ctxlab.rag.corpus import GoldQuestion
+    from ctxlab.rag.retriever import CorpusRetriever, Passage
 
-def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -> None:
+
+def _score(d: Depth, questions: list[GoldQuestion], answers: list[Answer], evidence: dict) -> None:
     """Accuracy and citation quality of `answers`, as the retrieval layer defines them."""
     from ctxlab.memory.scoring import answer_match
     from ctxlab.rag.metrics import citation_precision, citation_recall, mean
@@ -50,7 +55,7 @@ def _score(d: Depth, questions: list[Any], answers: list[Any], evidence: dict) -
     d.cited_by_model = mean([float(a.cited_by == "model") for a in answers])
 
 
-def _gold(retriever: Any, key: str) -> Any:
+def _gold(retriever: CorpusRetriever, key: str) -> Passage:
     doc, chunk = key.rsplit("#", 1)
     return retriever.passage(doc, int(chunk))
 
@@ -61,7 +66,7 @@ def steps(session: Session) -> int:
     return 1 + batches * len(c.k_values) + (1 if c.gold_row else 0)
 
 
-def subset(questions: list[Any], n: int, seed: int) -> list[Any]:
+def subset(questions: list[GoldQuestion], n: int, seed: int) -> list[GoldQuestion]:
     """A seeded sample of `n` questions, kept in the fixture's order."""
     picked = set(random.Random(seed).sample(range(len(questions)), n))
     return [q for i, q in enumerate(questions) if i in picked]

@@ -7,7 +7,11 @@ returns the path. Drawn off-screen (Agg); the HTML report embeds the files as da
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.measure import Sent
+    from ctxlab.workshop.result import JSONObject
 
 
 def _figure(width: float = 7.5, height: float = 3.4):
@@ -27,7 +31,7 @@ def _save(plt, fig, path: Path) -> Path:
     return path
 
 
-def plot_warm_prefix(runs: dict[str, list[Any]], path: Path) -> Path:
+def plot_warm_prefix(runs: dict[str, list[Sent]], path: Path) -> Path:
     """TTFT and TPOT of every repeat, cold against warm (the spread is the point)."""
     plt, (fig, (left, right)) = _figure()
     for ax, what, label in ((left, "ttft_ms", "TTFT (ms)"), (right, "tpot_ms", "TPOT (ms)")):
@@ -87,7 +91,7 @@ def plot_eviction(ttft: dict[str, dict[str, list[float]]], path: Path) -> Path:
     return _save(plt, fig, path)
 
 
-def plot_recurrent(rows: list[dict[str, Any]], path: Path) -> Path:
+def plot_recurrent(rows: list[JSONObject], path: Path) -> Path:
     """Concurrency reached and p99 TTFT per architecture and workload (modeled)."""
     plt, (fig, (left, right)) = _figure()
     labels = [f"{r['arch']}\n{r['workload']}" for r in rows]
@@ -157,7 +161,7 @@ def plot_compaction(counts: dict[str, dict[str, float]], ceiling: float | None, 
     return _save(plt, fig, path)
 
 
-def plot_retrieval_depth(rows: list[dict[str, Any]], path: Path) -> Path:
+def plot_retrieval_depth(rows: list[JSONObject], path: Path) -> Path:
     """Per k: evidence found, answers right and citations right (left); tokens added (right)."""
     plt, (fig, (left, right)) = _figure()
     ks = [r["k"] for r in rows]

@@ -26,11 +26,15 @@ import logging
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxlab.errors import CtxlabError
 from ctxlab.probe.client import Answer, Budget, ProbeClient
 from ctxlab.probe.identify import ServerInfo, check_url, identify
+
+if TYPE_CHECKING:
+    from ctxlab.model.tokenizer import Tokenizer
+
 
 LOW = 1000  # ids below this are special or byte tokens on common vocabularies
 PARALLEL = 16  # requests of one generate() call in flight at once
@@ -75,7 +79,7 @@ class _Engine:
 class ServerLLM:
     client: ProbeClient
     info: ServerInfo
-    tokenizer: Any  # the local model's tokenizer: chats are rendered to ids with it
+    tokenizer: Tokenizer  # the local model's: chats are rendered to ids with it
     vocab_size: int
     rotation: int = field(init=False)  # in [1, ordinary ids): never the identity
     engine: _Engine = field(init=False)
@@ -87,7 +91,7 @@ class ServerLLM:
 
     @classmethod
     def connect(
-        cls, url: str, api_key: str | None, model: str | None, tokenizer: Any, vocab_size: int
+        cls, url: str, api_key: str | None, model: str | None, tokenizer: Tokenizer, vocab_size: int
     ) -> ServerLLM:
         """Check the server (one sentence on a bad URL, key or model) and wrap it."""
         check_url(url)

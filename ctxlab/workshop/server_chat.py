@@ -19,13 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.backend import Chat, Reply
 from ctxlab.memory.openai_backend import OpenAIChatBackend
 from ctxlab.probe.client import ServerGone
 from ctxlab.workshop.memory_backend import Call, CallLog, _common_prefix
+
+if TYPE_CHECKING:
+    from ctxlab.model.tokenizer import Tokenizer
+    from ctxlab.workshop.server_backend import ServerLLM
+
 
 PARALLEL = 16
 CHECK_CHAT = [
@@ -41,7 +46,11 @@ class ServerChatBackend(OpenAIChatBackend):
     name = "openai (workshop server)"
 
     def __init__(
-        self, server: Any, tokenizer: Any, context_window: int, min_shared_tokens: int
+        self,
+        server: ServerLLM,
+        tokenizer: Tokenizer,
+        context_window: int,
+        min_shared_tokens: int,
     ) -> None:
         c = server.client
         super().__init__(c.base_url, c.model, c.api_key or "none", context_window)

@@ -15,12 +15,15 @@ from __future__ import annotations
 import math
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxlab.probe import isolation, prefix
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.runner import kind_of_cache
 from ctxlab.workshop.result import Column, Table
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.server_backend import ServerLLM
 
 
 @dataclass
@@ -28,7 +31,7 @@ class Summary:
     """One server as the probe's cheap sections saw it."""
 
     name: str  # the config's label (or "server" for --server)
-    server: Any  # ctxlab.workshop.server_backend.ServerLLM
+    server: ServerLLM
     cached: bool
     staircase: prefix.PrefixResult
     isolates: Figure
@@ -52,7 +55,7 @@ class Summary:
 
 
 def summarize(
-    name: str, server: Any, longest: int, staircase: prefix.PrefixResult | None = None
+    name: str, server: ServerLLM, longest: int, staircase: prefix.PrefixResult | None = None
 ) -> Summary:
     """The cheap probe sections on one server (the staircase reused when already measured)."""
     from ctxlab.workshop import server_demos

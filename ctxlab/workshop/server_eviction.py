@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxlab.errors import CtxlabError
 from ctxlab.probe import capacity, steptime
@@ -41,6 +41,11 @@ from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.demo_eviction import EvictionSection
+    from ctxlab.workshop.server_backend import ServerLLM
+
 
 ORDERS = ("grouped", "interleaved")
 MAX_REQUESTS = 96  # requests one order may send; a larger cache is "not measurable" here
@@ -63,7 +68,7 @@ class Sizing:
     sim_pool_tokens: int  # the simulator's pool: the cache as tokens
 
 
-def _client(server: Any, requests: int, tokens: int) -> ProbeClient:
+def _client(server: ServerLLM, requests: int, tokens: int) -> ProbeClient:
     """A client of the server with its own budget (the capacity section must stop)."""
     c = server.client
     return ProbeClient(c.base_url, c.model, c.api_key, Budget(requests, tokens), timeout=600.0)
@@ -130,7 +135,7 @@ def size(session: Session, page: int, fig: Figure, max_len: int) -> Sizing | str
     return Sizing(fig, kind, kept, groups, prefix, sim_pool)
 
 
-def profile_design(ev: Any, prefix: int, slots: int | None) -> steptime.ProfileDesign:
+def profile_design(ev: EvictionSection, prefix: int, slots: int | None) -> steptime.ProfileDesign:
     """Steps shaped like this demonstration's: suffixes, whole requests, decodes of one to
     `concurrency` requests at the requests' length."""
     request = prefix + ev.suffix_tokens
@@ -255,7 +260,7 @@ def _write_prediction(path: Path, runs: dict, s: Sizing, at: float) -> None:
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-def send_all(server: Any, jobs: list, ev: Any) -> dict:
+def send_all(server: ServerLLM, jobs: list, ev: EvictionSection) -> dict:
     """Every job arrives at once; at most `concurrency` in flight, in list order."""
     start = time.perf_counter()
     started = time.time()
