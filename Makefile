@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The workshop: seven demonstrations, predictions against observations, one report (it prints
+# The workshop: the demonstrations, predictions against observations, one report (it prints
 # where). `ctxlab tour --out out/tour` stays as the short walk.
 run: install
 	$(BIN)/ctxlab workshop --out out/workshop
