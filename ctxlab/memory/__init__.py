@@ -14,8 +14,9 @@ Public API (plain dataclasses, no torch at import):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ctxlab.lazy import lazy_attributes
 
 # Names resolve on first use, so `from ctxlab.memory.search import ...` (what `rag ask`
 # needs) does not import the agent, strategies, numpy and the rest of the package.
@@ -73,12 +74,7 @@ if TYPE_CHECKING:
     from ctxlab.memory.strategies import DESCRIPTIONS, STRATEGIES, Strategy, make_strategy
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _WHERE, globals())
 
 
 __all__ = [

@@ -14,9 +14,9 @@ Public API (plain dataclasses, no torch at import):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ctxlab.lazy import lazy_attributes
 from ctxlab.rag.ask import ask  # eager: the submodule `ask` would otherwise shadow it
 
 # Other names resolve on first use, so importing one module of the package (`rag ask` needs
@@ -58,12 +58,7 @@ if TYPE_CHECKING:
     from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _WHERE, globals())
 
 
 __all__ = [

@@ -41,7 +41,7 @@ from ctxlab.engine.sampling import SamplingParams
 from ctxlab.engine.sequence import RequestError, Sequence, Status
 from ctxlab.errors import CtxlabError
 from ctxlab.serve.disagg_channel import Channel, PeerGone, crc
-from ctxlab.serve.disagg_pages import layout_key, page_bytes, write_page
+from ctxlab.serve.disagg_pages import check_movable, layout_key, page_bytes, write_page
 
 log = logging.getLogger(__name__)
 LOG_ENV = "CTXLAB_DISAGG_LOG"
@@ -67,14 +67,7 @@ class _Transfer:
 
 class DecodeEngine:
     def __init__(self, engine: LLMEngine, channel: Channel, model_id: str):
-        if engine.policy is not None or engine.kv.kv_format is not None:
-            raise CtxlabError(
-                "disaggregated serving moves the plain cache: give no --policy or --kv-format."
-            )
-        if engine.kv.sliding:
-            raise CtxlabError(
-                "disaggregated serving does not support models with sliding-window layers yet."
-            )
+        check_movable(engine)
         self.engine = engine
         self.ch = channel
         self.block_size = engine.kv.block_size

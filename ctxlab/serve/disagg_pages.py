@@ -7,10 +7,28 @@ the storage. `layout_key` is what the two processes must agree on before any pag
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from ctxlab.errors import CtxlabError
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
+
+if TYPE_CHECKING:
+    from ctxlab.engine import LLMEngine
+
+
+def check_movable(engine: LLMEngine) -> None:
+    """Both sides move the plain float cache page by page: refuse what they cannot move."""
+    if engine.policy is not None or engine.kv.kv_format is not None:
+        raise CtxlabError(
+            "disaggregated serving moves the plain cache: give no --policy or --kv-format."
+        )
+    if engine.kv.sliding:
+        raise CtxlabError(
+            "disaggregated serving does not support models with sliding-window layers yet."
+        )
 
 
 def layout_key(layout: KVLayout, model_id: str) -> dict[str, object]:

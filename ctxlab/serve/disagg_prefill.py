@@ -34,7 +34,7 @@ from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.errors import CtxlabError
 from ctxlab.serve.disagg_channel import Channel, PeerGone, crc, listen
-from ctxlab.serve.disagg_pages import layout_key, read_page
+from ctxlab.serve.disagg_pages import check_movable, layout_key, read_page
 
 log = logging.getLogger(__name__)
 FAULT_ENV = "CTXLAB_DISAGG_FAULT"
@@ -76,14 +76,7 @@ class _Job:
 
 class PrefillWorker:
     def __init__(self, engine: LLMEngine, address: str, model_id: str):
-        if engine.policy is not None or engine.kv.kv_format is not None:
-            raise CtxlabError(
-                "disaggregated serving moves the plain cache: give no --policy or --kv-format."
-            )
-        if engine.kv.sliding:
-            raise CtxlabError(
-                "disaggregated serving does not support models with sliding-window layers yet."
-            )
+        check_movable(engine)
         self.engine = engine
         self.address = address
         self.key = layout_key(engine.kv.layout, model_id)
