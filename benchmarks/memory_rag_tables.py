@@ -31,7 +31,7 @@ from ctxlab.memory import MemoryConfig, compaction_report, conversation_fixture,
 from ctxlab.memory.budget import NOTE_POSITIONS
 from ctxlab.memory.engine_backend import EngineBackend
 from ctxlab.memory.strategies import STRATEGIES
-from ctxlab.rag import evaluate
+from ctxlab.rag.evaluate import evaluate
 
 
 def loadavg() -> str:

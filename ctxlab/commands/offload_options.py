@@ -9,7 +9,6 @@ from typing import Annotated, Protocol
 import typer
 
 from ctxlab.errors import CtxlabError
-from ctxlab.plan.units import parse_bytes
 
 OffloadBytesOpt = Annotated[
     str | None,
@@ -46,6 +45,8 @@ def check_offload(
     here, read from the model file's header)."""
     if offload_bytes is None and offload_dir is None:
         return None
+    from ctxlab.plan.units import parse_bytes  # here: `ctxlab.plan` imports numpy (GGUF)
+
     host = parse_bytes(offload_bytes, "--offload-bytes") if offload_bytes is not None else 0
     if host < 0:
         raise CtxlabError(f"--offload-bytes must be zero or more, got {offload_bytes}.")

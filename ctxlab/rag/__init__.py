@@ -19,6 +19,10 @@ from typing import TYPE_CHECKING
 from ctxlab.lazy import lazy_attributes
 from ctxlab.rag.ask import ask  # eager: the submodule `ask` would otherwise shadow it
 
+# `documents` and `evaluate` are submodules as well as functions; once either submodule is
+# imported its name on this package is the module, so import the functions from
+# `ctxlab.rag.documents` and `ctxlab.rag.evaluate` (they are not listed below).
+
 # Other names resolve on first use, so importing one module of the package (`rag ask` needs
 # a few) does not import evaluation, corpora and readers.
 _WHERE = {
@@ -30,12 +34,10 @@ _WHERE = {
     "corpus_fixture": "ctxlab.rag.corpus",
     "DocumentInfo": "ctxlab.rag.documents",
     "IngestResult": "ctxlab.rag.documents",
-    "documents": "ctxlab.rag.documents",
     "ingest": "ctxlab.rag.documents",
     "ingest_all": "ctxlab.rag.documents",
     "EXAMPLE_PRICES": "ctxlab.rag.evaluate",
     "EvalOptions": "ctxlab.rag.evaluate",
-    "evaluate": "ctxlab.rag.evaluate",
     "named_corpus": "ctxlab.rag.evaluate",
     "SourceDoc": "ctxlab.rag.readers",
     "collect": "ctxlab.rag.readers",
@@ -51,8 +53,8 @@ _WHERE = {
 if TYPE_CHECKING:
     from ctxlab.rag.answer import Answer, answer_chat, answer_questions
     from ctxlab.rag.corpus import CorpusFixture, GoldQuestion, corpus_fixture
-    from ctxlab.rag.documents import DocumentInfo, IngestResult, documents, ingest, ingest_all
-    from ctxlab.rag.evaluate import EXAMPLE_PRICES, EvalOptions, evaluate, named_corpus
+    from ctxlab.rag.documents import DocumentInfo, IngestResult, ingest, ingest_all
+    from ctxlab.rag.evaluate import EXAMPLE_PRICES, EvalOptions, named_corpus
     from ctxlab.rag.readers import SourceDoc, collect
     from ctxlab.rag.report import CostRow, EvalReport, RetrievalRow, TaskRow
     from ctxlab.rag.retriever import CorpusRetriever, Passage, order_passages
@@ -81,8 +83,6 @@ __all__ = [
     "ask",
     "collect",
     "corpus_fixture",
-    "documents",
-    "evaluate",
     "ingest",
     "ingest_all",
     "named_corpus",

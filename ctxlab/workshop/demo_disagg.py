@@ -133,7 +133,7 @@ def _start_prefill(session: Session, address: str, cpu: int | None, pool: int) -
     cfg, e = session.cfg, session.cfg.engine
     args = [sys.executable, "-c", "from ctxlab.cli import main; main()", "serve"]
     args += ["--role", "prefill", "--kv-socket", address, "--threads", "1"]
-    args += ["--model", cfg.model.source, "--dtype", cfg.model.dtype]
+    args += ["--model", cfg.model.source, "--weights", "fp32"]  # float32, as run() checked
     args += ["--kv-pool-tokens", str(pool), "--page-size", str(e.page_size)]
     args += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
     if cpu is not None:
@@ -235,12 +235,20 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.serve.disagg_decode import DecodeEngine
 
     cfg, e = DEMO.config(session.cfg), session.cfg.engine
+    why = None
     if any(getattr(session.loaded.config, "sliding_windows", ()) or ()):
-        res = DemoResult.of(DEMO, "not measurable")
-        res.summary = (
-            f"Not measurable on {session.cfg.model.source}: disaggregated serving does not move "
-            "sliding-window layers' caches yet."
+        why = (
+            f"on {session.cfg.model.source}: disaggregated serving does not move "
+            "sliding-window layers' caches yet"
         )
+    elif session.cfg.model.dtype != "float32":
+        why = (
+            f"at model.dtype {session.cfg.model.dtype}: the prefill process (`ctxlab serve "
+            "--role prefill`) keeps a float32 cache, and pages move only between equal layouts"
+        )
+    if why is not None:
+        res = DemoResult.of(DEMO, "not measurable")
+        res.summary = f"Not measurable {why}."
         res.notes.append(res.summary)
         return res
     res = DemoResult.of(DEMO, "run", "measured and modeled")

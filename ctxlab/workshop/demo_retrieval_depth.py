@@ -82,10 +82,9 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         CorpusRetriever,
         answer_questions,
         corpus_fixture,
-        evaluate,
     )
     from ctxlab.rag.answer import answer_chat
-    from ctxlab.rag.evaluate import evidence_chunks
+    from ctxlab.rag.evaluate import evaluate, evidence_chunks
     from ctxlab.rag.metrics import recall_at_k
     from ctxlab.rag.retriever import order_passages
 
