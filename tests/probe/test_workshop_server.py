@@ -128,7 +128,9 @@ def test_workshop_through_llamacpp_beside_ctxlab_serve(llama, paged, tmp_path):
 
 @pytest.mark.model
 def test_workshop_through_ctxlab_serve(paged, tmp_path):
-    results = workshop(tmp_path, "--server", paged)
+    # The demonstrations this test reads (2 and 3 through a server, 8 and 9 on the local
+    # engine are the test above's and the in-process run's): the suite stays inside CI's time.
+    results = workshop(tmp_path, "--server", paged, "--only", "1,4,5,6,7")
     assert results["server"]["engine"] == "ctxlab"
     demos = results["demos"]
     rows = {r[0]: r for r in demos["prefix_miss"]["tables"][0]["rows"]}
