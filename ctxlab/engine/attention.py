@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from ctxlab.engine.decode_attention import decode_attention
 from ctxlab.engine.decode_reads import DecodeReads
+from ctxlab.engine.kernels.paged_decode import serves as kernel_serves
 from ctxlab.engine.step_plan import PrefillItem, StepPlan, StepReadback
 from ctxlab.kv.store import KVStore
 
@@ -57,7 +58,8 @@ class PagedAttention:
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._reads = None
         if plan.decode_table is not None:
-            views = self.in_place and self.pool.views
+            # in-place runs feed the torch path only: not planned where the kernel reads
+            views = self.in_place and self.pool.views and not kernel_serves(self.pool)
             self._reads = DecodeReads(plan, self.layout, self.windows, views)
         self._chunk_masks = {}
 

@@ -99,15 +99,16 @@ def _pool_arrays(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
     except KeyError:
         pass
     except TypeError:  # not weakly referenceable: build the views each call
-        return _make_views(pool)
-    views = _make_views(pool)
+        return pool.decode_views()
+    views = pool.decode_views()
     _views[pool] = views
     return views
 
 
-def _make_views(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
-    """The pool's own numpy views of its storage (`decode_views`), or None (no kernel)."""
-    return pool.decode_views()
+def serves(pool: KVStore) -> bool:
+    """Whether the kernel reads this pool's plain decode calls (no extra rows, no probs), so
+    the torch path's in-place read plans would go unused."""
+    return _decide() is not None and pool.device.type == "cpu" and _pool_arrays(pool) is not None
 
 
 def paged_decode(
