@@ -38,6 +38,7 @@ from ctxlab.commands.options import (
     ThreadsOpt,
     WeightsOpt,
     engine_options,
+    output_file,
     refuse_gone_dtype,
     set_threads,
 )
@@ -86,6 +87,13 @@ def register(app: typer.Typer) -> None:
         offload_dir: OffloadDirOpt = None,
         threads: ThreadsOpt = None,
         log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level."),
+        step_log: Path = typer.Option(
+            None,
+            "--step-log",
+            help="Append every engine step (its prefill/decode load, seconds, start and the "
+            "idle time before it) to this .jsonl file: what the server really did, to set "
+            "beside a step profile or the simulator.",
+        ),
         role: str = RoleOpt,
         disaggregated: bool = DisaggOpt,
         kv_socket: str = KVSocketOpt,
@@ -110,6 +118,13 @@ def register(app: typer.Typer) -> None:
         from ctxlab.serve.server import check_log_level
 
         check_log_level(log_level)
+        if step_log is not None:
+            output_file(step_log, ".jsonl", "--step-log")
+            if disaggregated or role != "colocated":
+                raise CtxlabError(
+                    "--step-log records one colocated engine's steps; give it without "
+                    "--disaggregated or --role."
+                )
         _check_max_model_len(max_model_len, model_positions(model))  # before the model loads
         set_threads(threads)
         roles.pin()
@@ -160,7 +175,9 @@ def register(app: typer.Typer) -> None:
         from ctxlab.serve.server import serve as run
 
         name = served_model_name or model
-        settings = ServeSettings(name, max_waiting, request_timeout, metrics_prefix, tenants)
+        settings = ServeSettings(
+            name, max_waiting, request_timeout, metrics_prefix, tenants, step_log
+        )
         app_ = create_app(engine, settings)
         if roles.is_decode:
             engine.attach_metrics(app_.state.metrics.registry, metrics_prefix, name)

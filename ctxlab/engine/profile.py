@@ -53,19 +53,23 @@ class StepRecord:
 
 
 class StepRecorder:
-    """Times `engine.step()` and counts what each step computed."""
+    """Times `engine.step()` and counts what each step computed.
 
-    def __init__(self, engine: LLMEngine) -> None:
+    Records are kept in `steps` (or `skipped`), or handed to `sink` instead when one is given
+    (a server's step log, which must not grow in memory)."""
+
+    def __init__(self, engine: LLMEngine, sink: Callable[[StepRecord], None] | None = None) -> None:
         self.engine = engine
+        self.sink = sink
         self.steps: list[StepRecord] = []
         self.skipped: list[StepRecord] = []
 
-    def step(self, keep: bool = True) -> list[TokenEvent]:
+    def step(self, keep: bool = True, detokenize: bool = False) -> list[TokenEvent]:
         """One engine step; `keep=False` files it under `skipped` (a setup step)."""
         live = [s for s in self.engine.seqs.values() if not s.finished]
         before = [(s.num_computed, s.admitted) for s in live]
         t0 = time.perf_counter()
-        events = self.engine.step()
+        events = self.engine.step(detokenize=detokenize)
         seconds = time.perf_counter() - t0
         pt = pk = dt = dk = 0
         for seq, (c, admitted) in zip(live, before, strict=True):
@@ -83,7 +87,11 @@ class StepRecorder:
                 pt += n
                 pk += attended_keys(c + n) - attended_keys(c)
         kind = "mixed" if pt and dt else ("prefill" if pt else "decode")
-        (self.steps if keep else self.skipped).append(StepRecord(kind, pt, pk, dt, dk, seconds))
+        record = StepRecord(kind, pt, pk, dt, dk, seconds)
+        if self.sink is not None:
+            self.sink(record)
+        else:
+            (self.steps if keep else self.skipped).append(record)
         return events
 
 

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,6 +31,7 @@ from ctxlab.serve.errors import APIError, error_body, install_handlers, validati
 from ctxlab.serve.metrics import ServeMetrics
 from ctxlab.serve.protocol import ChatCompletionRequest, CompletionRequest
 from ctxlab.serve.responses import DONE, Reply, finish_reason, sse
+from ctxlab.serve.step_log import StepLog
 from ctxlab.serve.tenants import Tenants, cache_salt
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
@@ -44,6 +46,7 @@ class ServeSettings:
     request_timeout: float = 600.0
     metrics_prefix: str = "ctxlab"
     tenants: Tenants | None = None
+    step_log: Path | None = None  # write every engine step here (JSON lines)
 
 
 class _ClientGone(Exception):
@@ -53,7 +56,8 @@ class _ClientGone(Exception):
 def create_app(engine: LLMEngine, settings: ServeSettings) -> FastAPI:
     metrics = ServeMetrics(settings.model_name, settings.metrics_prefix)
     metrics.describe_cache(engine)
-    loop = EngineLoop(engine, metrics, settings.max_waiting, settings.request_timeout)
+    step_log = None if settings.step_log is None else StepLog(engine, settings.step_log)
+    loop = EngineLoop(engine, metrics, settings.max_waiting, settings.request_timeout, step_log)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -33,6 +33,7 @@ from ctxlab.engine.request import RequestOutput, TokenEvent
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.errors import CtxlabError
 from ctxlab.serve.metrics import ServeMetrics
+from ctxlab.serve.step_log import StepLog
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,10 @@ class EngineLoop:
         metrics: ServeMetrics,
         max_waiting: int = 256,
         request_timeout: float = 600.0,
+        step_log: StepLog | None = None,
     ):
         self.engine = engine
+        self.step_log = step_log
         self.metrics = metrics
         self.max_waiting = max_waiting
         self.request_timeout = request_timeout
@@ -202,7 +205,10 @@ class EngineLoop:
             self._expire(out)
             if engine.has_unfinished():
                 try:
-                    events = engine.step(detokenize=True)
+                    if self.step_log is not None:
+                        events = self.step_log.step(detokenize=True)
+                    else:
+                        events = engine.step(detokenize=True)
                 except Exception:  # a scheduler-level fault: fail what is in flight, go on
                     log.exception("an engine step failed outside any one request")
                     events = []
@@ -216,6 +222,8 @@ class EngineLoop:
             self._deliver(out)
         for t in list(self._tickets.values()):  # shutting down: stop what is left
             self._abort(t, [], "done")
+        if self.step_log is not None:
+            self.step_log.close()
 
     def _next_deadline(self) -> float | None:
         if not self._tickets:
