@@ -145,6 +145,12 @@ def register(app: typer.Typer) -> None:
         profile: Path | None = typer.Option(
             None, "--profile", help="Measured step-time profile JSON (from ctxlab profile)."
         ),
+        step_scale: float = typer.Option(
+            1.0,
+            "--step-scale",
+            help="Multiply every step's time (roofline or profile): how far the prediction "
+            "moves if the step price is off, e.g. --sweep step-scale=0.95,1,1.05.",
+        ),
         hash_block: int = typer.Option(
             512, "--hash-block", min=1, help="Tokens per trace hash id (Mooncake: 512)."
         ),
@@ -222,6 +228,7 @@ def register(app: typer.Typer) -> None:
             memory_efficiency=memory_efficiency,
             step_overhead=step_overhead,
             profile=None if profile is None else str(profile),
+            step_scale=step_scale,
         )
         chosen = gpus is None
         cfg = cfg.with_(gpus=fewest_gpus(spec, dev, cfg) if gpus is None else gpus)

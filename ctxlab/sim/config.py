@@ -43,6 +43,7 @@ class SimConfig:
     memory_efficiency: float = 0.8
     step_overhead: float = 0.0005
     profile: str | None = None
+    step_scale: float = 1.0  # every step's time x this: the prediction's sensitivity to price
 
     def __post_init__(self) -> None:
         positive = {
@@ -55,6 +56,7 @@ class SimConfig:
             "KV transfer bandwidth": self.kv_transfer_bandwidth,
             "TTFT SLO": self.slo_ttft,
             "TPOT SLO": self.slo_tpot,
+            "step-time scale": self.step_scale,
         }
         for what, value in positive.items():
             if not (0 < value < math.inf):  # NaN fails too

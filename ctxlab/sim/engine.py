@@ -27,6 +27,7 @@ from ctxlab.errors import CtxlabError
 from ctxlab.sim.admission import Admission
 from ctxlab.sim.config import Setup
 from ctxlab.sim.state import DECODE, DONE, PREFILL, WAITING, Counters, Seq, Timeline
+from ctxlab.sim.steptime import StepTime
 from ctxlab.sim.trace import Request
 
 
@@ -36,7 +37,7 @@ class Simulator:
     def __init__(
         self,
         setup: Setup,
-        step_time: object,
+        step_time: StepTime,
         block_tokens: int,
         prefix_reuse: bool = True,
         prefill_only: bool = False,

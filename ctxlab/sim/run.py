@@ -24,7 +24,12 @@ from ctxlab.sim.config import Setup, SimConfig, resolve
 from ctxlab.sim.engine import Simulator
 from ctxlab.sim.metrics import summarize
 from ctxlab.sim.state import Counters, Seq, Timeline
-from ctxlab.sim.steptime import ProfileStepTime, RooflineStepTime
+from ctxlab.sim.steptime import (
+    ProfileStepTime,
+    RooflineStepTime,
+    ScaledStepTime,
+    StepTime,
+)
 from ctxlab.sim.trace import Trace
 
 
@@ -41,18 +46,21 @@ class SimResult:
     seqs: list[Seq] = field(default_factory=list)
 
 
-def make_step_time(setup: Setup, gpus: int):
+def make_step_time(setup: Setup, gpus: int) -> StepTime:
     cfg = setup.config
+    step: StepTime
     if cfg.profile:
-        return ProfileStepTime(cfg.profile)
-    return RooflineStepTime(
-        setup.cost,
-        setup.device,
-        gpus=gpus,
-        compute_efficiency=cfg.compute_efficiency,
-        memory_efficiency=cfg.memory_efficiency,
-        overhead_s=cfg.step_overhead,
-    )
+        step = ProfileStepTime(cfg.profile)
+    else:
+        step = RooflineStepTime(
+            setup.cost,
+            setup.device,
+            gpus=gpus,
+            compute_efficiency=cfg.compute_efficiency,
+            memory_efficiency=cfg.memory_efficiency,
+            overhead_s=cfg.step_overhead,
+        )
+    return step if cfg.step_scale == 1 else ScaledStepTime(step, cfg.step_scale)
 
 
 def simulate(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -185,6 +186,33 @@ class RooflineStepTime:
         return np.maximum(flops / self.flops_rate, mem / self.byte_rate) + self.overhead
 
 
+class StepTime(Protocol):
+    """What the simulator asks of a step-time model."""
+
+    label: str
+
+    def seconds(self, load: StepLoad) -> float: ...
+
+    def decode_stretch(self, contexts: np.ndarray, steps: int) -> np.ndarray: ...
+
+
+class ScaledStepTime:
+    """Another model's step times x `scale`. A queue amplifies a step-price error (near
+    saturation a 5 % slower step moves p50 TTFT by far more than 5 %), so a prediction is
+    worth reading beside the same run at a slightly slower and faster step."""
+
+    def __init__(self, inner: StepTime, scale: float) -> None:
+        self.inner = inner
+        self.scale = scale
+        self.label = f"{inner.label}, every step x {scale:g}"
+
+    def seconds(self, load: StepLoad) -> float:
+        return self.scale * self.inner.seconds(load)
+
+    def decode_stretch(self, contexts: np.ndarray, steps: int) -> np.ndarray:
+        return self.scale * self.inner.decode_stretch(contexts, steps)
+
+
 def _stretch_keys(contexts: np.ndarray, j: np.ndarray, window: int | None) -> np.ndarray:
     """Per step j: sum over requests of min(c + 1 + j, window)."""
     if window is None:
@@ -241,6 +269,12 @@ class ProfileStepTime:
             + c[3] * load.decode_tokens
             + c[4] * load.decode_keys_full
         )
+
+    def price(self, step: dict[str, float]) -> float:
+        """Seconds the fit gives one step written in the profile format (e.g. a line of
+        `ctxlab serve --step-log`), to set beside the seconds it really took."""
+        load = [float(step.get(k, 0)) for k in _FEATURES]
+        return float(self.coef[0] + np.dot(self.coef[1:], load))
 
     def decode_stretch(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         c = self.coef

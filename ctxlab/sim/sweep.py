@@ -14,6 +14,7 @@ SWEEPABLE: dict[str, tuple[str, Callable[[str], object]]] = {
     "page-size": ("page_size", int),
     "chunk-tokens": ("chunk_tokens", int),
     "offload-bytes": ("offload_bytes", lambda v: parse_bytes(v, "offload tier size")),
+    "step-scale": ("step_scale", float),
 }
 
 

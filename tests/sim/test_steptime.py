@@ -65,3 +65,34 @@ def test_disaggregated_ttft_includes_the_transfer(llama8b, h100):
     per_token = a.setup.cost.kv_bytes_per_token
     shortest = min(-(-r.input_len // 16) * 16 for r in trace.requests) * per_token
     assert a.metrics["ttft_p50"] - b.metrics["ttft_p50"] >= shortest / 1e8 * 0.99
+
+
+def test_step_scale_stretches_every_step_and_the_queue_amplifies_it(llama8b, h100):
+    """A lone request's TTFT and E2E scale exactly; under load p50 TTFT moves by more than the
+    scale (queueing), which is why a prediction is read beside a slower and faster step."""
+    lone = generate_from_spec("n=1,rate=1,input=2000,output=50")
+    base = simulate(lone, llama8b, h100, SimConfig(unlimited=True))
+    slow = simulate(lone, llama8b, h100, SimConfig(unlimited=True, step_scale=1.1))
+    for key in ("ttft_p50", "e2e_p50"):
+        assert slow.metrics[key] == pytest.approx(1.1 * base.metrics[key], rel=1e-9)
+    assert slow.step_model.endswith("every step x 1.1")
+    busy = generate_from_spec("n=300,rate=40,input=4000,output=100,seed=1")
+    cfg = SimConfig(unlimited=True, chunk_tokens=2048, max_running=64)
+    runs = [simulate(busy, llama8b, h100, cfg.with_(step_scale=s)) for s in (1.0, 1.1)]
+    ratio = runs[1].metrics["ttft_p50"] / runs[0].metrics["ttft_p50"]
+    assert ratio > 1.1, f"p50 TTFT moved only x{ratio:.3f} for steps x1.1"
+    with pytest.raises(CtxlabError, match="step-time scale must be a positive number"):
+        SimConfig(step_scale=0)
+
+
+def test_a_profile_prices_its_own_steps_with_its_fit(tmp_path):
+    steps = [
+        {"prefill_tokens": pt, "prefill_keys": pt * (pt + 1) // 2, "decode_tokens": dt,
+         "decode_keys": dt * 300, "seconds": 0.01 + 0.001 * pt + 0.002 * dt}
+        for pt, dt in [(64, 0), (128, 0), (0, 4), (0, 8), (32, 2), (256, 1)]
+    ]  # fmt: skip
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": PROFILE_FORMAT, "steps": steps}))
+    fit = ProfileStepTime(path)
+    for s in steps:
+        assert fit.price(s) == pytest.approx(s["seconds"], rel=1e-6)
