@@ -9,7 +9,7 @@ import torch
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.errors import CtxlabError
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_torch_thread")]
 
 N_OUT = 64
 PROMPTS = [
@@ -22,15 +22,6 @@ PROMPTS = [
     "How long is the journey in hours and minutes?\nA:",
 ]
 GREEDY = SamplingParams(max_tokens=N_OUT, ignore_eos=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """On a shared 2-core machine one thread avoids OpenMP oversubscription stalls."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @torch.inference_mode()

@@ -26,15 +26,7 @@ import ctxlab.hf
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.policy import make_policy
 
-pytestmark = pytest.mark.model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")

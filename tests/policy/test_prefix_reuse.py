@@ -17,18 +17,9 @@ checked.
 from __future__ import annotations
 
 import pytest
-import torch
 from golden_policies import BLOCK, case_id, cases, engine_for, generate_recording, prompts
 
-pytestmark = pytest.mark.model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def first_budget_cases() -> list[dict]:

@@ -4,13 +4,12 @@ request's failure staying that request's (the issue's SnapKV repro), on the defa
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ctxlab.engine import LLM, RequestFailedError, SamplingParams
 from ctxlab.engine.runner import Runner
 from ctxlab.errors import CtxlabError
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_torch_thread")]
 
 GREEDY = SamplingParams(max_tokens=8, ignore_eos=True)
 LONGER = SamplingParams(max_tokens=20, ignore_eos=True)
@@ -23,14 +22,6 @@ TEXTS = [
     "Q: A train leaves the station at 9:40 in the morning and arrives in the city at 13:05. "
     "How long is the journey in hours and minutes? Show the subtraction step by step.\nA:",
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,12 @@ import time
 
 import httpx
 import pytest
-import torch
 
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.engine.runner import Runner
 from tests.serve.conftest import in_process, metric
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_torch_thread")]
 
 LONG = (
     "The history of the printing press begins in the fifteenth century, when a goldsmith in "
@@ -26,14 +25,6 @@ LONG = (
     "three reasons, name one early printed book, and compare the cost of a printed page with "
     "the cost of a page copied by hand in a monastery scriptorium of the same decade."
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
