@@ -37,7 +37,6 @@ class StepLog:
         self._start = 0.0  # wall clock at the start of the running step
         self._idle: float | None = None
         self._last_end: float | None = None  # perf_counter at the end of the last step
-        self.path = path
 
     def step(self, detokenize: bool) -> list[TokenEvent]:
         now = time.perf_counter()
