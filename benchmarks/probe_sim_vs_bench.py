@@ -181,9 +181,11 @@ def one_round(trace: Path, work: Path) -> Round:
     profiles = [Path(d["profile_file"]) for d in (doc, after)]
     steps = replay_steps(log, begin, end)
     own = own_profile(steps, work / "replay-own-steps.json")
-    sims = [simulate(trace, prof, page, pool) for prof in (*profiles, own)]
+    # the probe before's prediction is the sweep's x 1 run
     sweep = simulate(trace, profiles[0], page, pool, "--sweep", f"step-scale={SCALES}")
-    sensitivity = {r["value"]: r["ttft_p50"] * 1e3 for r in sweep["sweep"]["runs"]}
+    runs = {r["value"]: r for r in sweep["sweep"]["runs"]}
+    sensitivity = {k: r["ttft_p50"] * 1e3 for k, r in runs.items()}
+    sims = [runs["1"], *(simulate(trace, prof, page, pool) for prof in (profiles[1], own))]
     kept = {
         "observed": obs,
         "predicted": dict(

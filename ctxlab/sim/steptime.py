@@ -261,20 +261,23 @@ class ProfileStepTime:
         self.source = str(path)
 
     def seconds(self, load: StepLoad) -> float:
-        c = self.coef
-        return float(
-            c[0]
-            + c[1] * load.prefill_tokens
-            + c[2] * load.prefill_keys_full
-            + c[3] * load.decode_tokens
-            + c[4] * load.decode_keys_full
+        return self._fit(
+            load.prefill_tokens, load.prefill_keys_full, load.decode_tokens, load.decode_keys_full
         )
 
     def price(self, step: dict[str, float]) -> float:
         """Seconds the fit gives one step written in the profile format (e.g. a line of
         `ctxlab serve --step-log`), to set beside the seconds it really took."""
-        load = [float(step.get(k, 0)) for k in _FEATURES]
-        return float(self.coef[0] + np.dot(self.coef[1:], load))
+        return self._fit(*(float(step.get(k, 0)) for k in _FEATURES))
+
+    def _fit(self, prefill_tokens: float, prefill_keys: float, decode_tokens: float,
+             decode_keys: float) -> float:  # fmt: skip
+        """The fitted line at one step's four features (in `_FEATURES` order)."""
+        c = self.coef
+        return float(
+            c[0] + c[1] * prefill_tokens + c[2] * prefill_keys + c[3] * decode_tokens
+            + c[4] * decode_keys
+        )  # fmt: skip
 
     def decode_stretch(self, contexts: np.ndarray, steps: int) -> np.ndarray:
         c = self.coef
