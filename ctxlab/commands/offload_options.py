@@ -62,7 +62,7 @@ def check_offload(
             f"{kv_format}."
         )
     if model is not None:
-        from ctxlab.commands.options import has_sliding_layers
+        from ctxlab.engine_options import has_sliding_layers
         from ctxlab.model.registry import resolve_model_path
 
         if has_sliding_layers(resolve_model_path(model)):
