@@ -1,10 +1,11 @@
 """Rerun the tests that pin float-sensitive choices under a lower instruction set.
 
-`make test` runs the suite on the CPU's best kernels, then this script reruns the golden
-policy record, the parity tests and the policy tests with torch's ATen kernels, MKL and
-oneDNN held one instruction set lower (AVX-512 -> AVX2, AVX2 -> no vector extensions), on
-the same machine. A record or a tolerance that only holds on one CPU generation fails here,
-not on a user's machine. On a CPU with nothing lower to fall back to it says so and passes.
+`make test` runs the suite on the CPU's best kernels, then this script reruns the tests marked
+`isa` (the golden policy records, the parity tests: whatever pins a choice or a value that
+float kernels can move) with torch's ATen kernels, MKL and oneDNN held one instruction set
+lower (AVX-512 -> AVX2, AVX2 -> no vector extensions), on the same machine. A record or a
+tolerance that only holds on one CPU generation fails here, not on a user's machine. On a
+CPU with nothing lower to fall back to it says so and passes.
 
     .venv/bin/python tests/second_isa.py [extra pytest args]
 """
@@ -20,11 +21,8 @@ LOWER: dict[str, tuple[str, str, str]] = {
     "AVX512": ("avx2", "AVX2", "AVX2"),
     "AVX2": ("default", "SSE4_2", "SSE41"),
 }
-TESTS = (
-    "tests/policy",
-    "tests/model/test_parity.py",
-    "tests/hf/test_hf_engine_parity.py",
-)
+# chosen by marker, not by folder: a float-sensitive test anywhere is rerun, nothing else is
+SELECT = ("tests", "-m", "isa")
 PROBE = "import torch; print(torch.backends.cpu.get_cpu_capability())"
 
 
@@ -50,7 +48,7 @@ def main() -> int:
     if lowered == native:
         print("error: torch ignored ATEN_CPU_CAPABILITY; the second run would prove nothing.")
         return 1
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *sys.argv[1:]]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SELECT, *sys.argv[1:]]
     return subprocess.run(cmd, env=env).returncode
 
 

@@ -26,7 +26,7 @@ import ctxlab.hf
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.policy import make_policy
 
-pytestmark = [pytest.mark.model, pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = [pytest.mark.model, pytest.mark.isa, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")

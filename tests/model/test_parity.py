@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from ctxlab.model import DenseBackend, greedy_generate_batch, load_model  # noqa: E402
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.isa]
 
 PARAGRAPH = (
     "Section {i}. The harbour town kept its ledgers in a stone tower by the water. Each "

@@ -26,7 +26,7 @@ from golden_policies import (
     unexplained_differences,
 )
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.isa]
 
 
 @pytest.fixture(scope="module", autouse=True)

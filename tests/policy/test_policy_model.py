@@ -16,7 +16,7 @@ import torch
 
 from ctxlab.engine import LLM, LLMEngine, SamplingParams
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.isa]
 
 
 @pytest.fixture(scope="module", autouse=True)
