@@ -1,4 +1,4 @@
-"""`ctxlab tour`: the main job of `make run` until the workshop exists.
+"""`ctxlab tour`: a short walk through the package (`make run` runs the workshop).
 
 A short end-to-end walk through what works today, as a list of steps. Each step prints its
 tables and returns the files it wrote under the output folder; later parts of the package
@@ -245,7 +245,7 @@ def tour(
         False, "--no-model", help="Skip the steps that run the real model (seconds, not minutes)."
     ),
 ) -> None:
-    """A short end-to-end tour of what ctxlab does today (the main job of `make run`)."""
+    """A short end-to-end tour of what ctxlab does (minutes; `make run` runs the workshop)."""
     console = Console()
     output_dir(out)
     written: list[Path] = []
