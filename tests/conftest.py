@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import ctxlab_server, llamacpp_server  # noqa: F401 (session servers)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; ctxlab/__init__
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -1,7 +1,8 @@
-"""Servers for the probe tests: `ctxlab serve` (the serving tests' helper), llama.cpp's
-server from the xllamacpp wheel, and scripted stand-ins (standard library, in a thread) for
-the failures a real server is hard to make on demand: a refused key, a server that is not
-OpenAI-compatible, one that dies mid-run (and a chat endpoint that records its calls)."""
+"""Servers for the probe tests: `ctxlab serve` and llama.cpp's server from the xllamacpp
+wheel (tests/servers.py: the session's shared ones, or a test's own), and scripted
+stand-ins (standard library, in a thread) for the failures a real server is hard to make on
+demand: a refused key, a server that is not OpenAI-compatible, one that dies mid-run (and a
+chat endpoint that records its calls)."""
 
 from __future__ import annotations
 
@@ -20,55 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import (  # noqa: F401 (fixtures)
-    ROOT,
-    ctxlab_serve,
-    serve_model,
-    stop,
-    wait_healthy,
-)
-
-_LLAMACPP = """
-import sys, time, socket, xllamacpp
-path, parallel, ctx, ram = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-p = xllamacpp.CommonParams()
-p.model.path = path
-p.port = port
-p.n_parallel = parallel
-p.n_ctx = ctx
-p.cache_ram_mib = ram
-p.cpuparams.n_threads = 1
-p.cpuparams_batch.n_threads = 1
-p.endpoint_metrics = True
-server = xllamacpp.Server(p)
-print(f"ready http://127.0.0.1:{port}", flush=True)
-while True:
-    time.sleep(3600)
-"""
-
-
-@contextlib.contextmanager
-def llamacpp_serve(parallel: int = 2, ctx: int = 4096, cache_ram_mib: int = 0) -> Iterator[str]:
-    """llama.cpp's server on the default GGUF, on a free loopback port; yield its URL."""
-    pytest.importorskip("xllamacpp")
-    from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
-
-    gguf = str(packaged_path(REGISTRY[DEFAULT_MODEL]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-c", _LLAMACPP, gguf, str(parallel), str(ctx), str(cache_ram_mib)]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        if not line.startswith("ready "):
-            raise RuntimeError(f"llama.cpp's server did not start: {line!r}")
-        url = line.split()[1]
-        wait_healthy(url, proc, 120, "llama.cpp's server")
-        yield url
-    finally:
-        stop(proc)
+from tests.cli.conftest import run_in_process
+from tests.serve.conftest import serve_model  # noqa: F401 (fixture)
+from tests.servers import ROOT, ctxlab_serve, llamacpp_serve, stop, wait_healthy  # noqa: F401
 
 
 @dataclass
@@ -168,11 +123,34 @@ def free_port() -> int:
     return port
 
 
-def probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """`ctxlab probe ARGS` in its own process (as a user runs it)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", "from ctxlab.cli import main; main()", "probe", *args]
+def installed(command: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`ctxlab COMMAND ARGS` through the installed script, in its own process (as a user's
+    shell runs it): each command family keeps one such smoke test; the rest run in-process."""
+    script = Path(sys.executable).parent / "ctxlab"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(script), command, *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`ctxlab probe ARGS` through the installed script, in its own process."""
+    return installed("probe", *args, timeout=timeout)
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """`ctxlab ARGS` in this process through the CLI's own entry point: `cli("probe", ...)`."""
+    return lambda *args: run_in_process(monkeypatch, capsys, *args)
+
+
+@pytest.fixture
+def keep_torch_threads() -> Iterator[None]:
+    """Restore torch's thread count after an in-process workshop (its config sets it)."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
 
 
 def report(path: Path) -> dict[str, Any]:

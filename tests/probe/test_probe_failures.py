@@ -1,5 +1,8 @@
 """Bad input and broken servers: one sentence each, the documented exit code, and the
-sections finished before a server died kept in the report."""
+sections finished before a server died kept in the report.
+
+`ctxlab probe` runs in this process through the CLI's own entry point (`cli`); one test runs
+the installed `ctxlab` script in its own process, as a user's shell does."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from tests.probe.conftest import Script, free_port, probe_cli, report, stand_in
 
 
 def test_unreachable_url_is_one_sentence(tmp_path):
+    """The smoke test of the installed script: a fresh process, as a user runs it."""
     res = probe_cli(
         "--server", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path / "p.json")
     )
@@ -15,43 +19,43 @@ def test_unreachable_url_is_one_sentence(tmp_path):
     assert "Traceback" not in res.stderr
 
 
-def test_url_with_v1_or_no_scheme_is_refused(tmp_path):
+def test_url_with_v1_or_no_scheme_is_refused(cli, tmp_path):
     for url in ("http://127.0.0.1:1/v1", "127.0.0.1:8000"):
-        res = probe_cli("--server", url, "--out", str(tmp_path / "p.json"))
-        assert res.returncode == 2 and res.stderr.startswith("error: --server"), res.stderr
+        res = cli("probe", "--server", url, "--out", str(tmp_path / "p.json"))
+        assert res.code == 2 and res.err.startswith("error: --server"), res.err
 
 
-def test_wrong_key_is_401(tmp_path):
+def test_wrong_key_is_401(cli, tmp_path):
     with stand_in(Script(status=401)) as url:
-        res = probe_cli(
-            "--server", url, "--api-key", "sk-wrong-key", "--out", str(tmp_path / "p.json")
+        res = cli(
+            "probe", "--server", url, "--api-key", "sk-wrong-key", "--out", str(tmp_path / "p.json")
         )
-    assert res.returncode == 2
-    assert "refused the API key (HTTP 401)" in res.stderr
-    assert "sk-wrong-key" not in res.stderr
+    assert res.code == 2
+    assert "refused the API key (HTTP 401)" in res.err
+    assert "sk-wrong-key" not in res.err
 
 
-def test_not_openai_compatible(tmp_path):
+def test_not_openai_compatible(cli, tmp_path):
     with stand_in(Script(models_body="<html>hello</html>")) as url:
-        res = probe_cli("--server", url, "--out", str(tmp_path / "p.json"))
-    assert res.returncode == 2
-    assert "is not an OpenAI-compatible server" in res.stderr
+        res = cli("probe", "--server", url, "--out", str(tmp_path / "p.json"))
+    assert res.code == 2
+    assert "is not an OpenAI-compatible server" in res.err
 
 
-def test_model_it_does_not_serve(tmp_path):
+def test_model_it_does_not_serve(cli, tmp_path):
     with stand_in(Script()) as url:
-        res = probe_cli("--server", url, "--model", "gpt-x", "--out", str(tmp_path / "p.json"))
-    assert res.returncode == 2
-    assert "does not serve model 'gpt-x'; it serves m" in res.stderr
+        res = cli("probe", "--server", url, "--model", "gpt-x", "--out", str(tmp_path / "p.json"))
+    assert res.code == 2
+    assert "does not serve model 'gpt-x'; it serves m" in res.err
 
 
-def test_server_that_dies_mid_run_keeps_partial_results(tmp_path):
+def test_server_that_dies_mid_run_keeps_partial_results(cli, tmp_path):
     out = tmp_path / "p.json"
     with stand_in(Script(die_after=6)) as url:
-        res = probe_cli("--server", url, "--sections", "prefix,isolation", "--longest", "40",
-                        "--out", str(out))  # fmt: skip
-    assert res.returncode == 3, res.stderr
-    last = res.stderr.strip().splitlines()[-1]
+        res = cli("probe", "--server", url, "--sections", "prefix,isolation", "--longest", "40",
+                  "--out", str(out))  # fmt: skip
+    assert res.code == 3, res.err
+    last = res.err.strip().splitlines()[-1]
     assert last.startswith("error: the server at http://127.0.0.1:")
     assert "stopped answering" in last and str(out) in last
     doc = report(out)
@@ -60,13 +64,13 @@ def test_server_that_dies_mid_run_keeps_partial_results(tmp_path):
     assert doc["token_rule"].startswith("prompt tokens = words + 0")
 
 
-def test_budget_caps_are_announced_and_kept(tmp_path):
+def test_budget_caps_are_announced_and_kept(cli, tmp_path):
     out = tmp_path / "p.json"
     with stand_in(Script()) as url:
-        res = probe_cli("--server", url, "--sections", "prefix", "--max-requests", "10",
-                        "--out", str(out))  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    assert "it will send at most 10 requests" in res.stderr
+        res = cli("probe", "--server", url, "--sections", "prefix", "--max-requests", "10",
+                  "--out", str(out))  # fmt: skip
+    assert res.code == 0, res.err
+    assert "it will send at most 10 requests" in res.err
     doc = report(out)
     assert doc["sent"]["requests"] <= 10
     assert "prefix" in doc["not_run"]

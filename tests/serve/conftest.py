@@ -1,72 +1,15 @@
-"""Servers for the serving tests: a real `ctxlab serve` process on a free loopback port (one
-per test module), or the app in a thread of this process over an engine a test built."""
+"""Servers for the serving tests: a real `ctxlab serve` process (tests/servers.py: the
+session's shared one, or a test's own), or the app in a thread of this process over an
+engine a test built."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
-import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@contextlib.contextmanager
-def ctxlab_serve(
-    *args: str, timeout: float = 180.0, while_starting: Callable[[], object] | None = None
-) -> Iterator[str]:
-    """Start `ctxlab serve --port 0 ARGS`; yield its base URL; stop it at the end.
-
-    `while_starting` runs while the server loads its model (e.g. the test's own model load:
-    two processes load in parallel on two cores)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    main = "from ctxlab.cli import main; main()"
-    cmd = [sys.executable, "-c", main, "serve", "--port", "0", "--threads", "1", *args]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
-    )
-    try:
-        if while_starting is not None:
-            while_starting()
-        line = proc.stdout.readline() if proc.stdout else ""
-        if not line.startswith("ready "):
-            err = proc.stderr.read() if proc.stderr else ""
-            raise RuntimeError(f"ctxlab serve did not start: {line!r} {err[-2000:]}")
-        url = line.split()[1]
-        wait_healthy(url, proc, timeout, "ctxlab serve")
-        yield url
-    finally:
-        stop(proc)
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float, what: str) -> None:
-    """Poll `url`/health until it answers 200; RuntimeError if `proc` dies or time runs out."""
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > end:
-            raise RuntimeError(f"{what} did not become healthy")
-        time.sleep(0.1)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Terminate a server process, killing it if it does not exit within 20 s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+from tests.servers import ROOT, ctxlab_serve, stop, wait_healthy  # noqa: F401 (helpers)
 
 
 @contextlib.contextmanager
