@@ -25,7 +25,7 @@ from ctxlab.engine_options import KV_FORMATS as KV_FORMATS
 from ctxlab.engine_options import WEIGHT_FORMATS as WEIGHT_FORMATS
 from ctxlab.engine_options import EngineOptions
 from ctxlab.errors import CtxlabError
-from ctxlab.inputs import SEED_MAX
+from ctxlab.inputs import SEED_MAX, check_input_file
 
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 
@@ -240,12 +240,9 @@ def _parent_folder(path: Path, flag: str) -> None:
 
 
 def input_file(path: Path, flag: str, what: str = "file") -> Path:
-    """An existing file to read; a missing path or a folder is one sentence that says which."""
-    if path.is_dir():
-        raise CtxlabError(f"{flag} {path} is a directory; give a {what}.")
-    if not path.exists():
-        raise CtxlabError(f"{flag} {path} does not exist.")
-    return path
+    """An existing regular file to read; anything else (missing, a folder, a FIFO, a link
+    loop) is one sentence that says what the path is instead (`inputs.check_input_file`)."""
+    return check_input_file(path, flag, f"a {what}")
 
 
 def one_source(

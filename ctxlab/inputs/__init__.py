@@ -6,6 +6,7 @@ here imports torch, so `arch`, `plan` and `sim` use it too.
 """
 
 from ctxlab.inputs.numbers import SEED_MAX, check_finite, check_positive, check_seed
+from ctxlab.inputs.paths import check_input_file, read_file_bytes, shown
 from ctxlab.inputs.structured import (
     MAX_DEPTH,
     load_json,
@@ -19,6 +20,7 @@ __all__ = [
     "MAX_DEPTH",
     "SEED_MAX",
     "check_finite",
+    "check_input_file",
     "check_positive",
     "check_seed",
     "check_text",
@@ -26,5 +28,7 @@ __all__ = [
     "load_toml",
     "loads_json",
     "loads_toml",
+    "read_file_bytes",
     "read_text",
+    "shown",
 ]

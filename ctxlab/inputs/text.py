@@ -2,7 +2,8 @@
 
 Every file argument that holds text (a config, a trace, a prompt file, a history, a workshop
 TOML, a document) is read here, so non-UTF-8 bytes are refused the same way everywhere,
-never decoded to U+FFFD in silence and never a `UnicodeDecodeError` traceback.
+never decoded to U+FFFD in silence and never a `UnicodeDecodeError` traceback; the path
+must be a regular file (`paths.read_file_bytes`: a FIFO is refused, never waited on).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs.paths import read_file_bytes, shown
 
 BOM = "\ufeff"
 
@@ -17,19 +19,12 @@ BOM = "\ufeff"
 def read_text(path: str | Path, what: str = "file") -> str:
     """The file's text (a leading UTF-8 byte-order mark dropped); `what` names it in messages."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CtxlabError(f"{what} {path} does not exist.") from None
-    except IsADirectoryError:
-        raise CtxlabError(f"{what} {path} is a directory; give a file.") from None
-    except OSError as exc:
-        raise CtxlabError(f"{what} {path} cannot be read ({exc.strerror}).") from None
+    data = read_file_bytes(path, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CtxlabError(
-            f"{what} {path} is not UTF-8 text: byte {exc.start} (0x{data[exc.start]:02x}) "
+            f"{what} {shown(path)} is not UTF-8 text: byte {exc.start} (0x{data[exc.start]:02x}) "
             "does not decode; save it as UTF-8."
         ) from None
     return text.removeprefix(BOM)

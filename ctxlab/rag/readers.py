@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
-from ctxlab.inputs import read_text
+from ctxlab.inputs import check_input_file, read_text, shown
 
 SUFFIXES = (".txt", ".md", ".markdown", ".pdf")
 _FRONT = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
@@ -50,23 +50,28 @@ def split_front_matter(text: str) -> tuple[dict[str, str], str]:
 
 
 def read_document(path: Path, root: Path | None = None) -> SourceDoc:
+    """One document; its id, title and source name keep undecodable bytes of the file name
+    as escapes (`\\xff`), which SQLite and a terminal can hold."""
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
-        raise CtxlabError(f"{path} is not a .txt, .md or .pdf file.")
+        raise CtxlabError(f"{shown(path)} is not a .txt, .md or .pdf file.")
+    check_input_file(path, "document")  # a FIFO or a link loop: refused, never opened
     body = _pdf_text(path) if suffix == ".pdf" else _text(path)
     fields, body = split_front_matter(body)
     body = body.strip()
     if not body:
-        raise CtxlabError(f"{path} has no text to ingest (an empty file or a scanned PDF).")
+        raise CtxlabError(f"{shown(path)} has no text to ingest (an empty file or a scanned PDF).")
     default_id = (path.relative_to(root) if root else Path(path.name)).with_suffix("").as_posix()
     mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).date().isoformat()
-    heading = next((ln.lstrip("# ").strip() for ln in body.splitlines() if ln.strip()), path.stem)
+    heading = next(
+        (ln.lstrip("# ").strip() for ln in body.splitlines() if ln.strip()), shown(path.stem)
+    )
     return SourceDoc(
-        doc_id=fields.get("doc_id") or default_id,
+        doc_id=fields.get("doc_id") or shown(default_id),
         text=body,
-        date=check_date(fields["date"], str(path)) if "date" in fields else mtime,
+        date=check_date(fields["date"], shown(path)) if "date" in fields else mtime,
         title=fields.get("title") or heading[:120],
-        source=str(path),
+        source=shown(path),
     )
 
 
@@ -77,11 +82,11 @@ def collect(paths: list[Path]) -> list[SourceDoc]:
     docs: list[SourceDoc] = []
     for p in paths:
         if not p.exists():
-            raise CtxlabError(f"{p} does not exist.")
+            check_input_file(p, "document")  # says why: missing, a dangling link, a loop
         if p.is_dir():
             files = sorted(f for f in p.rglob("*") if f.suffix.lower() in SUFFIXES and f.is_file())
             if not files:
-                raise CtxlabError(f"{p} holds no .txt, .md or .pdf files.")
+                raise CtxlabError(f"{shown(p)} holds no .txt, .md or .pdf files.")
             docs += [read_document(f, p) for f in files]
         else:
             docs.append(read_document(p))
@@ -99,7 +104,7 @@ def _pdf_text(path: Path) -> str:
     try:
         reader = PdfReader(path)
         if reader.is_encrypted:
-            raise CtxlabError(f"{path} is an encrypted PDF; decrypt it first.")
+            raise CtxlabError(f"{shown(path)} is an encrypted PDF; decrypt it first.")
         return "\n\n".join((page.extract_text() or "").strip() for page in reader.pages)
     except (PdfReadError, ValueError, KeyError, OSError):
-        raise CtxlabError(f"{path} is not a readable PDF.") from None
+        raise CtxlabError(f"{shown(path)} is not a readable PDF.") from None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.errors import CtxlabError
-from ctxlab.inputs import loads_json, read_text
+from ctxlab.inputs import check_input_file, loads_json, read_text, shown
 from ctxlab.sim.requests import DEFAULT_BLOCK_TOKENS, Request, Trace, check_block_tokens
 from ctxlab.sim.synthetic import generate_from_spec
 
@@ -37,9 +37,9 @@ def _positive_int(value: object) -> bool:
 
 
 def _bad_lines_error(path: Path, bad: list[tuple[int, str]], total_bad: int) -> CtxlabError:
-    shown = "; ".join(f"line {n}: {why}" for n, why in bad[:_MAX_REPORTED])
+    lines = "; ".join(f"line {n}: {why}" for n, why in bad[:_MAX_REPORTED])
     more = f" (and {total_bad - _MAX_REPORTED} more)" if total_bad > _MAX_REPORTED else ""
-    return CtxlabError(f"trace {path} has {total_bad} malformed line(s), {shown}{more}")
+    return CtxlabError(f"trace {shown(path)} has {total_bad} malformed line(s), {lines}{more}")
 
 
 def _check_mooncake(rec: object, block_tokens: int) -> str | None:
@@ -108,7 +108,7 @@ def read_mooncake(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) ->
         )
     if total_bad:
         raise _bad_lines_error(path, bad, total_bad)
-    return _finish(path.name, requests, block_tokens)
+    return _finish(shown(path.name), requests, block_tokens)
 
 
 def read_csv(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
@@ -129,7 +129,7 @@ def read_csv(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trac
         reader = csv.DictReader(handle)
         missing = [c for c in need if c not in (reader.fieldnames or [])]
         if missing:
-            raise CtxlabError(f"trace {path} line 1: missing column(s) {', '.join(missing)}")
+            raise CtxlabError(f"trace {shown(path)} line 1: missing column(s) {', '.join(missing)}")
         for row in reader:
             number = reader.line_num
             try:
@@ -160,7 +160,7 @@ def read_csv(path: str | Path, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trac
             requests.append(Request(len(requests), arrived, n_in, n_out, ids, number))
     if total_bad:
         raise _bad_lines_error(path, bad, total_bad)
-    return _finish(path.name, requests, block_tokens)
+    return _finish(shown(path.name), requests, block_tokens)
 
 
 def _finish(name: str, requests: list[Request], block_tokens: int) -> Trace:
@@ -177,12 +177,11 @@ def load_trace(spec: str, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> Trace:
     if spec.startswith("synthetic:") or spec == "synthetic":
         return generate_from_spec(spec.partition(":")[2], block_tokens=block_tokens)
     path = Path(spec)
-    if path.is_dir():
-        raise CtxlabError(f"trace {spec!r} is a directory; give a .jsonl or .csv file")
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise CtxlabError(
-            f"trace {spec!r} does not exist (give a .jsonl/.csv file or synthetic:...)"
+            f"trace {shown(spec)!r} does not exist (give a .jsonl/.csv file or synthetic:...)"
         )
+    check_input_file(path, "trace", "a .jsonl or .csv file")  # a FIFO is refused, not read
     if path.suffix.lower() == ".csv":
         return read_csv(path, block_tokens)
     return read_mooncake(path, block_tokens)
