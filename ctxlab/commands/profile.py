@@ -1,15 +1,16 @@
 """`ctxlab profile`: measure the real engine's step times on this machine for the simulator.
 
 Writes a `ctxlab-step-profile/1` JSON file that `ctxlab simulate --profile FILE` reads.
-torch and the model are imported inside the command so `ctxlab --help` stays fast.
+The measurement is `ctxlab.engine.profile`'s (`open_engine`, `measure_profile`) and the fit
+`ctxlab.sim.calibrate.fit_summary`; torch and the model are imported inside the command so
+`ctxlab --help` stays fast.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,113 +26,12 @@ from ctxlab.commands.options import (
     output_file,
 )
 from ctxlab.errors import CtxlabError
-from ctxlab.inputs import load_json
 from ctxlab.json_output import dumps
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 DEFAULT_OUT = Path("out/profile/step-profile.json")
-
-
-def open_engine(
-    model: str,
-    dtype: str,
-    threads: int,
-    pool_tokens: int,
-    block_size: int,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-) -> tuple[Any, Any]:
-    """Pin torch's thread count, load the model, build an engine; (loaded model, engine).
-
-    The thread count is pinned because timings on a shared machine are only comparable
-    when the profile and the run it predicts use the same number of threads."""
-    if threads <= 0:
-        raise CtxlabError(f"--threads must be positive, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)
-    from ctxlab.engine import LLMEngine
-    from ctxlab.model.open_model import open_model
-
-    loaded = open_model(model, dtype)
-    engine = LLMEngine(
-        loaded.model,
-        loaded.config,
-        loaded.tokenizer,
-        kv_pool_tokens=pool_tokens,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        model_id=str(loaded.source_path),
-    )
-    return loaded, engine
-
-
-def measure_profile(
-    loaded: Any,
-    engine: Any,
-    model: str,
-    dtype: str,
-    quick: bool,
-    out: Path,
-    seed: int = 0,
-    console: Any = None,
-    design: Any = None,
-    earlier: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Warm up, run the design with a progress bar, write the profile; the document.
-
-    `earlier` is a profile document measured before on the same engine: its steps are kept
-    (phase "before"), and the new ones are marked "after", so one file brackets a run."""
-    from ctxlab.engine.profile import FULL, QUICK, measure, profile_document, warm_up
-    from ctxlab.progress import progress
-
-    design = design or (QUICK if quick else FULL)
-    need = design.max_tokens()
-    if need > engine.kv.pool_tokens:
-        raise CtxlabError(
-            f"the profile needs a pool of at least {need} tokens; raise --kv-pool-tokens"
-        )
-    vocab = loaded.config.vocab_size
-    with progress("warming up", total=design.scenarios() + 1, enabled=console is not None) as bar:
-        warm_up(engine, vocab, seed)
-        bar.advance()
-
-        def step_done(label: str) -> None:
-            bar.advance()
-            bar.describe(f"measured {label}")
-
-        steps = measure(engine, design, vocab, seed, step_done)
-    name = "quick" if design is QUICK else ("full" if design is FULL else "custom")
-    doc = profile_document(steps, model, dtype, engine, name)
-    if earlier is not None:
-        for step in earlier["steps"]:
-            step.setdefault("phase", "before")
-        for step in doc["steps"]:
-            step["phase"] = "after"
-        doc["steps"] = earlier["steps"] + doc["steps"]
-        doc["design"] = f"{name}, measured before and after"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    return doc
-
-
-def fit_summary(path: Path) -> dict[str, float]:
-    """The fitted linear step model of a profile and how well it fits its own steps."""
-    from ctxlab.sim.calibrate import step_prediction
-    from ctxlab.sim.steptime import ProfileStepTime
-
-    model = ProfileStepTime(path)
-    steps = load_json(path, "step profile")["steps"]  # type: ignore[index]
-    self_fit = step_prediction(str(path), steps)
-    c = model.coef
-    return {
-        "ms_per_step": c[0] * 1e3,
-        "ms_per_prefill_token": c[1] * 1e3,
-        "us_per_prefill_key": c[2] * 1e6,
-        "ms_per_decode_token": c[3] * 1e3,
-        "us_per_decode_key": c[4] * 1e6,
-        "fit_median_abs_rel_error": self_fit["median_abs_rel_error"],
-    }
 
 
 def _size_label(step: dict) -> str:
@@ -142,7 +42,7 @@ def _size_label(step: dict) -> str:
     return f"{step['prefill_tokens']} tok + {step['decode_tokens']} dec"
 
 
-def print_profile(console: Any, doc: dict, fit: dict, out: Path) -> None:
+def print_profile(console: Console, doc: dict[str, Any], fit: dict, out: Path) -> None:
     from rich.table import Table
 
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -216,6 +116,9 @@ def register(app: typer.Typer) -> None:
                 f"the profile needs a pool of at least {need} tokens; raise --kv-pool-tokens"
             )
         console = Console(stderr=as_json)
+        from ctxlab.engine.profile import measure_profile, open_engine
+        from ctxlab.sim.calibrate import fit_summary
+
         loaded, engine = open_engine(
             model,
             dtype,
@@ -225,7 +128,7 @@ def register(app: typer.Typer) -> None:
             max_num_batched_tokens,
             max_num_seqs,
         )
-        doc = measure_profile(loaded, engine, model, dtype, quick, out, seed, console)
+        doc = measure_profile(loaded, engine, model, dtype, quick, out, seed, True)
         fit = fit_summary(out)
         if as_json:
             meta = {k: v for k, v in doc.items() if k != "steps"}

@@ -1,11 +1,13 @@
 """`ctxlab simulate`: replay a trace on an architecture and device, print latency and reuse.
 
-Nothing here imports torch; matplotlib is imported only when plots are written.
+Nothing here imports torch (`--calibrate` runs `ctxlab.engine.calibrate`, which does);
+matplotlib is imported only when plots are written.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -34,6 +36,9 @@ from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
 from ctxlab.json_output import dumps
 from ctxlab.progress import progress
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _HEADLINE = (
     ("requests_completed", "requests completed", "{:,.0f}"),
@@ -295,18 +300,65 @@ def register(app: typer.Typer) -> None:
 def _calibrate(requests, seed, profile, model, threads, rate, out, as_json) -> None:
     from rich.console import Console
 
-    from ctxlab.commands._calibrate import check_args, print_calibration, run_calibration
-
-    check_args(requests, threads)
+    if requests <= 0:
+        raise CtxlabError(f"--requests must be positive, got {requests}")
+    if threads <= 0:
+        raise CtxlabError(f"--threads must be positive, got {threads}")
     if profile is not None:
         input_file(profile, "--profile", "step-profile JSON file")
     console = Console(stderr=as_json)
     folder = output_dir(out if out != Path("out/simulate") else Path("out/calibrate"))
-    payload = run_calibration(requests, seed, profile, model, threads, rate, folder, console)
+    from ctxlab.engine.calibrate import run_calibration
+
+    payload = run_calibration(requests, seed, profile, model, threads, rate, folder, True)
     if as_json:
         typer.echo(dumps(payload))
         return
-    print_calibration(console, payload)
+    _print_calibration(console, payload)
+
+
+def _print_calibration(console: Console, p: dict[str, Any]) -> None:
+    """The engine-vs-simulator table and the diagnostics `run_calibration` returned."""
+    from rich.table import Table
+
+    table = Table(
+        title=(
+            f"calibration: {p['requests']} requests at {p['rate_per_s']:.3f}/s, "
+            f"~{p['input_tokens_mean']:.0f} in / ~{p['output_tokens_mean']:.0f} out tokens, "
+            f"{p['model']} ({p['torch_threads']} thread)"
+        )
+    )
+    for col in ("latency (s)", "engine", "simulator", "relative error"):
+        table.add_column(col, justify="left" if col == "latency (s)" else "right")
+    for name in ("ttft", "tpot"):
+        for q in (50, 95):
+            e, s = p[f"engine_{name}_p{q}"], p[f"sim_{name}_p{q}"]
+            table.add_row(f"{name.upper()} p{q}", f"{e:.3f}", f"{s:.3f}", f"{(s - e) / e:+.1%}")
+    console.print(table)
+    pred = p["replay_step_prediction"]
+    console.print(
+        f"steps: engine {p['engine_steps']}, simulator {p['sim_steps']}; peak running: engine "
+        f"{p['engine_peak_running']}, simulator {p['sim_peak_running']}; engine busy "
+        f"{p['engine_busy_fraction']:.0%} of {p['engine_wall_s']:.0f} s"
+    )
+    console.print(
+        f"profile {p['profile']} on the replay's own steps: predicted/measured "
+        f"{pred['total_ratio']:.2f} (by third: "
+        f"{', '.join(f'{t:.2f}' for t in pred['total_ratio_by_third'])}), median |error| "
+        f"{pred['median_abs_rel_error']:.1%}"
+    )
+    if p.get("profile_after_over_before") is not None:
+        console.print(
+            "machine speed: the profile's steps took "
+            f"{p['profile_after_over_before']:.2f}x as long after the replay as before it"
+        )
+    met = "MET" if p["goal_met"] else "NOT MET"
+    console.print(
+        f"goal (|error| of p50 TTFT and p50 TPOT within {p['goal']:.0%}): {met} "
+        f"(TTFT {p['ttft_p50_rel_error']:+.1%}, TPOT {p['tpot_p50_rel_error']:+.1%})"
+    )
+    console.print(f"why: {p['why']}")
+    console.print(f"per-request report written to {p['report']}")
 
 
 def _print_tables(console, title: str, sweep_name: str | None, results: list) -> None:

@@ -1,9 +1,18 @@
 """`ctxlab tour`: a short walk through the package (`make run` runs the workshop).
 
-A short end-to-end walk through what works today, as a list of steps. Each step prints its
-tables and returns the files it wrote under the output folder; later parts of the package
-append their own steps to `STEPS`. The tour imports only what each step needs (the planner
-and simulator steps never load torch).
+Six steps, each a call into the library (`plan.build_plan`, `arch` presets, `plan.plot`,
+`sim.run.simulate`, `engine.LLM`, `eval.perplexity.streaming_perplexity`) with fixed inputs,
+then a printed table; the steps hold no measurement of their own. The tour imports only
+what each step needs: the first four never load torch (`--no-model` runs in seconds).
+
+Why the tour does not reuse the workshop's parts (`ctxlab/workshop`: `Demonstration`,
+`Session`, the runner): a demonstration is a contract (a TOML section, declared metrics, a
+prediction judged against what it observed, typed records that the report renders), and the
+tour has none of that: it predicts nothing, judges nothing and writes no report, it prints
+tables for a newcomer. Built as demonstrations, its steps would need config sections and
+metrics that mean nothing here, and the runner's config and session would load for the
+torch-free first four. What the two share lives below both, in the library calls above; the
+`Step` list here is the order of a printout, not a registry.
 """
 
 from __future__ import annotations
@@ -12,13 +21,17 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ctxlab.commands.options import output_dir
+from ctxlab.outputs import write_text
+
+if TYPE_CHECKING:
+    from ctxlab.model.loader import LoadedModel
 
 PUBLISHED = (
     "llama-3.1-8b",
@@ -35,9 +48,9 @@ PUBLISHED = (
 class TourContext:
     out: Path
     console: Console
-    _loaded: Any = field(default=None, repr=False)
+    _loaded: LoadedModel | None = field(default=None, repr=False)
 
-    def model(self) -> Any:
+    def model(self) -> LoadedModel:
         """The default model, loaded once for every step that needs it (with progress)."""
         if self._loaded is None:
             from ctxlab.model.open_model import open_model
@@ -74,7 +87,7 @@ def _plan_default_model(ctx: TourContext) -> list[Path]:
     )
     print_plan(plan, ctx.console)
     path = ctx.out / "plan_smollm2-135m.json"
-    path.write_text(json.dumps(plan, indent=2))
+    write_text(path, json.dumps(plan, indent=2), "--out")
     return [path]
 
 

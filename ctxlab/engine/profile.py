@@ -21,6 +21,7 @@ serving rarely sees and the profile's features cannot tell apart) is timed but n
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -28,14 +29,20 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.request import TokenEvent
 from ctxlab.engine.sampling import SamplingParams
+from ctxlab.errors import CtxlabError
 from ctxlab.plan.compute import attended_keys
+from ctxlab.progress import progress
+
+if TYPE_CHECKING:
+    from ctxlab.model.loader import LoadedModel
 
 PROFILE_FORMAT = "ctxlab-step-profile/1"  # the format `ctxlab.sim.steptime` reads
 
@@ -281,3 +288,81 @@ def profile_document(
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "steps": [asdict(s) for s in steps],
     }
+
+
+def open_engine(
+    model: str,
+    dtype: str,
+    threads: int,
+    pool_tokens: int,
+    block_size: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> tuple[LoadedModel, LLMEngine]:
+    """Pin torch's thread count, load the model, build an engine; (loaded model, engine).
+
+    The thread count is pinned because timings on a shared machine are only comparable
+    when the profile and the run it predicts use the same number of threads."""
+    if threads <= 0:
+        raise CtxlabError(f"--threads must be positive, got {threads}")
+    torch.set_num_threads(threads)
+    from ctxlab.model.open_model import open_model
+
+    loaded = open_model(model, dtype)
+    engine = LLMEngine(
+        loaded.model,
+        loaded.config,
+        loaded.tokenizer,
+        kv_pool_tokens=pool_tokens,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        model_id=str(loaded.source_path),
+    )
+    return loaded, engine
+
+
+def measure_profile(
+    loaded: LoadedModel,
+    engine: LLMEngine,
+    model: str,
+    dtype: str,
+    quick: bool,
+    out: Path,
+    seed: int = 0,
+    show_progress: bool = False,
+    design: Design | None = None,
+    earlier: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Warm up, run the design (with a progress bar if asked), write the profile; the document.
+
+    `earlier` is a profile document measured before on the same engine: its steps are kept
+    (phase "before"), and the new ones are marked "after", so one file brackets a run."""
+    design = design or (QUICK if quick else FULL)
+    need = design.max_tokens()
+    if need > engine.kv.pool_tokens:
+        raise CtxlabError(
+            f"the profile needs a pool of at least {need} tokens; raise --kv-pool-tokens"
+        )
+    vocab = loaded.config.vocab_size
+    with progress("warming up", total=design.scenarios() + 1, enabled=show_progress) as bar:
+        warm_up(engine, vocab, seed)
+        bar.advance()
+
+        def step_done(label: str) -> None:
+            bar.advance()
+            bar.describe(f"measured {label}")
+
+        steps = measure(engine, design, vocab, seed, step_done)
+    name = "quick" if design is QUICK else ("full" if design is FULL else "custom")
+    doc = profile_document(steps, model, dtype, engine, name)
+    if earlier is not None:
+        for step in earlier["steps"]:
+            step.setdefault("phase", "before")
+        for step in doc["steps"]:
+            step["phase"] = "after"
+        doc["steps"] = earlier["steps"] + doc["steps"]
+        doc["design"] = f"{name}, measured before and after"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return doc

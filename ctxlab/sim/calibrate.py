@@ -21,12 +21,16 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import load_json
 from ctxlab.plan.compute import attended_keys
 from ctxlab.plan.devices import custom_device
 from ctxlab.sim.config import SimConfig
@@ -221,3 +225,95 @@ def step_prediction(profile: str, steps: list[dict]) -> dict[str, float]:
         "median_abs_rel_error": float(np.median(np.abs(p - r) / r)),
         "total_ratio": float(p.sum() / r.sum()),
     }
+
+
+def fit_summary(path: Path) -> dict[str, float]:
+    """The fitted linear step model of a profile and how well it fits its own steps."""
+    model = ProfileStepTime(path)
+    steps = load_json(path, "step profile")["steps"]  # type: ignore[index]
+    self_fit = step_prediction(str(path), steps)
+    c = model.coef
+    return {
+        "ms_per_step": c[0] * 1e3,
+        "ms_per_prefill_token": c[1] * 1e3,
+        "us_per_prefill_key": c[2] * 1e6,
+        "ms_per_decode_token": c[3] * 1e3,
+        "us_per_decode_key": c[4] * 1e6,
+        "fit_median_abs_rel_error": self_fit["median_abs_rel_error"],
+    }
+
+
+def after_over_before(profile: Path) -> float | None:
+    """Total time of the profile's steps measured after the replay over those before (the
+    same design, so the same step shapes): how much the machine's speed moved."""
+    steps = load_json(profile, "step profile")["steps"]  # type: ignore[index]
+    before = sum(s["seconds"] for s in steps if s.get("phase") == "before")
+    after = sum(s["seconds"] for s in steps if s.get("phase") == "after")
+    return after / before if before > 0 and after > 0 else None
+
+
+def thirds(steps: list[dict]) -> list[list[dict]]:
+    """The replay's steps split into three spans of equal busy time (by each step's middle)."""
+    total = sum(s["seconds"] for s in steps)
+    parts: list[list[dict]] = [[], [], []]
+    acc = 0.0
+    for s in steps:
+        parts[min(2, int(3 * (acc + s["seconds"] / 2) / total))].append(s)
+        acc += s["seconds"]
+    return parts
+
+
+class Span(Protocol):
+    """A replayed request's lifetime (the engine's `ReplayedRequest` has these)."""
+
+    arrival: float
+    finish: float
+
+
+def peak_running(reqs: Sequence[Span]) -> int:
+    """Most requests in the engine at once (arrival to finish). The pool and max_num_seqs
+    never bind in calibration, so that is the running count the simulator reports."""
+    events = sorted(
+        [(r.arrival, 1) for r in reqs] + [(r.finish, -1) for r in reqs], key=lambda e: (e[0], e[1])
+    )
+    peak = cur = 0
+    for _, d in events:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def explain(p: dict[str, Any]) -> str:
+    """Why the errors are what they are, read off the diagnostics (no numbers are tuned)."""
+    pred = p["replay_step_prediction"]
+    ratio, med = pred["total_ratio"], pred["median_abs_rel_error"]
+    by_third = pred["total_ratio_by_third"]
+    desc = (
+        f"the profile predicts the replay's {pred['steps']} steps at {ratio:.2f}x their "
+        f"measured time ({', '.join(f'{t:.2f}x' for t in by_third)} by third of the replay; "
+        f"median step error {med:.0%})"
+    )
+    if p["goal_met"]:
+        return f"goal met; {desc}"
+    reasons = []
+    drift = p.get("profile_after_over_before")
+    if max(by_third) / min(by_third) > 1.15:
+        path = " -> ".join(f"{t:.2f}" for t in by_third)
+        reasons.append(
+            f"the machine's speed changed during the replay (predicted/measured step time went "
+            f"{path} by third; other processes share the CPU), and queueing turns a slower or "
+            "faster stretch into more or less batching"
+        )
+    if drift is not None and abs(drift - 1) > 0.15:
+        reasons.append(
+            f"the same profile steps took {drift:.2f}x as long after the replay as before"
+        )
+    if abs(ratio - 1) > 0.10:
+        reasons.append(f"the step model is off by {ratio - 1:+.0%} on average, and queueing "
+                       "amplifies that in TTFT")  # fmt: skip
+    if med > 0.25:
+        reasons.append("single steps vary widely, so per-request latencies are noisy")
+    if not reasons:
+        reasons.append("step times are predicted well, so the gap comes from scheduling or "
+                       "timing that the simulator does not model")  # fmt: skip
+    return f"goal missed: {'; '.join(reasons)}. Evidence: {desc}"

@@ -40,7 +40,8 @@ def _prompt(rng: random.Random, n: int) -> list[int]:
 
 
 def test_profile_file_is_accepted_by_the_simulator(loaded, tmp_path):
-    from ctxlab.commands.profile import fit_summary, measure_profile
+    from ctxlab.engine.profile import measure_profile
+    from ctxlab.sim.calibrate import fit_summary
 
     engine = _engine(loaded)
     out = tmp_path / "prof" / "step-profile.json"

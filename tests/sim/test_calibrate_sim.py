@@ -170,7 +170,7 @@ def _payload(goal_met, thirds, drift=None, med=0.1):
 
 
 def test_explain_names_the_cause_it_sees():
-    from ctxlab.commands._calibrate import _thirds, explain
+    from ctxlab.sim.calibrate import explain, thirds
 
     assert explain(_payload(True, [1.0, 1.0, 1.0])).startswith("goal met")
     drifted = explain(_payload(False, [1.3, 1.0, 0.8], drift=1.5))
@@ -180,5 +180,15 @@ def test_explain_names_the_cause_it_sees():
     assert "off by +30%" in biased and "speed changed" not in biased
     assert "vary widely" in explain(_payload(False, [1.0, 1.0, 1.0], med=0.4))
     assert "scheduling" in explain(_payload(False, [1.0, 1.02, 0.99]))
-    parts = _thirds([{"seconds": s} for s in (1.0, 1.0, 1.0, 3.0)])
+    parts = thirds([{"seconds": s} for s in (1.0, 1.0, 1.0, 3.0)])
     assert [len(p) for p in parts] == [2, 1, 1]
+
+
+def test_peak_running_counts_overlapping_lifetimes():
+    from types import SimpleNamespace
+
+    from ctxlab.sim.calibrate import peak_running
+
+    spans = [SimpleNamespace(arrival=a, finish=f) for a, f in ((0, 2), (1, 3), (2, 4), (5, 6))]
+    assert peak_running(spans) == 2  # a finish at 2 counts before the arrival at 2
+    assert peak_running([]) == 0
