@@ -136,6 +136,16 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def installed(command: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`ctxlab COMMAND ARGS` through the installed script, in its own process (as a user's
+    shell runs it): serve, probe and workshop keep one such smoke test each; the rest of
+    their tests run in-process through the CLI's own entry point."""
+    script = Path(sys.executable).parent / "ctxlab"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(script), command, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
 @pytest.fixture(scope="session")
 def ctxlab_server(gguf_path: Path) -> Iterator[str]:
     """The session's `ctxlab serve` (`CTXLAB_ARGS`), for tests that only read from it."""

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +21,14 @@ import pytest
 
 from tests.cli.conftest import run_in_process
 from tests.serve.conftest import serve_model  # noqa: F401 (fixture)
-from tests.servers import ROOT, ctxlab_serve, llamacpp_serve, stop, wait_healthy  # noqa: F401
+from tests.servers import (  # noqa: F401
+    ROOT,
+    ctxlab_serve,
+    installed,
+    llamacpp_serve,
+    stop,
+    wait_healthy,
+)
 
 
 @dataclass
@@ -121,15 +126,6 @@ def free_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-def installed(command: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`ctxlab COMMAND ARGS` through the installed script, in its own process (as a user's
-    shell runs it): each command family keeps one such smoke test; the rest run in-process."""
-    script = Path(sys.executable).parent / "ctxlab"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [str(script), command, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
 
 
 def probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

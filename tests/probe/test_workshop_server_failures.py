@@ -1,56 +1,53 @@
 """`ctxlab workshop --server` and `[[servers]]` on bad input: one sentence each, exit 2 for a
 user's mistake before the model loads, exit 3 with the partial report kept when a server
-stops answering mid-run (scripted stand-ins: a real server is hard to break on demand)."""
+stops answering mid-run (scripted stand-ins: a real server is hard to break on demand).
+
+The workshop runs in this process through the CLI's own entry point (`cli`); one test runs
+the installed `ctxlab` script in its own process, as a user's shell does."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.probe.conftest import ROOT, Script, free_port, stand_in
+from tests.cli.conftest import Result
+from tests.probe.conftest import Script, free_port, installed, stand_in
 
 
-def workshop(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-c", "from ctxlab.cli import main; main()", "workshop", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-
-
-def one_sentence(res: subprocess.CompletedProcess[str], code: int = 2) -> str:
-    assert res.returncode == code, res.stderr[-2000:]
-    assert "Traceback" not in res.stderr
-    last = res.stderr.strip().splitlines()[-1]
+def one_sentence(res: Result, code: int = 2) -> str:
+    assert res.code == code, res.err[-2000:]
+    assert "Traceback" not in res.err
+    last = res.err.strip().splitlines()[-1]
     assert last.startswith("error: ")
     return last
 
 
 def test_unreachable_server(tmp_path):
+    """The smoke test of the installed script: a fresh process, as a user runs it."""
     url = f"http://127.0.0.1:{free_port()}"
-    line = one_sentence(workshop("--server", url, "--only", "1", "--out", str(tmp_path)))
+    proc = installed("workshop", "--server", url, "--only", "1", "--out", str(tmp_path))
+    line = one_sentence(Result(proc.returncode, proc.stdout, proc.stderr))
     assert line.startswith(f"error: cannot reach {url}")
 
 
-def test_wrong_key(tmp_path):
+def test_wrong_key(cli, tmp_path):
     with stand_in(Script(status=401)) as url:
-        res = workshop("--server", url, "--api-key", "sk-wrong", "--out", str(tmp_path))
+        res = cli("workshop", "--server", url, "--api-key", "sk-wrong", "--out", str(tmp_path))
     line = one_sentence(res)
-    assert "refused the API key (HTTP 401)" in line and "sk-wrong" not in res.stderr
+    assert "refused the API key (HTTP 401)" in line and "sk-wrong" not in res.err
 
 
-def test_not_openai_compatible(tmp_path):
+def test_not_openai_compatible(cli, tmp_path):
     with stand_in(Script(models_body="<html>hello</html>")) as url:
-        line = one_sentence(workshop("--server", url, "--out", str(tmp_path)))
+        line = one_sentence(cli("workshop", "--server", url, "--out", str(tmp_path)))
     assert "is not an OpenAI-compatible server" in line
 
 
-def test_model_it_does_not_serve(tmp_path):
+def test_model_it_does_not_serve(cli, tmp_path):
     with stand_in(Script()) as url:
-        res = workshop("--server", url, "--server-model", "gpt-x", "--out", str(tmp_path))
+        res = cli("workshop", "--server", url, "--server-model", "gpt-x", "--out", str(tmp_path))
     assert "does not serve model 'gpt-x'; it serves m" in one_sentence(res)
 
 
@@ -72,31 +69,31 @@ def _config(tmp_path: Path, body: str) -> str:
     ],
     ids=["duplicate-label", "missing-url", "bad-url"],
 )  # fmt: skip
-def test_bad_servers_list(tmp_path, body, expected):
+def test_bad_servers_list(cli, tmp_path, body, expected):
     path = _config(tmp_path, body)
-    res = workshop(path, "--out", str(tmp_path / "out"))
+    res = cli("workshop", path, "--out", str(tmp_path / "out"))
     line = one_sentence(res)
     assert line.startswith(f"error: {path}: ") and expected in line
-    assert "sk-x" not in res.stderr
+    assert "sk-x" not in res.err
 
 
-def test_one_bad_server_of_several_is_named(tmp_path):
+def test_one_bad_server_of_several_is_named(cli, tmp_path):
     with stand_in(Script()) as good:
         bad = f"http://127.0.0.1:{free_port()}"
         body = (
             f'[[servers]]\nlabel = "ok"\nurl = "{good}"\n'
             f'[[servers]]\nlabel = "gone"\nurl = "{bad}"\n'
         )
-        line = one_sentence(workshop(_config(tmp_path, body), "--out", str(tmp_path / "o")))
+        line = one_sentence(cli("workshop", _config(tmp_path, body), "--out", str(tmp_path / "o")))
     assert line.startswith(f"error: [[servers]] 'gone': cannot reach {bad}")
 
 
 @pytest.mark.model
-def test_server_that_dies_mid_run_keeps_the_report(tmp_path):
+def test_server_that_dies_mid_run_keeps_the_report(cli, tmp_path, keep_torch_threads):
     # the stand-in answers the setup (cached-token check, staircase, probe summary: 24
     # requests) and two of demonstration 1's, then closes
     with stand_in(Script(die_after=26)) as url:
-        res = workshop("--server", url, "--quick", "--only", "1,2", "--out", str(tmp_path))
+        res = cli("workshop", "--server", url, "--quick", "--only", "1,2", "--out", str(tmp_path))
     line = one_sentence(res, 3)
     assert line.startswith(f"error: the server at {url} stopped answering in demonstration 1")
     assert str(tmp_path) in line

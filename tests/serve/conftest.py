@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cli.conftest import run_in_process
 from tests.servers import ROOT, ctxlab_serve, stop, wait_healthy  # noqa: F401 (helpers)
 
 
@@ -53,3 +54,9 @@ def serve_model() -> str:
     except CtxlabError as exc:
         pytest.skip(str(exc))
     return DEFAULT_MODEL
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """`ctxlab ARGS` in this process through the CLI's own entry point: `cli("serve", ...)`."""
+    return lambda *args: run_in_process(monkeypatch, capsys, *args)

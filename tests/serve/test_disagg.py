@@ -189,26 +189,24 @@ def test_decode_process_dies_and_the_prefill_pool_empties(serve_model, tmp_path)
         ch.close()
 
 
-def test_role_flags_are_checked(tmp_path):
-    """Misuse is one sentence and exit 2, before any model loads."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    main = "from ctxlab.cli import main; main()"
+def test_role_flags_are_checked(cli, monkeypatch):
+    """Misuse is one sentence and exit 2, before any model loads (in this process: a model
+    load would be a failure, not a server left running)."""
+    import ctxlab.engine
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model would load")
+
+    monkeypatch.setattr(ctxlab.engine, "LLM", no_model)
     for args, words in (
         (["--role", "prefill"], "needs --kv-socket"),
         (["--role", "sideways"], "is unknown"),
         (["--disaggregated", "--role", "decode", "--kv-socket", "x"], "not both"),
         (["--disaggregated", "--policy", "h2o", "--budget", "64"], "no --policy"),
     ):
-        r = subprocess.run(
-            [sys.executable, "-c", main, "serve", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            timeout=120,
-        )
-        assert r.returncode == 2, (args, r.stderr)
-        assert words in r.stderr and "Traceback" not in r.stderr, r.stderr
+        r = cli("serve", *args)
+        assert r.code == 2, (args, r.err)
+        assert words in r.err and "Traceback" not in r.err, r.err
 
 
 def _line_with(lines: queue.Queue, needle: str, timeout: float) -> str:
