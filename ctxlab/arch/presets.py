@@ -125,6 +125,20 @@ def _mixtral_8x7b(p: Preset) -> ArchSpec:
     )
 
 
+def _gemma_3_270m(p: Preset) -> ArchSpec:
+    return ArchSpec(
+        name=p.name,
+        layers=interleaved_layers(18, _swa(1, 256, 512), _gqa(1, 256), period=6),
+        n_query_heads=4,
+        hidden_size=640,
+        params=268_098_176,
+        vocab_size=262_144,
+        max_position=32_768,
+        source=p.source,
+        notes=("head_dim 256 is not hidden/heads (640/4 = 160)",),
+    )
+
+
 def _gemma_3_27b(p: Preset) -> ArchSpec:
     return ArchSpec(
         name=p.name,
@@ -302,6 +316,12 @@ PRESETS: dict[str, Preset] = {
             "32 layers, GQA 8 KV heads of 128, MoE 8 experts / 2 active",
             _HF + "mistralai/Mixtral-8x7B-v0.1",
             _mixtral_8x7b,
+        ),
+        Preset(
+            "gemma-3-270m",
+            "18 layers, 1 KV head of 256, window 512, one global layer in six",
+            _HF + "google/gemma-3-270m",
+            _gemma_3_270m,
         ),
         Preset(
             "gemma-3-27b",

@@ -17,6 +17,7 @@ EXPECTED_PRESETS = {
     "llama-2-7b",
     "mistral-7b-v0.1",
     "mixtral-8x7b",
+    "gemma-3-270m",
     "gemma-3-27b",
     "gpt-oss-120b",
     "gpt-oss-20b",

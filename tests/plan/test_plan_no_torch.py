@@ -7,11 +7,13 @@ import sys
 
 CHECK = """
 import sys
-import ctxlab.plan
-import ctxlab.plan.report, ctxlab.plan.tables, ctxlab.plan.plot
+import ctxlab.arch, ctxlab.plan
+import ctxlab.plan.report, ctxlab.plan.tables, ctxlab.plan.plot, ctxlab.plan.engines
 import ctxlab.commands.plan
 from ctxlab.plan.report import build_plan
 build_plan("llama-3.1-8b", [4096, 131072])
+gemma = ctxlab.arch.get_preset("gemma-3-270m")
+ctxlab.plan.engines.predict_engine_pool(gemma, max_model_len=4096, kv_cache_bytes=2**30)
 bad = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 print("torch modules:", bad)
 sys.exit(1 if bad else 0)
