@@ -22,6 +22,7 @@ except ImportError:  # pragma: no cover - an older typer on the PyPI click
     from click.exceptions import NoArgsIsHelpError, UsageError
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_finite, check_text
+from ctxlab.outputs import FULL_OR_READ_ONLY, write_error
 
 # One line per command module; each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -132,5 +133,10 @@ def main() -> None:
         sys.exit(130)
     except CtxlabError as exc:
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:  # a write that no helper wrapped: still one sentence, no traceback
+        if exc.errno not in FULL_OR_READ_ONLY:
+            raise
+        typer.echo(f"error: {write_error(exc.filename or 'a result file', exc)}", err=True)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -18,7 +18,20 @@ ROOT = Path(__file__).resolve().parents[1] / "ctxlab"
 
 # DESIGN.md's layers, lowest first; a module may import its own layer and those below.
 LAYERS: list[tuple[str, set[str]]] = [
-    ("helpers", {"ctxlab", "errors", "inputs", "json_output", "lazy", "progress", "stats", "data"}),
+    (
+        "helpers",
+        {
+            "ctxlab",
+            "errors",
+            "inputs",
+            "json_output",
+            "lazy",
+            "outputs",
+            "progress",
+            "stats",
+            "data",
+        },
+    ),
     ("representation", {"arch", "plan"}),
     ("allocation", {"kv"}),
     ("retention and selection", {"policy"}),

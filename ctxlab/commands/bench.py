@@ -7,7 +7,6 @@ vLLM, SGLang, llama.cpp's server or `ctxlab serve` alike.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -16,6 +15,7 @@ import typer
 
 from ctxlab.commands.options import JsonOpt, SeedOpt, output_dir
 from ctxlab.json_output import dumps
+from ctxlab.outputs import write_text
 
 
 def register(app: typer.Typer) -> None:
@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
         folder = output_dir(out)
         outcome = run_bench(cfg)
         path = folder / "result.json"
-        path.write_text(json.dumps(outcome.document, indent=1) + "\n", encoding="utf-8")
+        write_text(path, dumps(outcome.document, indent=1) + "\n", "--out")
         if as_json:
             doc = {k: v for k, v in outcome.summary.items()}
             typer.echo(dumps({**doc, "result_file": str(path)}))

@@ -26,6 +26,7 @@ from ctxlab.engine_options import WEIGHT_FORMATS as WEIGHT_FORMATS
 from ctxlab.engine_options import EngineOptions
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import SEED_MAX, check_input_file
+from ctxlab.outputs import check_file, check_folder
 
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 
@@ -185,14 +186,9 @@ SeedOpt = Annotated[
 
 
 def output_dir(path: Path, flag: str = "--out") -> Path:
-    """Create (or reuse) an output folder; a file in its place is one sentence, not a crash."""
-    if path.exists() and not path.is_dir():
-        raise CtxlabError(f"{flag} {path} is a file; give a folder (it is created if missing).")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CtxlabError(f"{flag} {path} cannot be created: {exc.strerror}.") from None
-    return path
+    """Create (or reuse) an output folder that takes files, before any work
+    (`outputs.check_folder`): a file in its place or a read-only disk is one sentence."""
+    return check_folder(path, flag)
 
 
 PLOT_SUFFIXES = (".png",)
@@ -207,7 +203,7 @@ def plot_path(path: Path, flag: str = "--plot") -> Path:
     if path.suffix.lower() not in PLOT_SUFFIXES:
         shown = f"the extension {path.suffix!r}" if path.suffix else "no extension"
         raise CtxlabError(f"{flag} {path} has {shown}; plots are PNG files, e.g. kv.png.")
-    _parent_folder(path, flag)
+    check_file(path, flag)
     return path
 
 
@@ -220,23 +216,8 @@ def output_file(path: Path, suffix: str, flag: str = "--out") -> Path:
         )
     if path.suffix.lower() != suffix:
         raise CtxlabError(f"{flag} {path} must end in {suffix}.")
-    _parent_folder(path, flag)
+    check_file(path, flag)
     return path
-
-
-def _parent_folder(path: Path, flag: str) -> None:
-    parent = path.parent
-    for folder in (parent, *parent.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                raise CtxlabError(f"{flag} {path}: {folder} is a file, not a folder.")
-            break
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CtxlabError(
-            f"{flag} {path}: folder {parent} cannot be created: {exc.strerror}."
-        ) from None
 
 
 def input_file(path: Path, flag: str, what: str = "file") -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 
 from ctxlab.commands.options import JsonOpt, output_file
+from ctxlab.outputs import write_text
 
 DEFAULT_OUT = Path("out/probe/probe.json")
 
@@ -111,9 +112,9 @@ def register(app: typer.Typer) -> None:
         profile = doc["details"].pop("profile", None)
         if profile is not None and len(profile["steps"]) >= 5:
             path = out.with_name(out.stem + "-step-profile.json")
-            path.write_text(json.dumps(profile, indent=1) + "\n", encoding="utf-8")
+            write_text(path, json.dumps(profile, indent=1) + "\n", "--out")
             doc["profile_file"] = str(path)
-        out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        write_text(out, json.dumps(doc, indent=1) + "\n", "--out")
         if as_json:
             typer.echo(json.dumps(doc))
         else:

@@ -37,6 +37,7 @@ from ctxlab.commands.options import (
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
+from ctxlab.outputs import write_text
 
 if TYPE_CHECKING:
     from ctxlab.memory.store import Store
@@ -308,7 +309,7 @@ def evaluate(
     engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
     report = run_eval(engine, db, options, corpus=corpus)
     doc = report.as_dict()
-    (folder / "rag_eval.json").write_text(json.dumps(doc, indent=1) + "\n")
+    write_text(folder / "rag_eval.json", json.dumps(doc, indent=1) + "\n", "--out")
     from ctxlab.rag.plot import plot_eval
 
     plot_eval(report, folder / "rag_eval.png")

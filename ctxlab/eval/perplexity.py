@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxlab.errors import CtxlabError
+from ctxlab.outputs import save_figure
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,6 @@ def plot_streaming(
     ax.set_title(f"Streaming perplexity: why sinks matter ({kv_dtype} KV cache)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -20,6 +20,7 @@ from ctxlab import stats
 from ctxlab.errors import CtxlabError
 from ctxlab.eval.scoring import RULER_THRESHOLD, EffectiveLength, effective_length
 from ctxlab.inputs import loads_json, read_text
+from ctxlab.outputs import save_figure
 
 Row = dict[str, object]
 
@@ -197,7 +198,7 @@ def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:
         fig.colorbar(image, ax=ax, label="score (0-100)")
         fig.tight_layout()
         path = out_dir / f"heatmap_{_slug(policy)}.png"
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
         plt.close(fig)
         written.append(path)
     return written
@@ -256,7 +257,7 @@ def _score_plot(series: dict[str, list[Point]], title: str, path: Path) -> Path:
     ax.set_title(title)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

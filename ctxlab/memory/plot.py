@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ctxlab import stats
 from ctxlab.memory.loss import CompactionReport
+from ctxlab.outputs import save_figure
 
 
 def plot_compaction(
@@ -52,6 +53,6 @@ def plot_compaction(
     right.set_xticks(list(x), names, fontsize=8)
     right.set(ylim=(0, 1.02), ylabel="answer accuracy", title="What the model still answers")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

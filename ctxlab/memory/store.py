@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.schema import APPLICATION_ID, MIGRATE_1_TO_2, SCHEMA, SCHEMA_VERSION
+from ctxlab.outputs import check_file
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -54,19 +55,25 @@ class Store:
         try:
             yield self.conn
         except sqlite3.OperationalError as exc:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             problem = _file_problem(self.path, exc)
             if problem is None:
                 raise
             raise problem from None
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise
         try:
             self.conn.execute("COMMIT")
         except sqlite3.OperationalError as exc:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise _explain(self.path, exc) from None
+
+    def _rollback(self) -> None:
+        """ROLLBACK if a transaction is still open: on a full disk (SQLITE_FULL) SQLite has
+        rolled it back already, and a second ROLLBACK would raise over the real error."""
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
     def meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -110,6 +117,7 @@ def open_store(
         )
     if write:
         _check_writable(db, flag)
+        check_file(db, flag)  # a scratch file really created: a read-only mount, even as root
     if path is None or not db.parent.exists():
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -243,5 +251,8 @@ def _explain(db: Path, exc: sqlite3.Error, flag: str = "--db") -> CtxlabError:
     if "locked" in text or "busy" in text:
         return CtxlabError(f"{flag} {db} is locked by another writer; try again when it is done.")
     if "disk" in text and ("full" in text or "i/o" in text):
-        return CtxlabError(f"{flag} {db} cannot be written: {exc}.")
+        return CtxlabError(
+            f"{flag} {db} cannot be written: {exc} (nothing of this write was kept; free some "
+            "space or choose another file)."
+        )
     return CtxlabError(f"{flag} {db} cannot be used: {exc}.")

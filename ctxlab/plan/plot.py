@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ctxlab.arch.spec import ArchSpec
+from ctxlab.outputs import save_figure
 from ctxlab.plan.units import short_bytes, short_tokens
 
 
@@ -87,6 +88,6 @@ def plot_kv_vs_context(
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path

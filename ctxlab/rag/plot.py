@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ctxlab.outputs import save_figure
 from ctxlab.rag.report import EvalReport
 
 
@@ -65,6 +66,6 @@ def plot_eval(report: EvalReport, path: str | Path) -> Path:
         "(bars: 95 % intervals)"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

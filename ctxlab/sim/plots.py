@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ctxlab.outputs import save_figure
 from ctxlab.plan.units import GIB
 
 
@@ -76,7 +77,7 @@ def usage_plot(result, path: Path, title: str) -> Path:
     ax.set_ylabel("GiB (binary)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -100,6 +101,6 @@ def sweep_plot(name: str, labels: list[str], rows: list[dict], path: Path, title
     _legend_below(ax, lines[0] + lines2[0], lines[1] + lines2[1])
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
