@@ -98,6 +98,7 @@ def loaded(serve_model):
     return load_model(serve_model)
 
 
+@pytest.mark.server
 def test_tokens_as_colocated_and_a_failed_transfer_fails_its_request_alone(loaded, tmp_path):
     """Request 2's first page is corrupted in flight and the prefill side fails while sending
     request 4: each fails with one sentence; requests 1 and 3 answer what a colocated engine
@@ -125,6 +126,7 @@ def test_tokens_as_colocated_and_a_failed_transfer_fails_its_request_alone(loade
     assert texts == colocated_texts(loaded, [LONG + " one", LONG + " three"])
 
 
+@pytest.mark.server
 def test_prefill_process_dies_mid_transfer(loaded, tmp_path):
     """The prefill process exits after the first page of request 2: that request fails with
     one sentence and its reserved blocks return; a short prompt still runs locally, and a
@@ -151,6 +153,7 @@ def test_prefill_process_dies_mid_transfer(loaded, tmp_path):
     assert "prefill process is gone" in later.json()["error"]["message"]
 
 
+@pytest.mark.server
 def test_decode_process_dies_and_the_prefill_pool_empties(serve_model, tmp_path):
     """A real decode process is killed while a long prompt is being prefilled and sent; the
     prefill process drops the request, reports its pool empty, and takes a new decode peer."""

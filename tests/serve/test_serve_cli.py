@@ -4,9 +4,6 @@ the API-key file is checked line by line."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,8 +11,7 @@ from typer.testing import CliRunner
 from ctxlab.cli import app
 from ctxlab.errors import CtxlabError
 from ctxlab.serve.tenants import Tenants, cache_salt
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.servers import installed
 
 
 @pytest.mark.parametrize(
@@ -39,15 +35,12 @@ def test_bad_options_fail_before_the_model_loads(args, needle):
 
 
 def test_a_taken_port_is_one_sentence_and_exit_2():
+    """The smoke test of the installed script: a fresh process, as a user runs it."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = str(taken.getsockname()[1])
-        main = "from ctxlab.cli import main; main()"
-        res = subprocess.run(
-            [sys.executable, "-c", main, "serve", "--port", port],
-            capture_output=True, text=True, cwd=ROOT, timeout=120,
-        )  # fmt: skip
+        res = installed("serve", "--port", port, timeout=120)
     assert res.returncode == 2
     assert res.stderr.strip().startswith(f"error: cannot listen on 127.0.0.1:{port}")
     assert "Traceback" not in res.stderr

@@ -14,7 +14,7 @@ import pytest
 from ctxlab.engine import LLM, SamplingParams
 from tests.serve.conftest import ctxlab_serve, metric
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.server]
 
 N = 64
 OUT = 6
@@ -43,6 +43,8 @@ def pool_tokens(prompt_ids) -> int:
 
 @pytest.fixture(scope="module")
 def url(serve_model, pool_tokens, request):
+    """Its own server, not the session's: a pool sized to this test's demand, a waiting
+    queue of 64, and /metrics counters that must count only this test's requests."""
     args = ("--kv-pool-tokens", str(pool_tokens), "--max-waiting", str(N))
     with ctxlab_serve(*args, while_starting=lambda: request.getfixturevalue("solo")) as base:
         yield base

@@ -17,7 +17,7 @@ import pytest
 from ctxlab.engine import LLM, SamplingParams
 from tests.serve.conftest import ctxlab_serve, metric
 
-pytestmark = pytest.mark.model
+pytestmark = [pytest.mark.model, pytest.mark.server]
 
 MODEL = "smollm2-135m"
 ALICE, ALICE2, BOB = "sk-alice-0001", "sk-alice-0002", "sk-bob-000001"
@@ -32,6 +32,8 @@ CHAT = [{"role": "user", "content": "Name a fruit that is yellow."}]
 
 @pytest.fixture(scope="module")
 def url(serve_model, tmp_path_factory, request) -> str:
+    """Its own server, not the session's: it needs tenants (--api-keys), ctxlab's metric
+    names (the shared one publishes vLLM's) and 16-token pages."""
     keys = tmp_path_factory.mktemp("keys") / "keys.toml"
     keys.write_text(f'[keys]\n"{ALICE}" = "alice"\n"{ALICE2}" = "alice"\n"{BOB}" = "bob"\n')
     load = lambda: request.getfixturevalue("loaded")  # noqa: E731
