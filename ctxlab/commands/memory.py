@@ -6,9 +6,8 @@ The backend flags (`--backend ctxlab|openai`, `--base-url`, ...) are shared with
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -36,6 +35,9 @@ from ctxlab.commands.options import (
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
+
+if TYPE_CHECKING:
+    from ctxlab.memory.loss import CompactionReport
 
 memory_app = typer.Typer(
     help="Application memory: tiered memory, context strategies, compaction loss reports.",
@@ -91,37 +93,30 @@ def compact(
     Without --history/--facts the seeded fixture conversation is used.
     """
     from ctxlab.memory.budget import MemoryConfig
+    from ctxlab.memory.compaction_run import CompactionSettings, run_compaction
     from ctxlab.memory.fixtures import conversation_fixture, load_fixture_files
-    from ctxlab.memory.search import check_retriever
-    from ctxlab.memory.strategies import make_strategy
 
-    names = parse_list(strategy, "--strategy")
-    for name in names:
-        make_strategy(name)
-    check_retriever(retriever)
     if (history is None) != (facts is None):
         raise CtxlabError("give both --history and --facts, or neither (the seeded fixture).")
-    if k < 1 or answer_tokens < 1:
-        raise CtxlabError("--k and --answer-tokens must be at least 1.")
-    config = MemoryConfig(
-        window=window,
-        reserve=reserve,
-        warn_share=warn,
-        compact_share=compact_at,
-        retrieve_k=k,
-        note_position=note_position,
-    )
-    if answer_tokens > reserve:
-        raise CtxlabError(f"--answer-tokens {answer_tokens} exceeds --reserve {reserve}.")
+    positions = None
     if backend == "ctxlab":  # the window against the model's positions, before it loads
         from ctxlab.model.registry import model_positions
 
-        limit = model_positions(model)
-        if limit is not None and window > limit:
-            raise CtxlabError(
-                f"--window {window:,} is beyond the model's {limit:,} positions; "
-                f"give at most {limit:,}."
-            )
+        positions = model_positions(model)
+    settings = CompactionSettings(
+        MemoryConfig(
+            window=window,
+            reserve=reserve,
+            warn_share=warn,
+            compact_share=compact_at,
+            retrieve_k=k,
+            note_position=note_position,
+        ),
+        tuple(parse_list(strategy, "--strategy")),
+        retriever,
+        answer_tokens,
+        positions,
+    )
     if history is not None and facts is not None:
         messages, fact_list = load_fixture_files(history, facts)
         source = f"{history} + {facts}"
@@ -134,54 +129,15 @@ def compact(
     engine = make_backend(
         backend, model, base_url, served_model, api_key, tokenizer, dtype, window=window
     )
-    from ctxlab.memory.loss import compaction_report, model_ceiling
-    from ctxlab.progress import progress
-
-    reports = []
-    with progress("model ceiling (each fact's own message only)"):
-        ceiling = model_ceiling(messages, fact_list, engine, config, answer_tokens)
-    with progress("compaction", len(names)) as bar:
-        for name in names:
-            bar.describe(f"compaction: {name}")
-            reports.append(
-                compaction_report(
-                    messages,
-                    fact_list,
-                    name,
-                    engine,
-                    config,
-                    search_k=k,
-                    retriever=retriever,
-                    answer_tokens=answer_tokens,
-                    on_step=bar.describe,
-                )
-            )
-            bar.advance()
-    doc = {
-        "source": source,
-        "model": getattr(engine, "model_label", engine.name),
-        "window": window,
-        "reserve": reserve,
-        "search_k": k,
-        "retriever": retriever,
-        "note_position": note_position,
-        "loop": "deterministic (the default model cannot call tools)",
-        "model_ceiling": ceiling,
-        "compaction": [r.summary() for r in reports],
-        "reports": [r.as_dict() for r in reports],
-    }
-    (folder / "compaction.json").write_text(json.dumps(doc, indent=1) + "\n")
-    from ctxlab.memory.plot import plot_compaction
-
-    plot_compaction(reports, ceiling, folder / "compaction.png")
+    run = run_compaction(settings, messages, fact_list, engine, source, folder)
     if as_json:
-        typer.echo(dumps(doc))
+        typer.echo(dumps(run.doc))
         return
-    _print_compaction(doc, reports)
-    typer.echo(f"results: {folder / 'compaction.json'}, {folder / 'compaction.png'}")
+    _print_compaction(run.doc, run.reports)
+    typer.echo(f"results: {run.files[0]}, {run.files[1]}")
 
 
-def _print_compaction(doc: dict[str, Any], reports: list[Any]) -> None:
+def _print_compaction(doc: dict[str, Any], reports: list[CompactionReport]) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -8,14 +8,17 @@ next one; eviction cuts only there, so a reply never loses the question it answe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
-from ctxlab.inputs import loads_json, read_text
+from ctxlab.inputs import check_input_file, loads_json, read_text, shown
 
 ROLES = ("system", "user", "assistant", "tool")
+_DATE_START = re.compile(r"\d{4}-\d{2}-\d{2}")  # the extended form: sorts as text
 
 
 @dataclass(frozen=True)
@@ -43,47 +46,67 @@ def turn_starts(messages: Sequence[Message]) -> list[int]:
 def read_history(path: Path) -> list[Message]:
     """A history file: JSON lines (one message each) or one JSON list of messages.
 
-    Each message needs `role` and `content`; `session` and `created_at` are optional.
+    Each message needs `role` and `content`; `session` and `created_at` (an ISO 8601 date
+    or date-time, YYYY-MM-DD first, since recall filters dates as text) are optional. The
+    path must be a regular file: a directory, a FIFO or a symbolic link loop is one sentence
+    that says what the path is, and a FIFO is never opened.
     """
-    if not path.is_file():
-        raise CtxlabError(f"history file {path} does not exist.")
+    check_input_file(path, "history file", "a JSON lines or JSON file")
+    name = shown(path)
     text = read_text(path, "history file").strip()
     if not text:
-        raise CtxlabError(f"history file {path} is empty.")
+        raise CtxlabError(f"history file {name} is empty.")
     if text.startswith("["):
-        items = loads_json(text, f"history file {path}")
+        items = loads_json(text, f"history file {name}")
         if not isinstance(items, list):
-            raise CtxlabError(f"history file {path} is not JSON lines or a JSON list.")
+            raise CtxlabError(f"history file {name} is not JSON lines or a JSON list.")
     else:
-        items = _json_lines(text, path)
+        items = _json_lines(text, name)
     if not items:
-        raise CtxlabError(f"history file {path} holds no messages.")
-    return [_message(item, path, i) for i, item in enumerate(items)]
+        raise CtxlabError(f"history file {name} holds no messages.")
+    return [_message(item, name, i) for i, item in enumerate(items)]
 
 
-def _json_lines(text: str, path: Path) -> list[object]:
+def _json_lines(text: str, name: str) -> list[object]:
     return [
-        loads_json(line, f"history file {path} line {number}")
+        loads_json(line, f"history file {name} line {number}")
         for number, line in enumerate(text.splitlines(), start=1)
         if line.strip()
     ]
 
 
-def _message(item: object, path: Path, index: int) -> Message:
+def check_created_at(value: object, where: str) -> str:
+    """`value` as a message date: "" when absent (null or empty), else an ISO 8601 date or
+    date-time that starts YYYY-MM-DD; anything else is one sentence naming `where`."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str) and _DATE_START.match(value):
+        try:
+            datetime.fromisoformat(value)
+            return value
+        except ValueError:
+            pass
+    raise CtxlabError(
+        f"{where} has created_at {value!r}, which is not a date; write YYYY-MM-DD or an "
+        "ISO 8601 date-time such as 2024-03-08T09:30:00."
+    )
+
+
+def _message(item: object, name: str, index: int) -> Message:
     if not isinstance(item, dict) or "role" not in item or "content" not in item:
-        raise CtxlabError(f"message {index} of {path} needs a role and a content.")
+        raise CtxlabError(f"message {index} of {name} needs a role and a content.")
     role, content = item["role"], item["content"]
     if role not in ROLES:
         raise CtxlabError(
-            f"message {index} of {path} has role {role!r}; use one of {', '.join(ROLES)}."
+            f"message {index} of {name} has role {role!r}; use one of {', '.join(ROLES)}."
         )
     if not isinstance(content, str):
-        raise CtxlabError(f"message {index} of {path} has a content that is not text.")
+        raise CtxlabError(f"message {index} of {name} has a content that is not text.")
     return Message(
         role=role,
         content=content,
         session=str(item.get("session", "default")),
-        created_at=str(item.get("created_at", "")),
+        created_at=check_created_at(item.get("created_at"), f"message {index} of {name}"),
     )
 
 
