@@ -27,7 +27,7 @@ from ctxlab.arch.limits import (
     MAX_WIDTH,
     check_heads,
 )
-from ctxlab.arch.params import estimate_params
+from ctxlab.arch.params import estimate_params, vision_params
 from ctxlab.arch.spec import ArchSpec, LayerSpec, RecurrentState
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import load_json
@@ -334,6 +334,23 @@ def from_hf_config(
     notes = [
         "parameter count estimated from the config's shapes (biases and small tensors left out)"
     ]
+    total, active = estimate.total, estimate.active if estimate.is_moe else None
+    vision = raw.get("vision_config")
+    if isinstance(vision, dict):
+        try:
+            tower = vision_params(vision, hidden)
+        except (KeyError, TypeError, ValueError, OverflowError, ZeroDivisionError):
+            notes.append(
+                "the config has a vision tower whose sizes it does not state in full: its "
+                "weights are left out of the parameter count"
+            )
+        else:
+            total, active = total + tower, estimate.active
+            notes.append(
+                f"vision tower counted in the weights ({tower / 1e9:.2f}B parameters estimated "
+                "from vision_config, projector included); per-token FLOPs use the text "
+                "decoder only"
+            )
     if cfg.get("sliding_window") is not None and "sliding" not in mixers:
         notes.append(
             "config has a sliding_window value but no layer slides "
@@ -344,8 +361,8 @@ def from_hf_config(
         layers=layers,
         n_query_heads=heads,
         hidden_size=hidden,
-        params=estimate.total,
-        active_params=estimate.active if estimate.is_moe else None,
+        params=total,
+        active_params=active,
         vocab_size=r.int("vocab_size", default=0, minimum=0),
         max_position=r.int("max_position_embeddings", default=0, minimum=0),
         source=f"config.json: {origin}" if origin != "config" else "config.json (dict)",

@@ -160,3 +160,21 @@ def estimate_params(cfg: Config, mixers: Sequence[str], hidden: int) -> ParamEst
             total += mix + norms + mlp
             active += mix + norms + mlp
     return ParamEstimate(total=total, active=active)
+
+
+def vision_params(vision: Config, text_hidden: int) -> int:
+    """A ViT vision tower (SigLIP, as in Gemma 3 and LLaVA-style configs) and its projector.
+
+    Patch embedding (3 channels, with bias), learned positions, per layer q/k/v/o with
+    biases, two LayerNorms and a biased GELU MLP, the final LayerNorm, and a projector of
+    vision width x text width. Raises KeyError/TypeError/ValueError when a size is missing."""
+    h = int(vision["hidden_size"])
+    inter = int(vision["intermediate_size"])
+    layers = int(vision["num_hidden_layers"])
+    patch = int(vision["patch_size"])
+    image = int(vision["image_size"])
+    channels = int(_get(vision, "num_channels", default=3))
+    patches = (image // patch) ** 2
+    per_layer = 4 * (h * h + h) + 2 * 2 * h + (h * inter + inter) + (inter * h + h)
+    embed = channels * patch * patch * h + h + patches * h
+    return embed + layers * per_layer + 2 * h + h * text_hidden

@@ -1,8 +1,9 @@
 """Capacity: how many requests of a given length the cache pool can hold at once.
 
 The pool is what is left of device memory after the weights and a runtime reserve
-(activations, CUDA graphs, fragmentation). Requests are counted at their page-rounded size,
-because that is what an allocator must find free.
+(activations, CUDA graphs, fragmentation). Requests are counted at their page-rounded size
+at their end (context plus generated tokens), because that is what an allocator must find
+free before a request finishes.
 """
 
 from __future__ import annotations
@@ -91,14 +92,23 @@ def max_concurrent(budget_bytes: int, bytes_per_request: int) -> int | None:
 
 
 def capacity_sentence(
-    fits: int | None, context: int, bytes_per_request: int, budget_bytes: int, gpus: int = 1
+    fits: int | None,
+    context: int,
+    bytes_per_request: int,
+    budget_bytes: int,
+    gpus: int = 1,
+    generated: int = 0,
 ) -> str:
-    """Say it plainly: 'one fits, two do not'."""
+    """Say it plainly: 'one fits, two do not'. `context` counts every token a request holds
+    at its end: the `generated` ones are part of it, and said so."""
     if fits is None:
         return f"Requests of {context:,} tokens hold no cache, so memory does not limit them."
+    parts = [f"all {gpus} GPUs"] if gpus > 1 else []
+    if generated:
+        parts.insert(0, f"{context - generated:,} context + {generated:,} generated")
     head = (
         f"With {fmt_bytes(budget_bytes)} for KV and {fmt_bytes(bytes_per_request)} per "
-        f"request of {context:,} tokens" + (f" (all {gpus} GPUs)" if gpus > 1 else "")
+        f"request of {context:,} tokens" + (f" ({', '.join(parts)})" if parts else "")
     )
     if fits == 0:
         return f"{head}, not even one fits."

@@ -72,19 +72,44 @@ def choose_gpus(
         one.memory_bytes, weights, reserve_bytes, DEFAULT_RESERVE_FRACTION
     )
     source = "given"
+    if need is not None:
+        # what an engine would run: the smallest tensor-parallel size it accepts
+        need = parallel.tp_at_least(arch, need, capacity.MAX_GPUS) or need
     if gpus is None:
         if need is None:
             raise _no_room(arch, weights, weights_source, reserve_bytes, 1, one, need)
+        fewest = capacity.gpus_for_weights(
+            one.memory_bytes, weights, reserve_bytes, DEFAULT_RESERVE_FRACTION
+        )
         gpus = need
         source = (
             f"the fewest {one.name} that hold the weights ({fmt_bytes(weights)}, "
-            f"{weights_source}) plus the reserve; --gpus N plans on another count"
+            f"{weights_source}) plus the reserve"
         )
+        if fewest != need:
+            source += (
+                f" are {fewest}, rounded up to {need}, the smallest tensor-parallel size vLLM "
+                f"accepts for {parallel.heads_phrase(arch)}"
+            )
+        source += "; --gpus N plans on another count"
     device = parallel.scaled_device(one, gpus)
     reserve = capacity.reserve_for(device.memory_bytes, reserve_bytes, DEFAULT_RESERVE_FRACTION)
     if weights + reserve >= device.memory_bytes:
         raise _no_room(arch, weights, weights_source, reserve, gpus, one, need)
     return gpus, source, device, reserve
+
+
+def tp_note(arch: ArchSpec, gpus: int) -> str | None:
+    """A sentence when a given GPU count is not a tensor-parallel size vLLM accepts."""
+    if gpus == 1 or parallel.accepts_tp(arch, gpus):
+        return None
+    nearest = parallel.tp_at_least(arch, gpus, capacity.MAX_GPUS)
+    fix = f"; the nearest above that it accepts is {nearest}" if nearest else ""
+    return (
+        f"{gpus} GPUs is not a tensor-parallel size vLLM accepts for "
+        f"{parallel.heads_phrase(arch)} (heads must split evenly){fix}: the figures treat "
+        f"the {gpus} devices as one."
+    )
 
 
 def _no_room(

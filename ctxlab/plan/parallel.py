@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
-from ctxlab.arch.spec import LayerSpec
+from ctxlab.arch.spec import ArchSpec, LayerSpec
 from ctxlab.errors import CtxlabError
 from ctxlab.plan.devices import Device
 
@@ -49,3 +49,27 @@ def scaled_device(device: Device, gpus: int) -> Device:
         mem_bandwidth=device.mem_bandwidth * gpus,
         memory_bytes=device.memory_bytes * gpus,
     )
+
+
+def accepts_tp(arch: ArchSpec, tp: int) -> bool:
+    """Whether vLLM accepts `tp` for this model: the query heads split evenly
+    (vllm/config/model.py: verify_with_parallel_config) and every attention layer's KV heads
+    either split evenly or are copied evenly (its QKV projection); an MLA latent is copied."""
+    if tp <= 0 or arch.n_query_heads % tp:
+        return False
+    return all(
+        layer.kv_heads % tp == 0 or tp % layer.kv_heads == 0
+        for layer in arch.layers
+        if layer.kind in ("full", "sliding")
+    )
+
+
+def tp_at_least(arch: ArchSpec, n: int, limit: int) -> int | None:
+    """The smallest tensor-parallel size >= n that vLLM accepts, None when none up to limit."""
+    return next((tp for tp in range(max(n, 1), limit + 1) if accepts_tp(arch, tp)), None)
+
+
+def heads_phrase(arch: ArchSpec) -> str:
+    kv = sorted({layer.kv_heads for layer in arch.layers if layer.kind in ("full", "sliding")})
+    kv_text = f" and {'/'.join(map(str, kv))} KV heads" if kv else ""
+    return f"{arch.n_query_heads} query heads{kv_text}"

@@ -30,9 +30,11 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
     prefix_tokens_shared, bytes_without_sharing, bytes_avoided_by_sharing,
     bytes_with_sharing, bytes_avoided_full_pages}.
   - `capacity` (capacity): summary {gpus, device_memory_bytes (all GPUs), weights_bytes,
-    reserve_bytes, kv_budget_bytes}; rows {context_tokens, kv_bytes_per_request_all_gpus
-    (peak page-rounded bytes, with tensor-parallel copies), max_concurrent_requests (int,
-    or null when a request holds no cache), concurrency_fits (bool), capacity_sentence}.
+    reserve_bytes, kv_budget_bytes}; rows {context_tokens, tokens_per_request (context plus
+    `output_tokens`: what a request holds by its end), kv_bytes_per_request_all_gpus (peak
+    page-rounded bytes at tokens_per_request, with tensor-parallel copies),
+    max_concurrent_requests (int, or null when a request holds no cache), concurrency_fits
+    (bool), capacity_sentence}.
   - `compute` (compute): summary {device, peak_flops, mem_bandwidth}; rows {context_tokens,
     prefill_flops, prefill_weight_flops, prefill_attention_flops, prefill_seconds,
     attention_flops_share, decode_weight_bytes_per_step, decode_cache_bytes_per_step,
@@ -161,15 +163,19 @@ def build_plan(
                 "bytes_avoided_full_pages": shared.bytes_avoided_full_pages,
             }
         )
-        fits = capacity.max_concurrent(budget.kv_bytes, paged.peak_bytes_all_gpus)
+        # a request holds its context and, by its end, every token it generates
+        held = context + output_tokens
+        at_end = paging.paged_request(arch, held, page_size, gpus) if output_tokens else paged
+        fits = capacity.max_concurrent(budget.kv_bytes, at_end.peak_bytes_all_gpus)
         cap_rows.append(
             {
                 "context_tokens": context,
-                "kv_bytes_per_request_all_gpus": paged.peak_bytes_all_gpus,
+                "tokens_per_request": held,
+                "kv_bytes_per_request_all_gpus": at_end.peak_bytes_all_gpus,
                 "max_concurrent_requests": fits,
                 "concurrency_fits": fits is None or fits >= concurrency,
                 "capacity_sentence": capacity.capacity_sentence(
-                    fits, context, paged.peak_bytes_all_gpus, budget.kv_bytes, gpus
+                    fits, held, at_end.peak_bytes_all_gpus, budget.kv_bytes, gpus, output_tokens
                 ),
             }
         )
@@ -261,6 +267,9 @@ def build_plan(
         )
     if gpus_source != "given" and gpus > 1:
         notes.append(f"Planned on {gpus} x {one_device.name}: {gpus_source}.")
+    tp_warning = inputs.tp_note(arch, gpus)
+    if tp_warning:
+        notes.append(tp_warning)
     notes.append(
         "Times are rooflines at the device's peak FLOP/s and memory bandwidth: lower bounds."
     )
@@ -276,10 +285,19 @@ def build_plan(
             "prefill compute, not their memory, and their state updates count as weight FLOPs."
         )
     if arch.active_params is not None and arch.active_params < arch.params:
-        notes.append(
-            "Mixture of experts: prefill FLOPs use active parameters; one request's decode "
-            "step reads the active share of the weights."
-        )
+        vision = any(note.startswith("vision tower counted") for note in arch.notes)
+        # a vision tower alone is a few percent of the weights; far below is expert routing
+        moe = not vision or arch.active_params * 1.2 <= arch.params
+        if moe:
+            notes.append(
+                "Mixture of experts: prefill FLOPs use active parameters; one request's decode "
+                "step reads the active share of the weights."
+            )
+        if vision:
+            notes.append(
+                "Vision tower: its weights are counted; text tokens do not pass through it, so "
+                "prefill FLOPs and decode reads use the text decoder's parameters."
+            )
 
     per_context = []
     for i in range(len(contexts)):

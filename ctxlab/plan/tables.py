@@ -50,7 +50,7 @@ def header_lines(plan: dict[str, Any]) -> list[str]:
     gpus = ""
     if inputs["gpus"] > 1:
         gpus = (
-            " (tensor parallel; the fewest that hold the weights plus the reserve)"
+            " (tensor parallel, chosen to hold the weights plus the reserve: see the notes)"
             if chosen != "given"
             else " (tensor parallel)"
         )
@@ -145,6 +145,8 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
         f"KV budget {fmt_bytes(s['kv_budget_bytes'])} = "
         f"device {fmt_bytes(s['device_memory_bytes'])}"
         f" - weights {fmt_bytes(s['weights_bytes'])} - reserve {fmt_bytes(s['reserve_bytes'])}"
+        f"; a request counts its context plus {plan['inputs']['output_tokens']:,} generated "
+        "tokens"
     )
     for i, r in enumerate(cap["rows"]):
         fits = r["max_concurrent_requests"]

@@ -59,7 +59,9 @@ def test_parameter_estimate_is_exact_for_dense_and_mixtral(name: str) -> None:
     [
         ("deepseek-v3", 671e9, 37e9, 0.02),
         ("jamba-v0.1", 52e9, 12e9, 0.02),
-        ("gemma-3-27b", 27.0e9, None, 0.01),
+        # Gemma 3 report, table 1: 417M vision encoder + 1,416M embedding + 25,600M
+        # non-embedding = 27.43B in all; the text decoder alone is what a token runs through
+        ("gemma-3-27b", 27.43e9, 27.0e9, 0.01),
         ("gpt-oss-120b", 116.83e9, None, 0.01),
         ("kimi-linear-48b-a3b", 48e9, None, 0.05),
     ],

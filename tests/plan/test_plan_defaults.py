@@ -9,6 +9,7 @@ import pytest
 from ctxlab.arch import PRESETS, get_preset
 from ctxlab.errors import CtxlabError
 from ctxlab.plan.devices import get_device
+from ctxlab.plan.parallel import accepts_tp
 from ctxlab.plan.report import build_plan
 
 GIB = 2**30
@@ -20,30 +21,60 @@ def test_every_preset_plans_with_the_defaults(name):
     gpus = plan["inputs"]["gpus"]
     weights = plan["inputs"]["weights_bytes"]
     one = get_device("h100").memory_bytes
-    # the fewest: one device fewer cannot hold the weights plus its 10 % reserve
+    # the fewest that vLLM accepts as a tensor-parallel size: every smaller size it accepts
+    # cannot hold the weights plus its 10 % reserve
+    spec = get_preset(name)
     assert weights + 0.1 * one * gpus < one * gpus
-    assert gpus == 1 or weights + 0.1 * one * (gpus - 1) >= one * (gpus - 1)
+    assert accepts_tp(spec, gpus)
+    for smaller in range(1, gpus):
+        if accepts_tp(spec, smaller):
+            assert weights + 0.1 * one * smaller >= one * smaller
     if gpus > 1:
         assert plan["inputs"]["gpus_source"].startswith("the fewest h100")
         assert any("Planned on" in note for note in plan["notes"])
 
 
 def test_published_weight_formats_decide_the_count():
-    """DeepSeek-V3 ships FP8 (625 GiB: 9 x H100); gpt-oss-120b ships MXFP4 (fits one)."""
+    """DeepSeek-V3 ships FP8 (625 GiB: 9 x H100 hold it, but vLLM needs the tensor-parallel
+    size to divide its 128 heads: 16); gpt-oss-120b ships MXFP4 (fits one)."""
     deepseek = build_plan("deepseek-v3", [4096], gpus=None)
     assert deepseek["inputs"]["weights_bytes"] == 671_000_000_000
-    assert deepseek["inputs"]["gpus"] == 9
+    assert deepseek["inputs"]["gpus"] == 16
+    assert "are 9, rounded up to 16" in deepseek["inputs"]["gpus_source"]
+    assert any("rounded up to 16" in note for note in deepseek["notes"])
     oss = get_preset("gpt-oss-120b")
     assert 63e9 < oss.weight_bytes < 66e9  # MoE at 4.25 bits, the rest at 16: ~65 GB
     assert build_plan(oss, [4096], gpus=None)["inputs"]["gpus"] == 1
     llama = build_plan("llama-3.1-405b", [4096], gpus=None)["inputs"]
-    assert llama["gpus"] == math.ceil(get_preset("llama-3.1-405b").weight_bytes / (0.9 * 80 * GIB))
+    fewest = math.ceil(get_preset("llama-3.1-405b").weight_bytes / (0.9 * 80 * GIB))
+    assert fewest == 11
+    assert llama["gpus"] == 16  # 128 query heads, 8 KV heads: 12 to 15 do not split them
 
 
 def test_an_explicit_count_that_cannot_hold_the_weights_names_the_one_that_would():
-    with pytest.raises(CtxlabError, match=r"11 x h100 would hold them \(--gpus 11"):
+    with pytest.raises(CtxlabError, match=r"16 x h100 would hold them \(--gpus 16"):
         build_plan("llama-3.1-405b", [4096], gpus=4)
     assert build_plan("llama-3.1-405b", [4096], gpus=11)["inputs"]["gpus_source"] == "given"
+
+
+def test_a_given_count_vllm_would_refuse_is_said_not_hidden():
+    notes = build_plan("deepseek-v3", [4096], gpus=9)["notes"]
+    assert any(
+        "9 GPUs is not a tensor-parallel size vLLM accepts for 128 query heads" in n
+        and "nearest above that it accepts is 16" in n
+        for n in notes
+    )
+    assert not any(
+        "tensor-parallel size vLLM" in n
+        for n in build_plan("deepseek-v3", [4096], gpus=16)["notes"]
+    )
+
+
+def test_accepted_tensor_parallel_sizes():
+    llama = get_preset("llama-3.1-8b")  # 32 query heads, 8 KV heads
+    assert [tp for tp in range(1, 33) if accepts_tp(llama, tp)] == [1, 2, 4, 8, 16, 32]
+    smol = get_preset("smollm2-135m")  # 9 query heads, 3 KV heads
+    assert [tp for tp in range(1, 10) if accepts_tp(smol, tp)] == [1, 3, 9]
 
 
 def test_contexts_beyond_the_trained_length_are_flagged_not_refused():
