@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "json_output",
             "lazy",
             "outputs",
+            "peer",
             "progress",
             "stats",
             "data",

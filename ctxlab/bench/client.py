@@ -8,6 +8,7 @@ SGLang and llama.cpp also read).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -16,6 +17,11 @@ from typing import Any
 import httpx
 
 from ctxlab.bench.metrics import RequestResult
+from ctxlab.peer import fields
+from ctxlab.peer.deadline import Deadline
+from ctxlab.peer.fields import BadAnswer, Source
+from ctxlab.peer.sse import DONE, event
+from ctxlab.peer.url import public, redact
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -36,6 +42,11 @@ class Endpoint:
     @property
     def url(self) -> str:
         return self.base_url.rstrip("/") + self.path
+
+    @property
+    def shown(self) -> str:
+        """The URL as printed and written: no credentials."""
+        return redact(public(self.base_url)) + self.path
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json"}
@@ -74,77 +85,92 @@ async def send(
     timeout: float | None = None,
 ) -> RequestResult:
     """Stream one request into `result` (times relative to `t0`); never raises for a server
-    or network failure: the result says `success=False` and why. `timeout` overrides the
-    client's seconds of silence allowed (the test request waits less than a real one)."""
+    or network failure: the result says `success=False` and why. The request is bounded in
+    total (`timeout`, else the client's read timeout): a server that trickles bytes or
+    streams keep-alives is cut at the deadline like one that is silent."""
+    seconds = timeout if timeout is not None else (client.timeout.read or 600.0)
+    deadline = Deadline(seconds)
+    try:
+        async with asyncio.timeout(seconds):
+            await _stream(client, ep, prompt, max_tokens, result, t0, deadline)
+    except (TimeoutError, httpx.TimeoutException) as exc:
+        why = "total deadline" if isinstance(exc, TimeoutError) else type(exc).__name__
+        result.error = f"{TIMED_OUT} of {seconds:g} s ({why})"
+        result.success = False
+    except BadAnswer as exc:
+        result.error = str(exc)
+        result.success = False
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {redact(str(exc))}"
+        result.success = False
+    return result
+
+
+async def _stream(
+    client: httpx.AsyncClient,
+    ep: Endpoint,
+    prompt: str | list[dict[str, str]],
+    max_tokens: int,
+    result: RequestResult,
+    t0: float,
+    deadline: Deadline,
+) -> None:
     clock = time.perf_counter
     st = clock()
     result.start = st - t0
     last = st
     text: list[str] = []
-    try:
-        extra = {} if timeout is None else {"timeout": httpx.Timeout(timeout)}
-        async with client.stream(
-            "POST", ep.url, json=ep.payload(prompt, max_tokens), headers=ep.headers(), **extra
-        ) as r:
-            if r.status_code != 200:
-                body = (await r.aread()).decode(errors="replace")
-                result.error = f"HTTP {r.status_code}: {_message(body)}"
-                return result
-            async for line in r.aiter_lines():
-                line = line.strip()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                doc = json.loads(data)
-                now = clock()
-                if "error" in doc:
-                    result.error = _message(json.dumps(doc))
-                    return result
-                choices = doc.get("choices") or []
-                if choices:
-                    c = choices[0]
-                    piece = (c.get("delta") or {}).get("content") if ep.chat else c.get("text")
-                    if piece:
-                        if not text:
-                            result.ttft = now - st
-                        else:
-                            result.itl.append(now - last)
-                        last = now
-                        text.append(piece)
-                    elif text:
-                        last = now  # a finish chunk without text still ends the answer
-                usage = doc.get("usage")
-                if usage:
-                    result.output_tokens = usage.get("completion_tokens")
-                    result.prompt_tokens = usage.get("prompt_tokens")
-                    details = usage.get("prompt_tokens_details") or {}
-                    if details.get("cached_tokens") is not None:
-                        result.cached_tokens = int(details["cached_tokens"])
-    except httpx.TimeoutException as exc:
-        result.error = f"{TIMED_OUT} ({type(exc).__name__})"
-        return result
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
-        return result
+    src = Source(ep.base_url, f"POST {ep.path}")
+    counted = None
+    async with client.stream(
+        "POST", ep.url, json=ep.payload(prompt, max_tokens), headers=ep.headers(),
+        timeout=deadline.timeout(),
+    ) as r:  # fmt: skip
+        if r.status_code != 200:
+            body = (await r.aread()).decode(errors="replace")
+            result.error = f"HTTP {r.status_code}: {_message(body)}"
+            return
+        async for line in r.aiter_lines():
+            doc = event(src, line)
+            if doc == DONE:
+                break
+            if not isinstance(doc, dict):
+                continue
+            now = clock()
+            message = fields.error_message(doc)
+            if message is not None:
+                result.error = message
+                return
+            piece = fields.choice_text(src, doc, ep.chat)
+            if piece:
+                if not text:
+                    result.ttft = now - st
+                else:
+                    result.itl.append(now - last)
+                last = now
+                text.append(piece)
+            elif text and doc.get("choices"):
+                last = now  # a finish chunk without text still ends the answer
+            if doc.get("usage") is not None:
+                counted = fields.usage(src, doc["usage"])
+    if counted is not None:
+        result.output_tokens = counted.completion_tokens
+        result.prompt_tokens = counted.prompt_tokens
+        result.cached_tokens = counted.cached_tokens
     result.text = "".join(text)
     result.chunks = len(text)
     result.latency = last - st
     if not text:
         result.error = "the server sent no text chunk, so there is no TTFT"
-        return result
+        return
     result.success = True
-    return result
 
 
 def _message(body: str) -> str:
     """The `error.message` of an OpenAI error body, else the body's start."""
     try:
         doc = json.loads(body)
-        msg = doc.get("error", {}).get("message") if isinstance(doc, dict) else None
-        if isinstance(msg, str):
-            return msg
     except json.JSONDecodeError:
-        pass
-    return body[:300]
+        doc = None
+    found = fields.error_message(doc) if isinstance(doc, dict) else None
+    return found if found is not None else redact(body[:300])

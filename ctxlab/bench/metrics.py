@@ -19,7 +19,10 @@ concurrency counted per one-second bucket from the first request's start, as vLL
 Beyond vLLM's keys, every median and percentile carries its sample size and a 95 %
 percentile-bootstrap interval (`samples` and `intervals` in the summary; the printed block
 adds its own lines after vLLM's): TTFT repeats scatter by tens of percent, so a P99 of 20
-requests is one request and reads nothing without its n. The bootstrap is
+requests is one request and reads nothing without its n. A percentile with fewer than five
+values beyond it gets no interval ("n/a"): the bootstrap cannot say more than its last few
+order statistics there. ITL gaps of one request are correlated, so the ITL intervals
+resample whole requests, not pooled gaps. The bootstrap is
 `ctxlab.stats`'s method (percentile interval, seeded, the same linear-interpolation
 percentile), vectorised with numpy here because ITL pools every gap of every request
 (thousands of values), where the pure-Python loop would take seconds per figure.
@@ -129,16 +132,31 @@ def _stats(name: str, values: list[float], percentiles: list[float]) -> dict[str
 
 
 _CHUNK = 2_000_000  # resampled values held at once (16 MB of float64)
+MIN_TAIL = 5  # values needed beyond a percentile (on its nearer side) for an interval
+
+
+def too_few(n: int, q: float) -> bool:
+    """Whether n values are too few for a bootstrap interval of percentile q: the resampled
+    percentile then only moves between the last few order statistics, and the interval says
+    nothing (a P99 needs 500 values, a median 10)."""
+    return n * min(q, 100.0 - q) / 100.0 < MIN_TAIL
 
 
 def quantile_intervals(
-    values_ms: list[float], qs: list[float], resamples: int = RESAMPLES, seed: int = SEED
+    values_ms: list[float],
+    qs: list[float],
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    groups: list[int] | None = None,
 ) -> list[Interval]:
     """95 % percentile-bootstrap intervals of the percentiles `qs` (0..100) of one sample.
 
     Every resample draws n values with replacement; all `qs` are read from the same
     resamples. n = 0 gives no interval; a constant sample (or n = 1) a zero-wide one, as
-    `ctxlab.stats.bootstrap`."""
+    `ctxlab.stats.bootstrap`; a percentile with fewer than MIN_TAIL values beyond it gets
+    its point and no interval (method "too few"). `groups`: the sizes of consecutive runs
+    of values that belong together (one request's gaps, which are correlated); resamples
+    then draw whole groups, and there must be MIN_TAIL groups too."""
     n = len(values_ms)
     if n == 0:
         return [Interval(math.nan, math.nan, math.nan, 0, "none") for _ in qs]
@@ -147,26 +165,55 @@ def quantile_intervals(
     if n == 1 or arr.min() == arr.max():
         return [Interval(p, p, p, n, "bootstrap") for p in points]
     rng = np.random.default_rng(seed)
-    per_chunk = max(1, _CHUNK // n)
-    draws = []
-    for start in range(0, resamples, per_chunk):
-        rows = min(per_chunk, resamples - start)
-        sample = arr[rng.integers(0, n, size=(rows, n))]
-        draws.append(np.percentile(sample, qs, axis=1, method="linear"))  # (len(qs), rows)
-    stats = np.concatenate(draws, axis=1)
+    if groups is not None:
+        stats = _group_resamples(arr, groups, qs, resamples, rng)
+        method = "bootstrap by request"
+    else:
+        per_chunk = max(1, _CHUNK // n)
+        draws = []
+        for start in range(0, resamples, per_chunk):
+            rows = min(per_chunk, resamples - start)
+            sample = arr[rng.integers(0, n, size=(rows, n))]
+            draws.append(np.percentile(sample, qs, axis=1, method="linear"))  # (len(qs), rows)
+        stats = np.concatenate(draws, axis=1)
+        method = "bootstrap"
     lows = np.percentile(stats, 2.5, axis=1, method="linear")
     highs = np.percentile(stats, 97.5, axis=1, method="linear")
+    few = len(groups) < MIN_TAIL if groups is not None else False
     return [
-        Interval(p, float(lo), float(hi), n, "bootstrap")
-        for p, lo, hi in zip(points, lows, highs, strict=True)
+        Interval(p, math.nan, math.nan, n, "too few")
+        if few or too_few(n, q)
+        else Interval(p, float(lo), float(hi), n, method)
+        for p, q, lo, hi in zip(points, qs, lows, highs, strict=True)
     ]
 
 
-def _intervals(name: str, values: list[float], percentiles: list[float]) -> dict[str, Any]:
+def _group_resamples(
+    arr: np.ndarray, groups: list[int], qs: list[float], resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """(len(qs), resamples) percentiles of resamples that draw whole groups."""
+    sizes = np.asarray(groups, dtype=np.int64)
+    if sizes.sum() != len(arr) or (sizes < 0).any():
+        raise ValueError("groups must be sizes that add up to the number of values")
+    k = len(sizes)
+    member = np.repeat(np.arange(k), sizes)  # the group of every value
+    out = np.empty((len(qs), resamples))
+    for row in range(resamples):
+        picks = np.bincount(rng.integers(0, k, size=k), minlength=k)
+        pooled = np.repeat(arr, picks[member])
+        if pooled.size == 0:  # only empty groups drawn
+            pooled = arr
+        out[:, row] = np.percentile(pooled, qs, method="linear")
+    return out
+
+
+def _intervals(
+    name: str, values: list[float], percentiles: list[float], groups: list[int] | None = None
+) -> dict[str, Any]:
     """{vLLM key: interval} for the median and every percentile of one metric (ms)."""
     qs = [50.0, *percentiles]
     keys = [f"median_{name}_ms", *(f"p{p_word(p)}_{name}_ms" for p in percentiles)]
-    found = quantile_intervals([v * 1000.0 for v in values], qs)
+    found = quantile_intervals([v * 1000.0 for v in values], qs, groups=groups)
     return {key: iv.to_json() for key, iv in zip(keys, found, strict=True)}
 
 
@@ -233,10 +280,12 @@ def summarize(
     }
     samples: dict[str, int] = {}
     intervals: dict[str, Any] = {}
+    itl_groups = [len(r.itl) for r in ok]  # a request's gaps are resampled together
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
         out.update(_stats(name, values, percentiles))
         samples[name] = len(values)
-        intervals.update(_intervals(name, values, percentiles))
+        groups = itl_groups if name == "itl" else None
+        intervals.update(_intervals(name, values, percentiles, groups))
     out["samples"] = samples  # values behind each metric's median and percentiles
     out["intervals"] = intervals  # 95 % bootstrap interval per median/percentile key
     return out

@@ -73,11 +73,11 @@ async def check_server(
     await send(client, ep, prompt, 1, probe, time.perf_counter(), timeout=wait)
     if probe.error.startswith(TIMED_OUT):
         raise CtxlabError(
-            f"the server at {ep.url} accepted the test request but sent nothing for {wait:g} s "
-            f"({probe.error.removeprefix(TIMED_OUT).strip(' ()')}); is it stuck or overloaded?"
+            f"the server at {ep.shown} accepted the test request but sent nothing for {wait:g} s "
+            "(or no complete answer within that total deadline); is it stuck or overloaded?"
         )
     if not probe.success:
-        raise CtxlabError(f"the server at {ep.url} did not answer a test request: {probe.error}")
+        raise CtxlabError(f"the server at {ep.shown} did not answer a test request: {probe.error}")
 
 
 async def run(

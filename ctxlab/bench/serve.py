@@ -21,6 +21,7 @@ from ctxlab.bench.report import result_document, result_lines
 from ctxlab.bench.runner import arrival_times, run
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
+from ctxlab.peer.url import base_url, public, redact
 from ctxlab.progress import progress
 
 DATASETS = ("random", "shared-prefix", "multi-turn", "trace")
@@ -90,14 +91,14 @@ class BenchConfig:
             )
         if self.dataset == "multi-turn":
             path = CHAT  # conversations need messages
-        if not self.base_url.startswith(("http://", "https://")):
-            raise CtxlabError(f"--base-url {self.base_url!r} must start with http:// or https://.")
-        return Endpoint(self.base_url, path, self.model, self.api_key, self.ignore_eos)
+        root = base_url(self.base_url, "--base-url")
+        return Endpoint(root, path, self.model, self.api_key, self.ignore_eos)
 
     def settings(self) -> dict[str, Any]:
         """What the result file records about the run (vLLM's keys where it has them)."""
         d = asdict(self)
         d.pop("api_key")
+        d["base_url"] = redact(public(self.base_url))
         d["trace"] = str(self.trace) if self.trace else None
         d["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
         d["model_id"] = self.model
@@ -120,7 +121,7 @@ def run_bench(cfg: BenchConfig, show_progress: bool = True) -> BenchOutcome:
     ep = cfg.endpoint_for_run()
     requests, arrivals = cfg.workload()
     total = sum(1 + len(r.turns) for r in requests)
-    label = f"benchmarking {ep.url} (--timeout {cfg.timeout:g} s)"
+    label = f"benchmarking {ep.shown} (--timeout {cfg.timeout:g} s per request)"
     with progress(label, total, enabled=show_progress) as bar:
         outcome = asyncio.run(
             run(ep, requests, arrivals, cfg.max_concurrency, cfg.timeout, lambda _r: bar.advance())

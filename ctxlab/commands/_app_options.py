@@ -8,6 +8,7 @@ command module imports this one, never a sibling command.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,7 +28,8 @@ BackendOpt = Annotated[
     ),
 ]
 BaseUrlOpt = Annotated[
-    str | None, typer.Option("--base-url", help="OpenAI-compatible server, e.g. http://h:8000/v1.")
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible server, e.g. http://h:8000 (/v1 optional)."),
 ]
 ServedModelOpt = Annotated[
     str,
@@ -37,7 +39,14 @@ ServedModelOpt = Annotated[
         "model, from /v1/models).",
     ),
 ]
-ApiKeyOpt = Annotated[str, typer.Option("--api-key", help="API key for the server.")]
+ApiKeyOpt = Annotated[
+    str,
+    typer.Option("--api-key", help="API key for the server (default: $OPENAI_API_KEY when set)."),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option("--timeout", help="Total seconds per request to --base-url, however it trickles."),
+]
 TokenizerOpt = Annotated[
     str | None,
     typer.Option(
@@ -60,6 +69,7 @@ def make_backend(
     tokenizer: str | None,
     dtype: str = "float32",
     window: int | None = None,
+    timeout: float = 600.0,
 ) -> Any:
     """The engine (default) or an OpenAI-compatible server, checked before anything loads.
 
@@ -76,9 +86,12 @@ def make_backend(
     if backend == "openai":
         if not base_url:
             raise CtxlabError("--backend openai needs --base-url (e.g. http://localhost:8000/v1).")
+        from ctxlab.inputs import check_positive
         from ctxlab.memory.openai_backend import OpenAIChatBackend
 
-        return OpenAIChatBackend(base_url, served_model, api_key, window, tokenizer)
+        check_positive(timeout, "--timeout")
+        key = api_key if api_key != "none" else os.environ.get("OPENAI_API_KEY", "none")
+        return OpenAIChatBackend(base_url, served_model, key, window, tokenizer, timeout)
     raise CtxlabError(f"--backend {backend!r} is unknown; use ctxlab or openai.")
 
 

@@ -8,6 +8,7 @@ the-middle sweep and streaming perplexity, and re-summarize a rows file.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -25,7 +26,9 @@ from ctxlab.commands.options import (
     set_threads,
 )
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_positive
 from ctxlab.json_output import dumps
+from ctxlab.peer.url import base_url as root_url
 
 eval_app = typer.Typer(
     help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity.",
@@ -67,7 +70,13 @@ def grid(
     seed: SeedOpt = 0,
     backend: str = typer.Option("ctxlab", "--backend", help="ctxlab (this engine) or openai."),
     base_url: str = typer.Option(
-        None, "--base-url", help="OpenAI-compatible server for --backend openai."
+        None, "--base-url", help="OpenAI-compatible server for --backend openai (/v1 optional)."
+    ),
+    api_key: str = typer.Option(
+        None, "--api-key", help="Bearer key for --base-url (default: $OPENAI_API_KEY when set)."
+    ),
+    timeout: float = typer.Option(
+        600.0, "--timeout", help="Total seconds per request to --base-url, however it trickles."
     ),
     model: ModelOpt = DEFAULT_MODEL,
     threshold: float = typer.Option(
@@ -103,6 +112,9 @@ def grid(
         raise CtxlabError(f"unknown backend {backend!r}; use ctxlab or openai")
     if backend == "openai" and not base_url:
         raise CtxlabError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000)")
+    if backend == "openai":
+        base_url = root_url(base_url, "--base-url")
+        check_positive(timeout, "--timeout")
     grid_lengths = _ints(lengths, "--lengths") if lengths else list(chosen.lengths)
     runs = [PolicyRun(name, b) for name, b in parse_policy_runs(policy, budget)]
     if backend == "openai" and any(r.policy != "full" for r in runs):
@@ -130,7 +142,11 @@ def grid(
     folder = _out_dir(out, "eval")
     from ctxlab.eval.harness import run_eval
 
-    summary = run_eval(grid_spec, backend, base_url, model, folder, threshold, relative, as_json)
+    key = api_key or os.environ.get("OPENAI_API_KEY")
+    summary = run_eval(
+        grid_spec, backend, base_url, model, folder, threshold, relative, as_json,
+        api_key=key, timeout_s=timeout,
+    )  # fmt: skip
     if as_json:
         typer.echo(dumps(summary, indent=2))
 

@@ -20,6 +20,7 @@ from ctxlab.commands._app_options import (
     DbOpt,
     RetrieverOpt,
     ServedModelOpt,
+    TimeoutOpt,
     TokenizerOpt,
     default_out,
     make_backend,
@@ -135,6 +136,7 @@ def ask(
     base_url: BaseUrlOpt = None,
     served_model: ServedModelOpt = "default",
     api_key: ApiKeyOpt = "none",
+    timeout: TimeoutOpt = 600.0,
     tokenizer: TokenizerOpt = None,
     threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
@@ -160,7 +162,9 @@ def ask(
     set_threads(threads)
     with open_store(db, must_exist=True, write=False) as store:
         _check_something_to_retrieve(store, as_of)
-    engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
+    engine = make_backend(
+        backend, model, base_url, served_model, api_key, tokenizer, dtype, timeout=timeout
+    )
     with open_store(db, must_exist=True, write=False) as store, progress("answering"):
         answer = ask_question(
             engine, store, question, k, retriever, order, as_of, max_tokens, metadata=metadata
@@ -257,6 +261,7 @@ def evaluate(
     base_url: BaseUrlOpt = None,
     served_model: ServedModelOpt = "default",
     api_key: ApiKeyOpt = "none",
+    timeout: TimeoutOpt = 600.0,
     tokenizer: TokenizerOpt = None,
     out: Path = typer.Option(None, "--out", help="Output folder (default out/rag-eval-TIMESTAMP)."),
     threads: ThreadsOpt = None,
@@ -306,7 +311,9 @@ def evaluate(
     elif questions is not None:
         raise CtxlabError("--questions needs the corpus they are about (PATH...).")
     set_threads(threads)
-    engine = make_backend(backend, model, base_url, served_model, api_key, tokenizer, dtype)
+    engine = make_backend(
+        backend, model, base_url, served_model, api_key, tokenizer, dtype, timeout=timeout
+    )
     report = run_eval(engine, db, options, corpus=corpus)
     doc = report.as_dict()
     write_text(folder / "rag_eval.json", json.dumps(doc, indent=1) + "\n", "--out")

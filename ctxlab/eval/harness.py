@@ -44,7 +44,10 @@ def run_eval(
     relative: float | None,
     quiet: bool = False,
     batch_size: int = 4,
+    api_key: str | None = None,
+    timeout_s: float = 600.0,
 ) -> dict[str, Any]:
+    """`api_key` and `timeout_s` (total seconds per request) are for backend openai."""
     from ctxlab.progress import progress
 
     console = Console(stderr=True)
@@ -53,12 +56,14 @@ def run_eval(
         from ctxlab.eval.openai_backend import OpenAIBackend
         from ctxlab.model.registry import resolve_model_path
         from ctxlab.model.tokenizer import load_tokenizer
+        from ctxlab.peer.url import public, redact
 
         count = token_counter(load_tokenizer(str(resolve_model_path(model))))
-        model_name = f"remote:{base_url}"
+        remote = OpenAIBackend(str(base_url), api_key=api_key, timeout_s=timeout_s)
+        model_name = f"remote:{redact(public(remote.base_url))}"
 
         def backend_for(run: PolicyRun) -> Any:
-            return OpenAIBackend(str(base_url))
+            return remote
     else:
         from ctxlab.eval.engine_backend import EngineBackend, token_counter
         from ctxlab.model.open_model import open_model

@@ -2,18 +2,22 @@
 
 The remote cache is not visible from here, so rows from this backend carry no resident KV
 bytes and the report says so. Sizing uses the local default tokenizer, which is only an
-approximation of the remote model's count; the row records the local count it used.
+approximation of the remote model's count; the row records the local count it used. Every
+request has a total deadline (`--timeout`) and every answer is read through
+`ctxlab.peer.fields`, so a broken server is one sentence, never a traceback or a hang.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import httpx
 
 from ctxlab.errors import CtxlabError
 from ctxlab.eval.sample import TaskSample
+from ctxlab.peer import fields
+from ctxlab.peer.deadline import Deadline, request
+from ctxlab.peer.url import base_url, public, redact
 
 
 @dataclass(frozen=True)
@@ -27,34 +31,48 @@ class Generation:
 class OpenAIBackend:
     base_url: str
     model: str = "default"
-    api_key: str = "none"
-    timeout_s: float = 600.0
+    api_key: str | None = None
+    timeout_s: float = 600.0  # total seconds per request
 
     name: str = "openai"
+    http: httpx.Client = field(init=False, repr=False)
 
-    def _post(self, path: str, body: dict[str, object]) -> dict[str, object]:
-        url = self.base_url.rstrip("/") + path
-        request = urllib.request.Request(
-            url,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
-            method="POST",
-        )
+    def __post_init__(self) -> None:
+        self.base_url = base_url(self.base_url, "--base-url")
+        self.http = httpx.Client()
+
+    def _post(self, path: str, body: dict[str, object]) -> object:
+        shown = redact(public(self.base_url)) + path
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:200]
-            raise CtxlabError(f"{url} answered HTTP {exc.code}: {detail}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            reply = request(
+                self.http, "POST", self.base_url + path, Deadline(self.timeout_s),
+                json=body, headers=headers,
+            )  # fmt: skip
+        except httpx.TimeoutException:
             raise CtxlabError(
-                f"cannot reach the OpenAI-compatible server at {url} ({exc})"
+                f"{shown} gave no complete answer within {self.timeout_s:g} s (--timeout)"
             ) from None
-        except json.JSONDecodeError:
-            raise CtxlabError(f"{url} did not answer with JSON") from None
+        except httpx.HTTPError as exc:
+            raise CtxlabError(
+                f"cannot reach the OpenAI-compatible server at {shown} "
+                f"({type(exc).__name__}: {redact(str(exc))})"
+            ) from None
+        if reply.status_code in (401, 403):
+            raise CtxlabError(
+                f"{shown} refused the API key (HTTP {reply.status_code}); give the right one "
+                "with --api-key or $OPENAI_API_KEY"
+            )
+        if reply.status_code != 200:
+            detail = redact(reply.text[:200]).replace("\n", " ")
+            raise CtxlabError(f"{shown} answered HTTP {reply.status_code}: {detail}")
+        return fields.parse(fields.Source(self.base_url, f"POST {path}"), reply.body)
 
     def generate(self, samples: list[TaskSample]) -> list[Generation]:
         out = []
+        src = fields.Source(self.base_url, "POST /v1/chat/completions")
         for sample in samples:
             reply = self._post(
                 "/v1/chat/completions",
@@ -70,12 +88,11 @@ class OpenAIBackend:
                     "temperature": 0.0,
                 },
             )
-            try:
-                text = reply["choices"][0]["message"]["content"]  # type: ignore[index]
-                usage = reply.get("usage") or {}
-            except (KeyError, IndexError, TypeError):
-                raise CtxlabError(
-                    f"{self.base_url} answered without choices[0].message.content"
-                ) from None
-            out.append(Generation(str(text), None, usage.get("prompt_tokens")))  # type: ignore[union-attr]
+            text = fields.message_text(src, reply)
+            top = fields.obj(src, reply, "the answer") or {}
+            counted = fields.usage(src, top.get("usage"))
+            out.append(Generation(text, None, counted.prompt_tokens))
         return out
+
+    def close(self) -> None:
+        self.http.close()

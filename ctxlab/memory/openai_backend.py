@@ -33,38 +33,62 @@ class OpenAIChatBackend:
     ) -> None:
         import httpx
 
-        self.base_url = base_url.rstrip("/")
-        if self.base_url.endswith("/v1"):
-            self.base_url = self.base_url[: -len("/v1")]
+        from ctxlab.peer.url import base_url as root_url
+        from ctxlab.peer.url import public, redact
+
+        self.base_url = root_url(base_url, "--base-url")  # a trailing /v1 is dropped
+        self.shown = redact(public(self.base_url))  # the server as printed
         self.model = model
         self._model_resolved = model != "default"
         self._window = context_window
         self._tokenizer_path = tokenizer
         self._tokenizer: Any = None
-        self._http = httpx.Client(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"})
+        self.timeout_s = timeout_s  # total seconds per request
+        self._http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"})
         self.count_method: str | None = "local tokenizer" if tokenizer else None
         self._probe_cache: dict[str, int] = {}
 
     # -- HTTP ---------------------------------------------------------------------------------
-    def _post(self, path: str, body: dict[str, Any], quiet_404: bool = False) -> dict[str, Any]:
+    def _source(self, method: str, path: str) -> Any:
+        from ctxlab.peer.fields import Source
+
+        return Source(self.base_url, f"{method} {path}")
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """One request within the total deadline; its status and body (a `peer.Reply`)."""
         import httpx
 
+        from ctxlab.peer.deadline import Deadline, request
+        from ctxlab.peer.url import redact
+
         url = self.base_url + path
+        shown = self.shown + path
         try:
-            response = self._http.post(url, json=body)
+            return request(self._http, method, url, Deadline(self.timeout_s), json=body)
+        except httpx.TimeoutException:
+            raise CtxlabError(
+                f"{shown} gave no complete answer within {self.timeout_s:g} s (--timeout)."
+            ) from None
         except httpx.HTTPError as exc:
             raise CtxlabError(
-                f"cannot reach the OpenAI-compatible server at {url} ({exc})."
+                f"cannot reach the OpenAI-compatible server at {shown} "
+                f"({type(exc).__name__}: {redact(str(exc))})."
             ) from None
-        if quiet_404 and response.status_code in (400, 404, 405, 501):
+
+    def _post(self, path: str, body: dict[str, Any], quiet_404: bool = False) -> dict[str, Any]:
+        from ctxlab.peer import fields
+        from ctxlab.peer.url import redact
+
+        reply = self._request("POST", path, body)
+        if quiet_404 and reply.status_code in (400, 404, 405, 501):
             return {}
-        if response.status_code >= 400:
-            detail = response.text[:200].replace("\n", " ")
-            raise CtxlabError(f"{url} answered HTTP {response.status_code}: {detail}")
-        try:
-            return response.json()
-        except json.JSONDecodeError:
-            raise CtxlabError(f"{url} did not answer with JSON.") from None
+        if reply.status_code >= 400:
+            detail = redact(reply.text[:200]).replace("\n", " ")
+            raise CtxlabError(f"{self.shown + path} answered HTTP {reply.status_code}: {detail}")
+        src = self._source("POST", path)
+        doc = fields.obj(src, fields.parse(src, reply.body), "the answer")
+        assert doc is not None
+        return doc
 
     def served_model(self) -> str:
         """The model name sent: the one given, or for "default" the server's only model
@@ -74,21 +98,27 @@ class OpenAIChatBackend:
         if self._model_resolved:
             return self.model
         self._model_resolved = True
-        import httpx
+        from ctxlab.peer import fields
 
-        try:
-            response = self._http.get(self.base_url + "/v1/models")
-            ids = [m.get("id") for m in response.json().get("data", [])]
-        except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+        reply = self._request("GET", "/v1/models")
+        if reply.status_code != 200:
             return self.model
-        if response.status_code == 200 and len(ids) == 1 and isinstance(ids[0], str):
+        src = self._source("GET", "/v1/models")
+        try:
+            doc = fields.parse(src, reply.body)
+        except CtxlabError:
+            return self.model  # not a model list: keep the name given
+        ids = [i for i, _ in fields.model_cards(src, doc)]
+        if len(ids) == 1:
             self.model = ids[0]
         return self.model
 
     def chat(
         self, chat: Chat, max_tokens: int, tools: Sequence[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
-        """One chat completion; returns the whole reply object."""
+        """One chat completion; returns the whole reply object (its message checked)."""
+        from ctxlab.peer import fields
+
         body: dict[str, Any] = {
             "model": self.served_model(),
             "messages": list(chat),
@@ -98,28 +128,37 @@ class OpenAIChatBackend:
         if tools:
             body["tools"] = list(tools)
         reply = self._post("/v1/chat/completions", body)
-        try:
-            reply["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise CtxlabError(f"{self.base_url} answered without choices[0].message.") from None
+        fields.message_text(self._source("POST", "/v1/chat/completions"), reply)
         return reply
+
+    def usage(self, reply: dict[str, Any]) -> Any:
+        """The reply's `usage` (and `timings`), checked (`peer.fields.Usage`)."""
+        from ctxlab.peer import fields
+
+        src = self._source("POST", "/v1/chat/completions")
+        return fields.usage(src, reply.get("usage"), reply.get("timings"))
 
     # -- Backend ------------------------------------------------------------------------------
     @property
     def context_window(self) -> int:
         if self._window is None:
+            from ctxlab.peer import fields
+
             info = self._post(
                 "/tokenize", {"model": self.served_model(), "prompt": "x"}, quiet_404=True
             )
-            window = info.get("max_model_len")
+            src = self._source("POST", "/tokenize")
+            window = fields.count(src, info.get("max_model_len"), "max_model_len")
             if not window:
                 raise CtxlabError(
-                    f"{self.base_url} does not report its context window; give it with --window."
+                    f"{self.shown} does not report its context window; give it with --window."
                 )
-            self._window = int(window)
+            self._window = window
         return self._window
 
     def count_tokens(self, chat: Chat) -> int:
+        from ctxlab.peer import fields
+
         if self._tokenizer_path is not None:
             return len(self._local().apply_chat(list(chat), add_generation_prompt=True))
         if self.count_method in (None, "server /tokenize"):
@@ -134,17 +173,18 @@ class OpenAIChatBackend:
             )
             if "count" in info:
                 self.count_method = "server /tokenize"
-                return int(info["count"])
+                src = self._source("POST", "/tokenize")
+                return int(fields.count(src, info["count"], "count", required=True) or 0)
             self.count_method = "server usage (max_tokens=1)"
         key = hashlib.sha256(json.dumps(list(chat), sort_keys=True).encode()).hexdigest()
         if key not in self._probe_cache:
-            usage = self.chat(chat, max_tokens=1).get("usage") or {}
-            if "prompt_tokens" not in usage:
+            prompt = self.usage(self.chat(chat, max_tokens=1)).prompt_tokens
+            if prompt is None:
                 raise CtxlabError(
-                    f"{self.base_url} has no /tokenize and reports no usage; give the served "
+                    f"{self.shown} has no /tokenize and reports no usage; give the served "
                     "model's tokenizer with --tokenizer for exact counts."
                 )
-            self._probe_cache[key] = int(usage["prompt_tokens"])
+            self._probe_cache[key] = prompt
         return self._probe_cache[key]
 
     def spans(self, text: str) -> list[tuple[int, int]]:
@@ -156,17 +196,16 @@ class OpenAIChatBackend:
         return [(int(a), int(b)) for a, b in enc["offset_mapping"]]
 
     def generate(self, chats: Sequence[Chat], max_tokens: int) -> list[Reply]:
+        from ctxlab.peer import fields
+
         out = []
+        src = self._source("POST", "/v1/chat/completions")
         for chat in chats:
             reply = self.chat(chat, max_tokens)
-            text = reply["choices"][0]["message"].get("content") or ""
-            usage = reply.get("usage") or {}
+            counted = self.usage(reply)
+            text = fields.message_text(src, reply)
             out.append(
-                Reply(
-                    str(text).strip(),
-                    int(usage.get("prompt_tokens", 0)),
-                    int(usage.get("completion_tokens", 0)),
-                )
+                Reply(text.strip(), counted.prompt_tokens or 0, counted.completion_tokens or 0)
             )
         return out
 

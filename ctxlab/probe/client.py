@@ -19,6 +19,11 @@ from typing import Any
 import httpx
 
 from ctxlab.errors import CtxlabError
+from ctxlab.peer import fields
+from ctxlab.peer.deadline import Deadline, DeadlinePassed, Reply, lines, request, stream
+from ctxlab.peer.sse import events
+from ctxlab.peer.url import base_url as root_url
+from ctxlab.peer.url import public, redact
 
 
 class BudgetSpent(Exception):
@@ -54,6 +59,9 @@ class Budget:
     def left(self) -> tuple[int, int]:
         return self.max_requests - self.requests, self.max_tokens - self.tokens
 
+    def seconds_left(self) -> float:
+        return self.max_seconds - (time.monotonic() - self.started)
+
 
 @dataclass
 class Answer:
@@ -71,7 +79,8 @@ class Answer:
 
 class ProbeClient:
     """A synchronous client over one server, safe for a few parallel streams (httpx
-    clients are, and the budget takes a lock)."""
+    clients are, and the budget takes a lock). Every request has a total deadline: the
+    request timeout, or what --max-seconds leaves when that is shorter."""
 
     def __init__(
         self,
@@ -81,10 +90,12 @@ class ProbeClient:
         budget: Budget,
         timeout: float = 120.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = root_url(base_url, "--server")
+        self.url = redact(public(self.base_url))  # the server as printed: no credentials
         self.model = model
         self.api_key = api_key
         self.budget = budget
+        self.timeout = timeout  # seconds in total for one request
         self.answered = 0  # requests the server answered: after one, a failure is "died"
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), limits=limits)
@@ -98,12 +109,29 @@ class ProbeClient:
             h["Authorization"] = f"Bearer {self.api_key}"
         return h
 
-    def get(self, path: str) -> httpx.Response | None:
-        """A GET of an optional endpoint; None when the server is unreachable for it."""
+    def deadline(self, cap: float | None = None) -> Deadline:
+        """One request's deadline: `cap` (else the request timeout), within --max-seconds."""
+        seconds = min(self.timeout if cap is None else cap, self.budget.seconds_left())
+        return Deadline(max(0.001, seconds))
+
+    def source(self, endpoint: str) -> fields.Source:
+        return fields.Source(self.base_url, endpoint)
+
+    def get(self, path: str, cap: float = 10.0) -> Reply | None:
+        """A GET of an optional endpoint; None when the server does not answer it in time."""
         try:
-            return self.http.get(self.base_url + path, headers=self.headers(), timeout=10.0)
+            return request(
+                self.http, "GET", self.base_url + path, self.deadline(cap), headers=self.headers()
+            )
         except httpx.HTTPError:
             return None
+
+    def post(self, path: str, body: dict[str, Any], cap: float = 10.0) -> Reply:
+        """A POST whose whole answer is read within `cap` s (raises httpx.HTTPError)."""
+        return request(
+            self.http, "POST", self.base_url + path, self.deadline(cap),
+            json=body, headers=self.headers(),
+        )  # fmt: skip
 
     def complete(
         self,
@@ -133,57 +161,49 @@ class ProbeClient:
         start = clock()
         chunks: list[float] = []
         pieces: list[str] = []
-        usage: dict[str, Any] = {}
-        timings: dict[str, Any] = {}
+        usage: object = None
+        timings: object = None
+        src = self.source("POST /v1/completions")
+        deadline = self.deadline()
         try:
-            with self.http.stream(
-                "POST", self.base_url + "/v1/completions", json=body, headers=self.headers()
-            ) as r:
+            with stream(
+                self.http, "POST", self.base_url + "/v1/completions", deadline,
+                json=body, headers=self.headers(),
+            ) as r:  # fmt: skip
                 if r.status_code != 200:
-                    raise self._refused(r.status_code, r.read().decode(errors="replace"))
-                for line in r.iter_lines():
-                    line = line.strip()
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    doc = json.loads(data)
-                    if isinstance(doc, dict) and "error" in doc:
-                        raise CtxlabError(f"the server failed a request: {_message(doc)}")
+                    text = b"".join(r.iter_bytes()).decode(errors="replace")
+                    raise self._refused(r.status_code, text)
+                for doc in events(src, lines(r, deadline)):
+                    message = fields.error_message(doc)
+                    if message is not None:
+                        raise CtxlabError(f"the server failed a request: {message}")
                     now = clock()
-                    for c in doc.get("choices") or []:
-                        if c.get("text"):
-                            chunks.append(now)
-                            pieces.append(c["text"])
+                    piece = fields.choice_text(src, doc, chat=False)
+                    if piece:
+                        chunks.append(now)
+                        pieces.append(piece)
                     usage = doc.get("usage") or usage
                     timings = doc.get("timings") or timings
+        except DeadlinePassed as exc:
+            if deadline.seconds < self.timeout and self.budget.seconds_left() <= 0:
+                raise BudgetSpent from None  # --max-seconds ran out while it waited
+            raise self._transport(exc) from None
         except httpx.HTTPError as exc:
             raise self._transport(exc) from None
-        except json.JSONDecodeError:
-            raise CtxlabError(
-                f"{self.base_url} answered /v1/completions with something that is not "
-                "OpenAI's stream format (server-sent JSON events)"
-            ) from None
         self.answered += 1
-        if not usage.get("prompt_tokens"):
+        counted = fields.usage(src, usage, timings)
+        if not counted.prompt_tokens:
             raise CtxlabError(
-                f"{self.base_url} does not report usage.prompt_tokens in streamed answers "
+                f"{self.url} does not report usage.prompt_tokens in streamed answers "
                 "(stream_options.include_usage), which the probe needs to count tokens"
             )
-        details = usage.get("prompt_tokens_details") or {}
-        cached, source = None, ""
-        if details.get("cached_tokens") is not None:
-            cached, source = int(details["cached_tokens"]), "usage.prompt_tokens_details"
-        elif timings.get("cache_n") is not None:
-            cached, source = int(timings["cache_n"]), "timings.cache_n"
         return Answer(
-            prompt_tokens=int(usage["prompt_tokens"]),
-            cached_tokens=cached,
-            cached_source=source,
+            prompt_tokens=counted.prompt_tokens,
+            cached_tokens=counted.cached_tokens,
+            cached_source=counted.cached_source.removesuffix(".cached_tokens"),
             ttft=(chunks[0] - start) if chunks else clock() - start,
             chunk_times=chunks,
-            output_tokens=int(usage.get("completion_tokens") or len(chunks)),
+            output_tokens=counted.completion_tokens or len(chunks),
             sent_at=start,
             text="".join(pieces),
         )
@@ -191,32 +211,37 @@ class ProbeClient:
     def _transport(self, exc: httpx.HTTPError) -> Exception:
         if self.answered and isinstance(exc, httpx.TimeoutException):
             return ServerGone(
-                f"one request got no answer within {self.http.timeout.read:g} s "
+                f"one request got no complete answer within {self.timeout:g} s "
                 f"({type(exc).__name__}); the server is overloaded or stuck"
             )
+        if isinstance(exc, httpx.TimeoutException):
+            return CtxlabError(
+                f"{self.url} accepted a request but gave no complete answer within "
+                f"{self.timeout:g} s ({type(exc).__name__}); is it stuck or overloaded?"
+            )
         if self.answered:
-            return ServerGone(f"{type(exc).__name__}: {exc}")
-        return CtxlabError(f"cannot reach {self.base_url}: {type(exc).__name__} ({exc})")
+            return ServerGone(f"{type(exc).__name__}: {redact(str(exc))}")
+        return CtxlabError(f"cannot reach {self.url}: {type(exc).__name__} ({redact(str(exc))})")
 
     def _refused(self, status: int, body: str) -> Exception:
-        msg = _message_text(body)
+        msg = redact(_message_text(body))
         if status == 401 or status == 403:
             return CtxlabError(
-                f"{self.base_url} refused the API key (HTTP {status}: {msg}); give the "
+                f"{self.url} refused the API key (HTTP {status}: {msg}); give the "
                 "right one with --api-key"
             )
         low = msg.lower()
         unknown = any(w in low for w in ("not found", "does not exist", "not served", "no model"))
         if status in (400, 404) and "model" in low and unknown:
-            return CtxlabError(f"{self.base_url} does not serve model {self.model!r}: {msg}")
+            return CtxlabError(f"{self.url} does not serve model {self.model!r}: {msg}")
         if status == 404:
             return CtxlabError(
-                f"{self.base_url} has no /v1/completions (HTTP 404): it is not an "
+                f"{self.url} has no /v1/completions (HTTP 404): it is not an "
                 "OpenAI-compatible server, or the URL should not end in /v1"
             )
         if status >= 500 and self.answered:
             return ServerGone(f"HTTP {status}: {msg}")
-        return CtxlabError(f"{self.base_url} refused a probe request (HTTP {status}: {msg})")
+        return CtxlabError(f"{self.url} refused a probe request (HTTP {status}: {msg})")
 
 
 def _message(doc: dict[str, Any]) -> str:

@@ -9,12 +9,15 @@ not OpenAI-compatible and a model it does not serve each end here in one sentenc
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from ctxlab.errors import CtxlabError
+from ctxlab.peer import fields
+from ctxlab.peer.deadline import Reply, request
+from ctxlab.peer.url import base_url, public, redact
 from ctxlab.probe.client import ProbeClient
 
 
@@ -46,43 +49,48 @@ class ServerInfo:
 
 def public_url(url: str) -> str:
     """The URL without credentials (user:password@) or a query string."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+    return public(url)
 
 
 def check_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CtxlabError(f"--server {url!r} must be an http(s) URL, e.g. http://127.0.0.1:8000")
-    if parts.path.rstrip("/").endswith("/v1"):
-        raise CtxlabError(f"--server {url!r}: give the server root, without /v1")
-    return url.rstrip("/")
+    """The server root (`ctxlab.peer.url.base_url`'s rule: a trailing /v1 is dropped)."""
+    return base_url(url, "--server")
 
 
 def identify(client: ProbeClient, model: str | None) -> ServerInfo:
     """Read /v1/models and the engine's info endpoints; the model to probe is `model` or the
     server's only one."""
-    url = public_url(client.base_url)
+    url = client.url
+    src = client.source("GET /v1/models")
     try:
-        r = client.http.get(client.base_url + "/v1/models", headers=client.headers(), timeout=15)
+        r = request(
+            client.http, "GET", client.base_url + "/v1/models", client.deadline(15.0),
+            headers=client.headers(),
+        )  # fmt: skip
     except httpx.HTTPError as exc:
-        raise CtxlabError(f"cannot reach {url}: {type(exc).__name__} ({exc})") from None
+        if isinstance(exc, httpx.TimeoutException):
+            raise CtxlabError(
+                f"{url} accepted GET /v1/models but gave no complete answer within "
+                f"{client.deadline(15.0).seconds:g} s; is it stuck or overloaded?"
+            ) from None
+        raise CtxlabError(
+            f"cannot reach {url}: {type(exc).__name__} ({redact(str(exc))})"
+        ) from None
     if r.status_code in (401, 403):
         raise CtxlabError(
             f"{url} refused the API key (HTTP {r.status_code}); give the right one with --api-key"
         )
     try:
-        doc = r.json()
-        cards = doc["data"]
-        ids = [str(c["id"]) for c in cards]
-    except (ValueError, KeyError, TypeError):
+        doc = json.loads(r.body)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if r.status_code != 200 or not isinstance(doc, dict) or "data" not in doc:
         raise CtxlabError(
             f"{url} is not an OpenAI-compatible server: GET /v1/models answered HTTP "
             f"{r.status_code} without a model list"
-        ) from None
+        )
+    found = fields.model_cards(src, doc)
+    ids = [i for i, _ in found]
     if not ids:
         raise CtxlabError(f"{url} serves no model (GET /v1/models is empty)")
     if model is None:
@@ -93,9 +101,9 @@ def identify(client: ProbeClient, model: str | None) -> ServerInfo:
         model = ids[0]
     elif model not in ids:
         raise CtxlabError(f"{url} does not serve model {model!r}; it serves {', '.join(ids)}")
-    card = cards[ids.index(model)]
-    info = ServerInfo(url, model, ids, "unknown", "", _int(card.get("max_model_len")))
-    owned = str(card.get("owned_by", ""))
+    card = found[ids.index(model)][1]
+    info = ServerInfo(url, model, ids, "unknown", "", _count(src, card, "max_model_len"))
+    owned = fields.text(src, card.get("owned_by"), "owned_by") or ""
     if owned == "ctxlab":
         info.engine = "ctxlab"
         from ctxlab import __version__
@@ -111,62 +119,59 @@ def identify(client: ProbeClient, model: str | None) -> ServerInfo:
     return info
 
 
+def _json_object(reply: Reply | None) -> dict[str, object] | None:
+    """An optional endpoint's JSON object; None when it is absent or answers otherwise."""
+    if reply is None or reply.status_code != 200:
+        return None
+    try:
+        doc = json.loads(reply.body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def _read_engine(client: ProbeClient, info: ServerInfo, owned: str) -> None:
-    props = client.get("/props")
-    if props is not None and props.status_code == 200:
-        try:
-            p = props.json()
-        except ValueError:
-            p = None
-        if isinstance(p, dict) and "total_slots" in p:
-            info.engine = "llama.cpp"
-            info.version = str(p.get("build_info", ""))
-            info.slots = _int(p.get("total_slots"))
-            gen = p.get("default_generation_settings") or {}
-            info.max_model_len = _int(gen.get("n_ctx")) or info.max_model_len
-            return
+    p = _json_object(client.get("/props"))
+    if p is not None and "total_slots" in p:
+        src = client.source("GET /props")
+        info.engine = "llama.cpp"
+        info.version = str(fields.text(src, p.get("build_info"), "build_info") or "")
+        info.slots = _count(src, p, "total_slots")
+        gen = fields.obj(src, p.get("default_generation_settings"),
+                         "default_generation_settings", required=False) or {}  # fmt: skip
+        n_ctx = fields.count(src, gen.get("n_ctx"), "default_generation_settings.n_ctx")
+        info.max_model_len = n_ctx or info.max_model_len
+        return
     if info.engine != "unknown":
         return
-    ver = client.get("/version")
-    if ver is not None and ver.status_code == 200:
-        try:
-            v = ver.json()
-        except ValueError:
-            v = None
-        if isinstance(v, dict) and "version" in v:
-            info.engine, info.version = (
-                ("vllm" if owned == "vllm" else owned or "vllm"),
-                str(v["version"]),
-            )
-            return
-    srv = client.get("/get_server_info")
-    if srv is not None and srv.status_code == 200:
-        try:
-            s = srv.json()
-        except ValueError:
-            s = None
-        if isinstance(s, dict):
-            info.engine = "sglang"
-            info.version = str(s.get("version", ""))
-            if s.get("page_size") is not None:
-                info.extra["page_size (server info)"] = str(s["page_size"])
-            return
+    v = _json_object(client.get("/version"))
+    if v is not None and "version" in v:
+        version = fields.text(client.source("GET /version"), v["version"], "version", True)
+        info.engine, info.version = ("vllm" if owned == "vllm" else owned or "vllm"), str(version)
+        return
+    s = _json_object(client.get("/get_server_info"))
+    if s is not None:
+        src = client.source("GET /get_server_info")
+        info.engine = "sglang"
+        version = s.get("version")
+        info.version = str(version) if isinstance(version, str | int | float) else ""
+        page = fields.count(src, s.get("page_size"), "page_size")
+        if page is not None:
+            info.extra["page_size (server info)"] = str(page)
+        return
     if owned:
         info.engine = owned
 
 
 def _tokenize_works(client: ProbeClient, info: ServerInfo) -> bool:
-    """/tokenize exists on llama.cpp ({"content"}) and vLLM ({"model", "prompt"})."""
+    """/tokenize exists on llama.cpp ({"content"}) and vLLM ({"model", "prompt"}) and
+    answers a list of token ids."""
+    body = {"content": " the", "prompt": " the", "model": info.model}
     try:
-        r = client.http.post(
-            client.base_url + "/tokenize",
-            json={"content": " the", "prompt": " the", "model": info.model},
-            headers=client.headers(),
-            timeout=10,
-        )
-        return r.status_code == 200 and isinstance(r.json().get("tokens"), list)
-    except (httpx.HTTPError, ValueError, AttributeError):
+        doc = _json_object(client.post("/tokenize", body))
+    except httpx.HTTPError:
         return False
+    return doc is not None and _token_ids(client, doc) is not None
 
 
 def tokenize(client: ProbeClient, info: ServerInfo, text: str) -> list[int] | None:
@@ -175,15 +180,26 @@ def tokenize(client: ProbeClient, info: ServerInfo, text: str) -> list[int] | No
         return None
     body = {"content": text, "prompt": text, "model": info.model, "add_special_tokens": False}
     try:
-        r = client.http.post(client.base_url + "/tokenize", json=body, headers=client.headers())
-        toks = r.json().get("tokens")
-    except (httpx.HTTPError, ValueError, AttributeError):
+        doc = _json_object(client.post("/tokenize", body, cap=client.timeout))
+    except httpx.HTTPError:
         return None
-    return [int(t) for t in toks] if isinstance(toks, list) else None
+    return _token_ids(client, doc) if doc is not None else None
 
 
-def _int(v: object) -> int | None:
-    try:
-        return int(v) if v is not None else None  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+def _token_ids(client: ProbeClient, doc: dict[str, object]) -> list[int] | None:
+    """`tokens` as whole numbers (llama.cpp may give {"id", "piece"} objects: their ids);
+    a list of anything else is refused in one sentence."""
+    src = client.source("POST /tokenize")
+    toks = fields.items(src, doc.get("tokens"), "tokens", required=False)
+    if toks is None:
         return None
+    out = []
+    for k, t in enumerate(toks):
+        if isinstance(t, dict):
+            t = t.get("id")
+        out.append(int(fields.count(src, t, f"tokens[{k}]", required=True) or 0))
+    return out
+
+
+def _count(src: fields.Source, doc: dict[str, object], key: str) -> int | None:
+    return fields.count(src, doc.get(key), key)

@@ -9,6 +9,7 @@ but no capacity (its slots and per-slot context come from `/props` instead).
 
 from __future__ import annotations
 
+import math
 import re
 
 from ctxlab.probe.client import ProbeClient
@@ -42,31 +43,51 @@ def scrape(client: ProbeClient) -> list[tuple[str, dict[str, str], float]] | Non
 
 
 def published_capacity(samples: list[tuple[str, dict[str, str], float]] | None) -> Figure:
-    """Cache capacity in tokens as the server's metrics state it."""
+    """Cache capacity in tokens as the server's metrics state it; a published value that
+    cannot be a capacity (negative, NaN, inf, not a whole number) is not measured."""
+    name_ = "capacity published in /metrics"
     if samples is None:
-        return Figure("capacity published in /metrics", None, "not measurable", "no /metrics")
+        return Figure(name_, None, "not measurable", "no /metrics")
     for name, labels, _ in samples:
         if name.endswith(":cache_config_info") and "num_gpu_blocks" in labels:
             try:
                 blocks, size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
             except (KeyError, ValueError):
                 continue
+            if blocks < 0 or size < 1:
+                return Figure(name_, None, "not measurable", _impossible(name, blocks, size))
             return Figure(
-                "capacity published in /metrics", blocks * size, "measured",
+                name_, blocks * size, "measured",
                 f"{name}: num_gpu_blocks {blocks} x block_size {size}", "tokens",
             )  # fmt: skip
     for name, _labels, value in samples:
         if name == "sglang:max_total_num_tokens":
-            return Figure("capacity published in /metrics", int(value), "measured", name, "tokens")
+            if not (math.isfinite(value) and value >= 0 and value.is_integer()):
+                return Figure(
+                    name_, None, "not measurable", f"{name} is {value:g}, not a token count"
+                )
+            return Figure(name_, int(value), "measured", name, "tokens")
     return Figure(
-        "capacity published in /metrics", None, "not measurable",
+        name_, None, "not measurable",
         "the metrics have no cache_config_info or max_total_num_tokens series",
     )  # fmt: skip
+
+
+def _impossible(name: str, blocks: int, size: int) -> str:
+    return (
+        f"{name} publishes num_gpu_blocks {blocks} and block_size {size}, which cannot be "
+        "a cache's size"
+    )
 
 
 def usage_gauge(samples: list[tuple[str, dict[str, str], float]] | None) -> Figure:
     names = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "token_usage", "kv_cache_usage_ratio")
     for name, _labels, value in samples or []:
         if name.split(":")[-1] in names:
+            if not (math.isfinite(value) and 0 <= value <= 1):
+                return Figure(
+                    "KV usage gauge now", None, "not measurable",
+                    f"{name} is {value:g}, not a fraction from 0 to 1",
+                )  # fmt: skip
             return Figure("KV usage gauge now", value, "measured", name)
     return Figure("KV usage gauge now", None, "not measurable", "no KV usage gauge in /metrics")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 
 class ServerEntry(BaseModel):
@@ -38,6 +38,13 @@ class ServerEntry(BaseModel):
             return check_url(url)
         except CtxlabError as exc:
             raise ValueError(str(exc).removeprefix("--server ")) from None
+
+    @field_serializer("url")
+    def _shown(self, url: str) -> str:
+        """Written out without credentials (`http://user:pass@host` keeps only the host)."""
+        from ctxlab.peer.url import redact
+
+        return redact(url)
 
 
 def _distinct(servers: list[ServerEntry]) -> list[ServerEntry]:

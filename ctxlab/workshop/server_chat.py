@@ -53,7 +53,9 @@ class ServerChatBackend(OpenAIChatBackend):
         min_shared_tokens: int,
     ) -> None:
         c = server.client
-        super().__init__(c.base_url, c.model, c.api_key or "none", context_window)
+        super().__init__(
+            c.base_url, c.model, c.api_key or "none", context_window, timeout_s=c.timeout
+        )
         self._tokenizer = tokenizer
         self._tokenizer_path = "(the workshop's model.source)"
         self.count_method = "local tokenizer (the workshop's model.source)"
@@ -67,7 +69,8 @@ class ServerChatBackend(OpenAIChatBackend):
         try:
             out = super()._post(path, body, quiet_404)
         except CtxlabError as exc:
-            if self.answered and ("cannot reach" in str(exc) or "HTTP 5" in str(exc)):
+            gone = ("cannot reach", "HTTP 5", "no complete answer")
+            if self.answered and any(w in str(exc) for w in gone):
                 raise ServerGone(str(exc)) from None
             raise
         self.answered += 1
@@ -77,11 +80,10 @@ class ServerChatBackend(OpenAIChatBackend):
         """None when the server counts a chat's prompt tokens as the local tokenizer does;
         otherwise why demonstrations 5 and 6 cannot budget through it."""
         local = self.count_tokens(CHECK_CHAT)
-        usage = self.chat(CHECK_CHAT, max_tokens=1).get("usage") or {}
-        served = usage.get("prompt_tokens")
+        served = self.usage(self.chat(CHECK_CHAT, max_tokens=1)).prompt_tokens
         if served is None:
             return "the server's chat replies report no usage.prompt_tokens"
-        if int(served) != local:
+        if served != local:
             return (
                 f"the server counts {served} prompt tokens for a test chat and the workshop's "
                 f"model.source {local}: the served model's tokenizer or chat template differs, "
@@ -92,18 +94,10 @@ class ServerChatBackend(OpenAIChatBackend):
 
     def _one(self, chat: Chat, max_tokens: int) -> tuple[Reply, int]:
         reply = self.chat(chat, max_tokens)
+        counted = self.usage(reply)  # checked: types, and cached <= prompt
         text = reply["choices"][0]["message"].get("content") or ""
-        usage = reply.get("usage") or {}
-        details = usage.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens")
-        if cached is None:
-            cached = (reply.get("timings") or {}).get("cache_n", 0)
-        out = Reply(
-            str(text).strip(),
-            int(usage.get("prompt_tokens", 0)),
-            int(usage.get("completion_tokens", 0)),
-        )
-        return out, int(cached or 0)
+        out = Reply(str(text).strip(), counted.prompt_tokens or 0, counted.completion_tokens or 0)
+        return out, counted.cached_tokens or 0
 
     def generate(self, chats: Sequence[Chat], max_tokens: int) -> list[Reply]:
         chats = [list(c) for c in chats]

@@ -75,7 +75,10 @@ class _Handler(BaseHTTPRequestHandler):
             usage = {
                 "prompt_tokens": len(prompt.split()),
                 "completion_tokens": n,
-                "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
+                # never more than the prompt: a client refuses that as impossible
+                "prompt_tokens_details": {
+                    "cached_tokens": min(s.cached_tokens, len(prompt.split()))
+                },
             }
             self._event({"choices": [], "usage": usage})
             self.wfile.write(b"data: [DONE]\n\n")

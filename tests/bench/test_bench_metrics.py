@@ -117,25 +117,58 @@ def test_printed_lines_are_vllms():
     assert lines[-1] == "=" * 50
 
 
-def test_every_median_and_percentile_has_its_n_and_a_bootstrap_interval():
+def test_every_median_and_percentile_has_its_n_and_an_interval_where_n_allows_one():
     rs = [result(i, 0.1 * i, 0.1 + 0.01 * (i % 7), [0.02, 0.03 + 0.001 * i], 3) for i in range(30)]
     rs.append(RequestResult(index=30, prompt_len=5, error="HTTP 500: no"))
     m = summarize(rs, 5.0, [90, 99])
     assert m["samples"] == {"ttft": 30, "tpot": 30, "itl": 60, "e2el": 30}
     for name in ("ttft", "tpot", "itl", "e2el"):
-        for key in (f"median_{name}_ms", f"p90_{name}_ms", f"p99_{name}_ms"):
+        iv = m["intervals"][f"median_{name}_ms"]
+        assert iv["n"] == m["samples"][name] and iv["method"].startswith("bootstrap")
+        assert iv["low"] <= m[f"median_{name}_ms"] <= iv["high"], name
+        # 30 values leave fewer than 5 beyond a P90 or P99 (ITL's 60 gaps: beyond a P99)
+        for key in (f"p90_{name}_ms", f"p99_{name}_ms"):
             iv = m["intervals"][key]
-            assert iv["n"] == m["samples"][name] and iv["method"] == "bootstrap"
-            assert iv["low"] <= m[key] <= iv["high"], key
+            if key == "p90_itl_ms":
+                assert iv["method"] == "bootstrap by request" and iv["low"] <= m[key], key
+                continue
+            assert iv["method"] == "too few" and iv["low"] is None and iv["high"] is None, key
+            assert iv["value"] == pytest.approx(m[key], abs=1e-3)
+    assert m["intervals"]["median_itl_ms"]["method"] == "bootstrap by request"
     ttft = m["intervals"]["median_ttft_ms"]
     assert ttft["low"] < ttft["high"]  # 7 distinct TTFTs: a real spread, not zero-wide
     lines = result_lines(m, [90, 99], ["ttft", "itl"], None, math.inf)
     assert any(ln.startswith("TTFT samples (n):") and ln.split()[-1] == "30" for ln in lines)
     assert any(ln.startswith("ITL samples (n):") and ln.split()[-1] == "60" for ln in lines)
-    ci = next(ln for ln in lines if ln.startswith("P99 TTFT 95% CI (ms):"))
+    assert next(ln for ln in lines if ln.startswith("P99 TTFT 95% CI (ms):")).split()[-1] == "n/a"
+    ci = next(ln for ln in lines if ln.startswith("Median TTFT 95% CI (ms):"))
     low, high = (float(x) for x in ci.split(":")[1].split(" - "))
-    assert low == pytest.approx(m["intervals"]["p99_ttft_ms"]["low"], abs=0.01)
-    assert high == pytest.approx(m["intervals"]["p99_ttft_ms"]["high"], abs=0.01)
+    assert low == pytest.approx(m["intervals"]["median_ttft_ms"]["low"], abs=0.01)
+    assert high == pytest.approx(m["intervals"]["median_ttft_ms"]["high"], abs=0.01)
+
+
+def test_p99_gets_an_interval_from_500_values():
+    rng = np.random.default_rng(4)
+    xs = list(rng.exponential(10.0, size=600))
+    iv = quantile_intervals(xs, [99.0])[0]
+    assert iv.method == "bootstrap" and iv.low < iv.value < iv.high
+    assert quantile_intervals(xs[:400], [99.0])[0].method == "too few"
+
+
+def test_itl_intervals_resample_whole_requests():
+    """Gaps within a request are correlated (each request has its own pace): resampling
+    pooled gaps pretends there are 4000 independent values and gives a far too narrow
+    interval; resampling requests gives the width 40 independent paces allow."""
+    rng = np.random.default_rng(5)
+    paces = rng.uniform(10.0, 100.0, size=40)
+    gaps = [float(p + rng.normal(0, 0.1)) for p in paces for _ in range(100)]
+    pooled = quantile_intervals(gaps, [50.0])[0]
+    by_request = quantile_intervals(gaps, [50.0], groups=[100] * 40)[0]
+    assert by_request.method == "bootstrap by request"
+    assert by_request.value == pytest.approx(pooled.value)
+    assert (by_request.high - by_request.low) > 3 * (pooled.high - pooled.low)
+    few = quantile_intervals(gaps[:400], [50.0], groups=[100] * 4)[0]
+    assert few.method == "too few"  # 4 requests are too few to resample
 
 
 def test_quantile_intervals_agree_with_the_stats_module():

@@ -19,10 +19,11 @@ def test_unreachable_url_is_one_sentence(tmp_path):
     assert "Traceback" not in res.stderr
 
 
-def test_url_with_v1_or_no_scheme_is_refused(cli, tmp_path):
-    for url in ("http://127.0.0.1:1/v1", "127.0.0.1:8000"):
-        res = cli("probe", "--server", url, "--out", str(tmp_path / "p.json"))
-        assert res.code == 2 and res.err.startswith("error: --server"), res.err
+def test_url_with_no_scheme_is_refused_and_v1_names_the_root(cli, tmp_path):
+    res = cli("probe", "--server", "127.0.0.1:8000", "--out", str(tmp_path / "p.json"))
+    assert res.code == 2 and res.err.startswith("error: --server"), res.err
+    res = cli("probe", "--server", "http://127.0.0.1:1/v1", "--out", str(tmp_path / "p.json"))
+    assert res.code == 2 and res.err.startswith("error: cannot reach http://127.0.0.1:1:"), res.err
 
 
 def test_wrong_key_is_401(cli, tmp_path):

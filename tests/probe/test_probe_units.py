@@ -67,5 +67,7 @@ def test_url_shown_without_credentials():
     assert public_url("https://user:secret@gpu.example:8443/base/?key=x") == (
         "https://gpu.example:8443/base"
     )
-    with pytest.raises(CtxlabError, match="without /v1"):
-        check_url("http://127.0.0.1:8000/v1")
+    # one rule for every base URL (ctxlab.peer.url): a trailing /v1 names the same root
+    assert check_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
+    with pytest.raises(CtxlabError, match="must be an http"):
+        check_url("127.0.0.1:8000")

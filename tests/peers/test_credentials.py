@@ -1,0 +1,90 @@
+"""Credentials leak: a server URL may carry a password (`http://user:SECRET@host`); no
+command that takes a URL prints it or writes it, whether the server answers, refuses or
+cannot be reached."""
+
+from __future__ import annotations
+
+import socket
+import string
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxlab.peer.url import base_url, public, redact
+from tests.peers.commands import COMMANDS, argv
+from tests.peers.hostile import Script, hostile, with_secret
+
+SECRET = "Pw-7f3e9c-SECRET"
+
+
+def _closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _assert_nowhere(result, folder: Path) -> None:
+    assert SECRET not in result.out and SECRET not in result.err
+    assert "Traceback" not in result.err
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("server", ["answers", "refuses", "unreachable"])
+def test_no_command_prints_or_writes_the_password(cli, tmp_path, rag_db, name, server):
+    if server == "unreachable":
+        result = cli(*argv(name, with_secret(f"http://127.0.0.1:{_closed_port()}", SECRET),
+                           tmp_path, rag_db))  # fmt: skip
+        assert result.code == 2 and "127.0.0.1" in result.err
+    else:
+        script = Script(key="right-key" if server == "refuses" else None)
+        with hostile(script) as (url, _):
+            result = cli(*argv(name, with_secret(url, SECRET), tmp_path, rag_db))
+        if server == "refuses":
+            assert result.code == 2 and "401" in result.err + result.out
+        else:
+            assert result.code == 0, result.err
+    _assert_nowhere(result, tmp_path)
+
+
+def test_workshop_server_that_cannot_be_reached_is_named_without_its_password(cli, tmp_path):
+    url = with_secret(f"http://127.0.0.1:{_closed_port()}", SECRET)
+    result = cli("workshop", "--server", url, "--out", str(tmp_path / "w"))
+    assert result.code == 2 and "cannot reach http://127.0.0.1" in result.err
+    _assert_nowhere(result, tmp_path)
+
+
+def test_workshop_servers_are_written_without_their_password(tmp_path):
+    """`[[servers]]` goes into results.json through the config's dump."""
+    from ctxlab.workshop.config_file import load_config
+
+    path = tmp_path / "w.toml"
+    path.write_text(
+        f'[[servers]]\nlabel = "a"\nurl = "http://bob:{SECRET}@gpu-box:8000/v1"\n'
+        'api_key = "k-SECRET"\n',
+        encoding="utf-8",
+    )
+    cfg = load_config(path)
+    assert SECRET in cfg.servers[0].url  # the requests still carry it
+    dumped = cfg.model_dump_json()
+    assert SECRET not in dumped and "k-SECRET" not in dumped
+    assert "http://***@gpu-box:8000" in dumped
+
+
+_PART = st.text(string.ascii_letters + string.digits + string.punctuation + " ", max_size=12)
+
+
+@given(user=_PART, password=_PART, path=st.sampled_from(["", "/", "/v1", "/base/v1/"]))
+def test_redact_hides_any_userinfo(user, password, path):
+    url = f"http://{quote(user, safe='')}:{quote('Z9' + password, safe='')}@gpu.example:8443{path}"
+    for shown in (redact(f"cannot reach {url} (refused)"), public(url), redact(base_url(url))):
+        assert quote("Z9" + password, safe="") not in shown.replace("gpu.example", "")
+        assert "gpu.example:8443" in shown
+    assert redact(url).startswith("http://***@gpu.example:8443")
