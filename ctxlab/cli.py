@@ -37,6 +37,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "bench",
     "probe",
+    "export_hf",
     "memory",
     "rag",
     "workshop",

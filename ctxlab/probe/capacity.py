@@ -15,6 +15,12 @@ of a fixed size and the count k is doubled and bisected: the sentinel survives k
 and is lost after k + 1, i.e. the cache keeps about k + 1 prompts (k x size + S tokens);
 reported as inferred, with both readings.
 
+Where the server publishes its pool (vLLM's and `ctxlab serve`'s `cache_config_info`:
+num_gpu_blocks x block_size), the figure is confirmed instead of searched: the first trial
+fills the published pool less half a sentinel, so a cache of the published size shows a
+partial hit at once; a whole or lost sentinel moves the window by one sentinel, at most
+CONFIRM_TRIALS times. A blind doubling search of a 2M-token cache would not finish.
+
 Every filler evicts other users' cached prefixes: this is why the probe warns before it
 starts. The section stops at the run's budget and reports what it
 proved so far (a lower bound).
@@ -30,6 +36,7 @@ from ctxlab.probe.figures import Figure
 from ctxlab.probe.prompts import TokenRule, Words, text
 
 MAX_TRIALS = 24
+CONFIRM_TRIALS = 4  # fills when confirming a published pool
 
 
 @dataclass
@@ -54,9 +61,11 @@ def measure(
     step: Callable[[str], None],
     sentinel_pages: int = 8,
     start: int | None = None,
+    published: int | None = None,
 ) -> CapacityResult:
     """`page`: the probed granularity (1 for token-granular caches); `max_len`: the longest
-    prompt the server takes (fillers stay at or below half of it)."""
+    prompt the server takes (fillers stay at or below half of it); `published`: the pool in
+    tokens the server's metrics state, confirmed with at most CONFIRM_TRIALS fills."""
     unit = max(1, page)
     if unit == 1:
         return _by_prompts(client, words, rule, step)
@@ -81,6 +90,8 @@ def measure(
         step(f"capacity: {total:,} filler tokens, sentinel kept {got}")
         return got
 
+    if published is not None and published > s_len:
+        return _confirm(trial, trials, published, s_len, unit)
     total = start or s_len
     try:
         for _ in range(MAX_TRIALS):
@@ -110,6 +121,52 @@ def measure(
     except BudgetSpent:
         pass
     return CapacityResult(_bracket(lo, hi, s_len, unit), trials)
+
+
+def _confirm(
+    trial: Callable[[int], int], trials: list[dict[str, int]], published: int, s_len: int, unit: int
+) -> CapacityResult:
+    """Fill the published pool less half a sentinel; slide by a sentinel until a partial hit."""
+    total = _round(published - s_len // 2, unit)
+    lo, hi = 0, None
+    try:
+        for _ in range(CONFIRM_TRIALS):
+            got = trial(total)
+            if 0 < got < s_len:
+                held = got + total
+                off = held - published
+                return CapacityResult(
+                    Figure(
+                        "prefix-cache capacity", held, "measured",
+                        f"confirms the published {published:,} tokens "
+                        f"({'within one page' if abs(off) <= unit else f'{off:+,} tokens off'}): "
+                        f"after {total:,} filler tokens the {s_len}-token sentinel kept {got} "
+                        f"cached tokens, so the cache held {got} + {total:,}",
+                        "tokens",
+                    ),
+                    trials,
+                )  # fmt: skip
+            if got >= s_len:
+                lo, total = total, total + s_len - unit
+            else:
+                hi, total = total, max(unit, total - s_len + unit)
+                if hi <= unit:
+                    break
+    except BudgetSpent:
+        pass
+    low = f"at least {lo + s_len:,}" if lo else ""
+    high = f"at most {hi + s_len:,}" if hi is not None else ""
+    value = f"{lo + s_len:,}-{hi + s_len:,}" if lo and hi is not None else None
+    return CapacityResult(
+        Figure(
+            "prefix-cache capacity", value or (lo + s_len if lo else None), "inferred",
+            f"the published {published:,} tokens were not confirmed within {len(trials)} fills "
+            f"(no partial hit of the {s_len}-token sentinel): the cache holds "
+            f"{' and '.join(x for x in (low, high) if x) or 'an unknown number of'} tokens",
+            "tokens",
+        ),
+        trials,
+    )  # fmt: skip
 
 
 def _bracket(lo: int, hi: int | None, s_len: int, unit: int) -> Figure:

@@ -5,6 +5,10 @@ neither other request reuses a token of it. A server that ignores the field reus
 every salt: "this server does not isolate by cache_salt". A server that refuses the field
 says so in its error, which is the finding.
 
+The prompt is sized from the probed page (`reusable_tokens`: two whole pages plus a tail),
+since a prompt shorter than one page is never reused on a paged cache (vLLM's CPU pages are
+128 tokens) and the control would then say nothing.
+
 This is a side-channel test when aimed at someone else's deployment: probe only servers you
 operate.
 """
@@ -17,13 +21,13 @@ from dataclasses import dataclass
 from ctxlab.errors import CtxlabError
 from ctxlab.probe.client import ProbeClient
 from ctxlab.probe.figures import Figure
-from ctxlab.probe.prompts import TokenRule, Words, text
-
-LENGTH = 96  # tokens: several pages of any common page size
+from ctxlab.probe.prompts import TokenRule, Words, reusable_tokens, text
 
 
-def planned() -> tuple[int, int]:
-    return 4, 4 * LENGTH
+def planned(page: int | None = None) -> tuple[int, int]:
+    """(requests, prompt tokens); the page is not known before the prefix section, so the
+    plan assumes `reusable_tokens(None)`'s page unless told."""
+    return 4, 4 * reusable_tokens(page)
 
 
 @dataclass
@@ -36,12 +40,19 @@ class IsolationResult:
 
 
 def measure(
-    client: ProbeClient, words: Words, rule: TokenRule, nonce: int, step: Callable[[str], None]
+    client: ProbeClient,
+    words: Words,
+    rule: TokenRule,
+    nonce: int,
+    step: Callable[[str], None],
+    page: int | None = None,
 ) -> IsolationResult:
-    prompt = text(words.take(rule.words_for(LENGTH)))
+    """`page`: the probed granularity (None where the prefix section did not resolve it)."""
+    length = reusable_tokens(page)
+    prompt = text(words.take(rule.words_for(length)))
     salt_a, salt_b = f"ctxlab-probe-a-{nonce:x}", f"ctxlab-probe-b-{nonce:x}"
     try:
-        client.complete(prompt, LENGTH, salt=salt_a)
+        client.complete(prompt, length, salt=salt_a)
     except CtxlabError as exc:
         if "cache_salt" in str(exc):
             return IsolationResult(
@@ -51,11 +62,11 @@ def measure(
             )  # fmt: skip
         raise
     step("isolation: salt A")
-    control = client.complete(prompt, LENGTH, salt=salt_a).cached_tokens
+    control = client.complete(prompt, length, salt=salt_a).cached_tokens
     step("isolation: salt A again")
-    other = client.complete(prompt, LENGTH, salt=salt_b).cached_tokens
+    other = client.complete(prompt, length, salt=salt_b).cached_tokens
     step("isolation: salt B")
-    none = client.complete(prompt, LENGTH).cached_tokens
+    none = client.complete(prompt, length).cached_tokens
     step("isolation: no salt")
     reused = {"same salt": control, "other salt": other, "no salt": none}
     if control is None:
@@ -67,13 +78,13 @@ def measure(
     if control == 0:
         return IsolationResult(
             Figure("cache_salt isolates", None, "not measurable",
-                   "the control (the same prompt and salt twice) reused nothing, so the cache "
-                   "is off or refuses salted requests"),
+                   f"the control (the same {length}-token prompt and salt twice) reused "
+                   "nothing, so the cache is off or refuses salted requests"),
             reused,
         )  # fmt: skip
     leaked = max(other or 0, none or 0)
     detail = (
-        f"{LENGTH}-token prompt: {control} tokens reused under the same salt, {other} under "
+        f"{length}-token prompt: {control} tokens reused under the same salt, {other} under "
         f"another salt, {none} without a salt"
     )
     if leaked == 0:

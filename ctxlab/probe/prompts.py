@@ -38,6 +38,18 @@ class Words:
                 return w
 
 
+UNKNOWN_PAGE = 128  # page assumed when the prefix section did not measure one (vLLM's CPU
+# default, the largest common default: SGLang 1, llama.cpp 1, vLLM on GPU 16, ctxlab 16)
+
+
+def reusable_tokens(page: int | None, floor: int = 96) -> int:
+    """Length of a prompt that must be reusable on a paged cache: at least two whole pages
+    plus a tail (a cache reuses only whole pages and never a prompt's last token), and at
+    least `floor` tokens on a fine-grained cache."""
+    unit = UNKNOWN_PAGE if page is None else max(1, page)
+    return max(floor, 2 * unit + max(8, unit // 4))
+
+
 def text(words: list[str]) -> str:
     return "".join(" " + w for w in words)
 

@@ -8,6 +8,7 @@ ends the run with the sections done so far kept in the report (the caller writes
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from ctxlab.errors import CtxlabError
 from ctxlab.probe import capacity, isolation, prefix, steptime
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
 from ctxlab.probe.figures import Figure
+from ctxlab.probe.hints import cached_tokens_hint
 from ctxlab.probe.identify import ServerInfo, check_url, identify, tokenize
 from ctxlab.probe.metrics import published_capacity, scrape, usage_gauge
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
@@ -149,7 +151,10 @@ def _sections(
     if "prefix" in cfg.sections:
         try:
             pre = prefix.measure(client, words, rule, cfg.longest, say)
-            report.add("prefix caching", pre.figures())
+            figures = pre.figures()
+            if not pre.cached_source:  # no cached-token report: name the flag that adds it
+                figures = _with_hint(figures, cached_tokens_hint(info.engine))
+            report.add("prefix caching", figures)
             report.details["staircase"] = pre.points
             report.add("prefix caching", [kind_of_cache(info, pre.granularity)])
             if isinstance(pre.granularity.value, int):
@@ -160,8 +165,11 @@ def _sections(
             )
     if "isolation" in cfg.sections:
         try:
-            iso = isolation.measure(client, words, rule, cfg.nonce, say)
-            report.add("isolation", iso.figures())
+            iso = isolation.measure(client, words, rule, cfg.nonce, say, page)
+            figures = iso.figures()
+            if iso.reused and iso.reused.get("same salt") is None:
+                figures = _with_hint(figures, cached_tokens_hint(info.engine))
+            report.add("isolation", figures)
             report.details["isolation"] = iso.reused
         except BudgetSpent:
             report.not_run["isolation"] = (
@@ -177,13 +185,24 @@ def _sections(
                 "each slot keeps one prompt", "tokens",
             )  # fmt: skip
         figures = [pub]
+        before = (client.budget.requests, client.budget.tokens, time.monotonic())
         if page is None:
             report.not_run["capacity"] = "needs the cache granularity from the prefix section"
         else:
             try:
-                cap = capacity.measure(client, words, rule, page, info.max_model_len or 2048, say)
+                published = pub.value if pub.how == "measured" and page > 1 else None
+                cap = capacity.measure(
+                    client, words, rule, page, info.max_model_len or 2048, say,
+                    published=published if isinstance(published, int) else None,
+                )  # fmt: skip
                 figures.insert(0, cap.capacity)
                 report.details["capacity trials"] = cap.trials
+                sent_r = client.budget.requests - before[0]
+                sent_t = client.budget.tokens - before[1]
+                figures.insert(1, Figure(
+                    "sent by the capacity section", f"{sent_r:,} requests, {sent_t:,} tokens",
+                    "measured", f"{len(cap.trials)} fills in {time.monotonic() - before[2]:.0f} s",
+                ))  # fmt: skip
             except BudgetSpent:
                 report.not_run["capacity"] = (
                     "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
@@ -205,6 +224,14 @@ def _sections(
             report.not_run["profile"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
+
+
+def _with_hint(figures: list[Figure], hint: str) -> list[Figure]:
+    """The figures, each one the missing report left unmeasured or inferred naming the fix."""
+    return [
+        Figure(f.name, f.value, f.how, f"{f.note}; {hint}", f.unit) if f.how != "measured" else f
+        for f in figures
+    ]
 
 
 def kind_of_cache(info: ServerInfo, granularity: Figure) -> Figure:
