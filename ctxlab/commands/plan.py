@@ -7,7 +7,7 @@ its arguments and prints tables, JSON or a plot. Nothing here imports torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -34,6 +34,9 @@ from ctxlab.commands.options import (
 )
 from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
+
+if TYPE_CHECKING:
+    from ctxlab.plan.engines.section import EngineRequest
 
 
 def print_catalogue() -> None:
@@ -70,6 +73,7 @@ def print_catalogue() -> None:
 
 
 def plan(
+    ctx: typer.Context,
     arch: PresetArg = None,
     context: str = typer.Option(
         "4096,32768,131072", "--context", "-c", help="Context lengths, e.g. 4096,128K."
@@ -125,6 +129,49 @@ def plan(
         None, "--plot", help="Write a PNG of KV bytes against context, e.g. kv.png."
     ),
     list_: bool = typer.Option(False, "--list", help="List presets and devices."),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="Predict what a real engine allocates: vllm (exact, from its source), sglang or "
+        "llamacpp (from their documentation).",
+    ),
+    platform: str = typer.Option(
+        "gpu", "--platform", help="Engine platform: gpu (block 16) or cpu (vLLM CPU, block 128)."
+    ),
+    kv_cache_bytes: str | None = typer.Option(
+        None,
+        "--kv-cache-bytes",
+        help="The engine's KV pool per rank, e.g. 1GiB (vLLM: --kv-cache-memory-bytes, "
+        "VLLM_CPU_KVCACHE_SPACE in GiB).",
+    ),
+    gpu_memory_utilization: float | None = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        help="Share of each device the engine may use (vLLM default 0.92; SGLang "
+        "mem_fraction_static).",
+    ),
+    activation_bytes: str | None = typer.Option(
+        None,
+        "--activation-bytes",
+        help="Per-rank memory the engine's profile run takes besides weights and KV "
+        "(activations, CUDA context and graphs), e.g. 4GiB.",
+    ),
+    max_model_len: str | None = typer.Option(
+        None,
+        "--max-model-len",
+        help="The engine's max_model_len, e.g. 32K (default: the model's trained length).",
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        help="Tokens per scheduler step (default: the engine's for the platform).",
+    ),
+    slots: int = typer.Option(1, "--slots", help="llama.cpp server slots (-np)."),
+    disable_hybrid_kv_cache_manager: bool = typer.Option(
+        False,
+        "--disable-hybrid-kv-cache-manager",
+        help="vLLM with its hybrid manager off: sliding layers keep every token.",
+    ),
 ) -> None:
     """Plan KV memory, paging, sharing, capacity, compute and cost for long context."""
     if list_:
@@ -169,6 +216,18 @@ def plan(
         rates = SelfHostedRates(gpu_hourly, cpu_hourly, gpu_seconds, cpu_seconds, successes)
     elif gpu_seconds is not None or cpu_hourly is not None:
         raise CtxlabError("self-hosted cost needs --gpu-hourly")
+    engine_request = _engine_request(
+        engine,
+        platform,
+        kv_cache_bytes,
+        gpu_memory_utilization,
+        activation_bytes,
+        max_model_len,
+        max_num_batched_tokens,
+        _given(ctx, "page_size", page_size),
+        slots,
+        disable_hybrid_kv_cache_manager,
+    )
     weights = None if weights_bytes is None else parse_bytes(weights_bytes, "--weights-bytes")
     reserve = None if reserve_bytes is None else parse_bytes(reserve_bytes, "--reserve-bytes")
     plans = [
@@ -187,6 +246,7 @@ def plan(
             self_hosted=rates,
             gpus=gpus,
             currency=currency,
+            engine=engine_request,
         )
         for spec in specs
     ]
@@ -220,6 +280,74 @@ def plan(
         print_plan(p, console)
     if plot_file is not None:
         console.print(f"plot written to {plot_file}")
+
+
+def _given(ctx: typer.Context, name: str, value: int) -> int | None:
+    """The value when the user typed the option, None when it is the default: with --engine,
+    --page-size/--block-size is the engine's block size and its absence the engine's own."""
+    source = ctx.get_parameter_source(name)  # typer may carry its own copy of click's enum
+    return value if source is not None and source.name == "COMMANDLINE" else None
+
+
+def _engine_request(
+    engine: str | None,
+    platform: str,
+    kv_cache_bytes: str | None,
+    memory_utilization: float | None,
+    activation_bytes: str | None,
+    max_model_len: str | None,
+    max_num_batched_tokens: int | None,
+    block_size: int | None,
+    slots: int,
+    disable_hybrid: bool,
+) -> EngineRequest | None:
+    """`--engine` and its flags as one request; an engine flag without --engine is a mistake."""
+    from ctxlab.plan.engines import engine_names
+    from ctxlab.plan.engines.pool import PLATFORMS
+    from ctxlab.plan.engines.section import EngineRequest
+    from ctxlab.plan.units import parse_bytes, parse_tokens
+
+    given = {
+        "--kv-cache-bytes": kv_cache_bytes is not None,
+        "--gpu-memory-utilization": memory_utilization is not None,
+        "--activation-bytes": activation_bytes is not None,
+        "--max-model-len": max_model_len is not None,
+        "--max-num-batched-tokens": max_num_batched_tokens is not None,
+        "--slots": slots != 1,
+        "--disable-hybrid-kv-cache-manager": disable_hybrid,
+        "--platform": platform != "gpu",
+    }
+    if engine is None:
+        flags = [flag for flag, on in given.items() if on]
+        if flags:
+            raise CtxlabError(
+                f"{', '.join(flags)} describe{'s' if len(flags) == 1 else ''} an engine's "
+                f"allocation: add --engine ({', '.join(engine_names())})"
+            )
+        return None
+    name = engine.strip().lower().replace(".", "").replace("-", "")
+    if name not in engine_names():
+        raise CtxlabError(f"unknown engine {engine!r}; known engines: {', '.join(engine_names())}")
+    if platform not in PLATFORMS:
+        raise CtxlabError(f"unknown platform {platform!r}; known platforms: {', '.join(PLATFORMS)}")
+    return EngineRequest(
+        engine=name,
+        max_model_len=None
+        if max_model_len is None
+        else parse_tokens(max_model_len, "--max-model-len"),
+        kv_cache_bytes=None
+        if kv_cache_bytes is None
+        else parse_bytes(kv_cache_bytes, "--kv-cache-bytes"),
+        memory_utilization=memory_utilization,
+        activation_bytes=0
+        if activation_bytes is None
+        else parse_bytes(activation_bytes, "--activation-bytes"),
+        platform="cpu" if platform == "cpu" else "gpu",
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        slots=slots,
+        disable_hybrid=disable_hybrid,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -47,6 +47,16 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
     when their prices are not given.
 - `per_context`: one dict per context length merging every section's row (keys are
   unique across sections), e.g. `plan["per_context"][1]["kv_bytes_per_request"]`.
+- `engine` (allocation by a real engine): null, or with `engine=EngineRequest(...)` the
+  engine's KV pool at one `max_model_len` (`ctxlab.plan.engines.pool.EnginePool.to_dict`:
+  engine, version, basis ("from the engine's source" or "from the engine's documentation,
+  not measured here"), block_size, pool_bytes, bytes_per_block, num_blocks, groups [{kind,
+  layers, block_size, block_bytes, blocks_per_request, reserved_tokens_per_request, rule}],
+  blocks_per_request, bytes_per_request, max_concurrency (the engine's own figure),
+  kv_cache_tokens, requests, ideal_bytes_per_request, ideal_concurrency, ideal_requests,
+  overhead_bytes_per_request, requests_lost, unused_pool_bytes, starts, refusal, log_line,
+  rules [{rule, source}], notes) plus title, max_model_len_source, storage_sentence and
+  product_sentence.
 - `notes`: caveats in plain sentences (roofline bounds, defaults used).
 """
 
@@ -59,6 +69,7 @@ from typing import Any
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.plan import capacity, compute, cost, inputs, memory, paging, sharing
 from ctxlab.plan.devices import Device, get_device
+from ctxlab.plan.engines.section import EngineRequest, engine_section
 
 SCHEMA = "ctxlab.plan/1"
 
@@ -105,6 +116,7 @@ def build_plan(
     self_hosted: cost.SelfHostedRates | None = None,
     gpus: int | None = 1,
     currency: str = "USD",
+    engine: EngineRequest | None = None,
 ) -> dict[str, Any]:
     """Every planner figure for `arch` at each context length; see the module docstring.
 
@@ -299,6 +311,17 @@ def build_plan(
                 "prefill FLOPs and decode reads use the text decoder's parameters."
             )
 
+    engine_out = None
+    if engine is not None:
+        engine_out = engine_section(
+            arch,
+            engine,
+            device_memory_bytes=one_device.memory_bytes,
+            weights_bytes=weights,
+            gpus=gpus,
+            contexts=contexts,
+        )
+
     per_context = []
     for i in range(len(contexts)):
         merged: dict[str, Any] = {}
@@ -350,6 +373,7 @@ def build_plan(
         "contexts": contexts,
         "sections": sections,
         "per_context": per_context,
+        "engine": engine_out,
         "notes": notes,
     }
 

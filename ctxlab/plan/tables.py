@@ -221,11 +221,82 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def engine_tables(engine: dict[str, Any]) -> list[Table]:
+    """The engine's pool beside the ideal, then its KV cache groups."""
+    mml = engine["max_model_len"]
+    t = Table(
+        title=f"What {engine['title']} allocates  [dim](layer: allocation; {engine['basis']})"
+        "[/dim]",
+        title_justify="left",
+    )
+    for col in ("figure", engine["title"], "ideal"):
+        t.add_column(col, justify="left" if col == "figure" else "right")
+    blocks = engine["num_blocks"]
+    t.add_row("KV pool per rank", fmt_bytes(engine["pool_bytes"]), fmt_bytes(engine["pool_bytes"]))
+    t.add_row("block size (tokens)", f"{engine['block_size']:,}", "-")
+    if blocks is not None:
+        t.add_row("bytes per block", f"{engine['bytes_per_block']:,}", "-")
+        t.add_row("blocks in the pool", f"{blocks:,}", "-")
+        t.add_row("blocks per request", f"{engine['blocks_per_request']:,}", "-")
+    t.add_row(
+        f"bytes per request of {mml:,} tokens",
+        fmt_bytes(engine["bytes_per_request"]),
+        fmt_bytes(engine["ideal_bytes_per_request"]),
+    )
+    ideal = engine["ideal_concurrency"]
+    t.add_row(
+        "max concurrency",
+        f"{engine['max_concurrency']:.2f}x",
+        "-" if ideal is None else f"{ideal:.2f}x",
+    )
+    ideal_n = engine["ideal_requests"]
+    t.add_row(
+        "requests at once",
+        f"{engine['requests']:,}",
+        "unbounded" if ideal_n is None else f"{ideal_n:,}",
+    )
+    t.caption = (
+        f"{engine['version']}; max_model_len {mml:,} ({engine['max_model_len_source']}); "
+        f"pool: {engine['pool_source']}; it logs: {engine['log_line']}"
+    )
+    g = Table(title=f"{engine['title']} KV cache groups", title_justify="left")
+    for col in ("group", "layers", "block", "bytes per block", "blocks per request", "rule"):
+        g.add_column(col, justify="left" if col in ("group", "layers", "rule") else "right")
+    for group in engine["groups"]:
+        layers = group["layers"]
+        shown = ", ".join(map(str, layers[:8])) + (", ..." if len(layers) > 8 else "")
+        g.add_row(
+            group["kind"],
+            f"{len(layers)}: {shown}",
+            f"{group['block_size']:,}",
+            f"{group['block_bytes']:,}",
+            f"{group['blocks_per_request']:,}",
+            group["rule"],
+        )
+    return [t, g]
+
+
 def print_plan(plan: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     for line in header_lines(plan):
         console.print(line)
     for table in section_tables(plan):
         console.print(table)
+    engine = plan.get("engine")
+    if engine:
+        for table in engine_tables(engine):
+            console.print(table)
+        console.print(f"{engine['title']}'s figures are {engine['basis']}.")
+        console.print(engine["storage_sentence"])
+        console.print(engine["product_sentence"])
+        for note in engine["notes"]:
+            console.print(f"[dim]engine note: {note}[/dim]")
+        sources = sorted(
+            {part.split(":")[0] for r in engine["rules"] for part in r["source"].split("; ")}
+        )
+        console.print(
+            f"[dim]engine rules ({len(engine['rules'])}, each with its source in --json under "
+            f"engine.rules) read from: {', '.join(sources)}[/dim]"
+        )
     for note in plan["notes"]:
         console.print(f"[dim]note: {note}[/dim]")
