@@ -132,8 +132,7 @@ def summarize_rows(
     eff_table.add_column("effective length", justify="right")
     eff_table.add_column("how it was decided")
     for policy, result in sorted(eff.items()):
-        shown = "none" if result.length is None else f"{result.length:,}"
-        eff_table.add_row(policy, shown, result.explanation)
+        eff_table.add_row(policy, result.shown, result.explanation)
     console.print(eff_table)
     plots = plot_heatmaps(rows, out_dir) + plot_score_vs_bytes(rows, out_dir)
     doc: dict[str, Any] = {
@@ -147,6 +146,7 @@ def summarize_rows(
                 "length": e.length,
                 "threshold": e.threshold,
                 "basis": e.basis,
+                "established": e.established,
                 "explanation": e.explanation,
             }
             for p, e in eff.items()

@@ -117,6 +117,10 @@ class LengthMean:
     score: float
     kv_bytes: float | None
     tasks: int
+    # The mean of the tasks' 95 % interval ends: wider than the interval of the mean of
+    # independent task means, so a length established on it is established (conservative).
+    score_low: float | None = None
+    score_high: float | None = None
 
 
 def length_means(rows: Iterable[Row]) -> dict[str, dict[int, LengthMean]]:
@@ -130,8 +134,15 @@ def length_means(rows: Iterable[Row]) -> dict[str, dict[int, LengthMean]]:
         out[policy] = {}
         for length, group in sorted(by_len.items()):
             kv = [c.kv_bytes for c in group if c.kv_bytes is not None]
+            lows = [c.score_low for c in group if c.score_low is not None]
+            highs = [c.score_high for c in group if c.score_high is not None]
+            whole = len(lows) == len(highs) == len(group)
             out[policy][length] = LengthMean(
-                fmean(c.score for c in group), fmean(kv) if kv else None, len(group)
+                fmean(c.score for c in group),
+                fmean(kv) if kv else None,
+                len(group),
+                fmean(lows) if whole else None,
+                fmean(highs) if whole else None,
             )
     return out
 
@@ -145,8 +156,11 @@ def effective_lengths(
     relative=True takes the threshold as a fraction of the full-cache policy's mean score at
     the shortest length (the report says which basis it used).
     """
-    means = {
-        p: {n: mean.score for n, mean in by_len.items()} for p, by_len in length_means(rows).items()
+    by_policy = length_means(rows)
+    means = {p: {n: mean.score for n, mean in by_len.items()} for p, by_len in by_policy.items()}
+    lows = {
+        p: {n: mean.score_low for n, mean in by_len.items() if mean.score_low is not None}
+        for p, by_len in by_policy.items()
     }
     reference = None
     if relative:
@@ -154,7 +168,7 @@ def effective_lengths(
         if full is None:
             raise CtxlabError("a relative threshold needs results of the full policy")
         reference = full[min(full)]
-    return {p: effective_length(m, threshold, reference) for p, m in means.items()}
+    return {p: effective_length(m, threshold, reference, lows[p]) for p, m in means.items()}
 
 
 def plot_heatmaps(rows: Sequence[Row], out_dir: Path) -> list[Path]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import tomllib
 from pathlib import Path
 
@@ -93,6 +94,17 @@ def _at(origin: str, place: tuple | None) -> str:
     return f"{origin} at {where}" if where else origin
 
 
+def _too_many_digits(origin: str, exc: ValueError) -> CtxlabError:
+    """A number with thousands of digits: Python refuses to convert it (a DoS guard), and
+    no count, size or price a user means has that many."""
+    if "digits" not in str(exc):
+        raise exc
+    return CtxlabError(
+        f"{origin} holds a number of more than {sys.get_int_max_str_digits():,} digits, which "
+        "no real input has."
+    )
+
+
 def _too_deep(origin: str, max_depth: int) -> CtxlabError:
     return CtxlabError(f"{origin} nests deeper than {max_depth} levels; no real input does.")
 
@@ -111,6 +123,8 @@ def loads_json(text: str | bytes, origin: str, max_depth: int = MAX_DEPTH) -> ob
         ) from None
     except UnicodeDecodeError:
         raise CtxlabError(f"{origin} is not UTF-8 text.") from None
+    except ValueError as exc:  # Python's limit on integer digits (4,300 by default)
+        raise _too_many_digits(origin, exc) from None
     return check_tree(value, origin, max_depth)
 
 
@@ -129,6 +143,8 @@ def loads_toml(text: str, origin: str, max_depth: int = MAX_DEPTH) -> dict[str, 
         raise CtxlabError(f"{origin} holds {exc.token}, which is not a finite number.") from None
     except tomllib.TOMLDecodeError as exc:
         raise CtxlabError(f"{origin} is not valid TOML ({exc}).") from None
+    except ValueError as exc:
+        raise _too_many_digits(origin, exc) from None
     check_tree(value, origin, max_depth)
     return value
 

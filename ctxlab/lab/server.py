@@ -110,14 +110,19 @@ class LabHandler(BaseHTTPRequestHandler):
         if urlsplit(self.path).path != "/api/plan":
             self._error(HTTPStatus.NOT_FOUND, "only /api/plan accepts POST")
             return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY_BYTES:
-            self._error(HTTPStatus.BAD_REQUEST, "the request body is missing or too large")
-            return
-        raw = self.rfile.read(length)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raw = self._read_chunked()  # no Content-Length: the body comes in chunks
+            if raw is None:
+                return
+        else:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or length > MAX_BODY_BYTES:
+                self._error(HTTPStatus.BAD_REQUEST, "the request body is missing or too large")
+                return
+            raw = self.rfile.read(length)
         try:
             data = loads_json(raw or b"{}", "the request body")
         except CtxlabError as exc:  # bad JSON, nested too deep, a non-finite number, not text
@@ -127,6 +132,27 @@ class LabHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
             return
         self._plan(data)
+
+    def _read_chunked(self) -> bytes | None:
+        """A `Transfer-Encoding: chunked` body, at most MAX_BODY_BYTES (None: refused, the
+        400 already sent). Without this the body was ignored and the defaults planned."""
+        body = b""
+        while True:
+            line = self.rfile.readline(64).split(b";", 1)[0].strip()
+            try:
+                size = int(line, 16)
+            except ValueError:
+                self._error(HTTPStatus.BAD_REQUEST, "the chunked request body is malformed")
+                return None
+            if size < 0 or len(body) + size > MAX_BODY_BYTES:
+                self._error(HTTPStatus.BAD_REQUEST, "the request body is missing or too large")
+                return None
+            if size == 0:
+                while self.rfile.readline(1024).strip():  # trailers, up to the blank line
+                    pass
+                return body
+            body += self.rfile.read(size)
+            self.rfile.readline(8)  # the CRLF after each chunk
 
     def _plan(self, data: dict[str, Any]) -> None:
         try:

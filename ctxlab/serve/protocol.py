@@ -31,6 +31,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
+    @field_validator("continuous_usage_stats")
+    @classmethod
+    def _no_continuous(cls, v: bool) -> bool:
+        # Accepting it and sending usage only at the end would mislead a client that reads
+        # usage per chunk (vLLM's meaning), so it is refused until it is implemented.
+        if v:
+            raise ValueError(
+                "continuous_usage_stats is not supported by this server; include_usage gives "
+                "the usage in one chunk before [DONE]"
+            )
+        return v
+
+
+# Temperatures below this sample greedily, as vLLM's `_SAMPLING_EPS`: dividing logits by a
+# denormal temperature gives inf, and sampling from inf/nan probabilities fails (an HTTP 500).
+SAMPLING_EPS = 1e-5
+
 
 class _Common(BaseModel):
     """Fields both endpoints share: sampling, streaming, the tenant salt."""
@@ -85,7 +102,7 @@ class _Common(BaseModel):
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=self.temperature,
+            temperature=0.0 if self.temperature < SAMPLING_EPS else self.temperature,
             top_p=self.top_p,
             top_k=max(self.top_k, 0),
             seed=self.seed,

@@ -6,11 +6,11 @@ from ctxlab.errors import CtxlabError
 from ctxlab.eval import summary
 
 
-def _rows():
+def _rows(samples: int = 3):
     rows = []
     for policy, budget, kv, drop in (("full", None, 4_000_000, 0), ("snapkv", 256, 1_000_000, 40)):
         for length in (512, 1024):
-            for depth in (0.0, 0.5, 1.0):
+            for depth in [i / max(1, samples - 1) for i in range(samples)]:
                 score = 100.0 - (drop if length == 1024 else 0)
                 rows.append(
                     {
@@ -60,10 +60,17 @@ def test_length_means_weigh_each_task_once():
 
 
 def test_effective_length_per_policy_absolute_and_relative():
-    absolute = summary.effective_lengths(_rows())
+    absolute = summary.effective_lengths(_rows(samples=40))
     assert absolute["full"].length == 1024 and absolute["snapkv@256"].length == 512
-    relative = summary.effective_lengths(_rows(), threshold=0.5, relative=True)
+    relative = summary.effective_lengths(_rows(samples=40), threshold=0.5, relative=True)
     assert relative["snapkv@256"].length == 1024 and relative["full"].basis == "relative"
+
+
+def test_three_samples_establish_no_length():
+    """3 of 3 right is the interval [43.9, 100]: its mean clears 85.6, the interval does not."""
+    absolute = summary.effective_lengths(_rows())
+    assert absolute["full"].length is None and not absolute["full"].established
+    assert absolute["full"].shown == "not established at this n"
 
 
 def test_relative_without_full_is_an_error():
