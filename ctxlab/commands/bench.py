@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(
             600.0,
             "--timeout",
-            help="Seconds of silence allowed per request (the test request waits at most 60).",
+            help="Total seconds per request, however it trickles (the test request: at most 60).",
         ),
         seed: SeedOpt = 0,
         out: Path = typer.Option(
@@ -137,3 +137,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"results written to {path}")
         if outcome.interrupted:
             raise typer.Exit(130)
+        failed = [r for r in outcome.results if not r.success]
+        if outcome.results and len(failed) == len(outcome.results):
+            typer.echo(
+                f"error: every timed request failed ({len(failed)} of {len(failed)}), so "
+                f"nothing was measured; the first: {failed[0].error}",
+                err=True,
+            )
+            raise typer.Exit(1)

@@ -58,17 +58,26 @@ def stream(
     client: httpx.Client, method: str, url: str, deadline: Deadline, **kwargs: Any
 ) -> Iterator[httpx.Response]:
     """`client.stream(...)` within `deadline`; read its body with `lines` or `chunks`."""
-    with client.stream(method, url, timeout=deadline.timeout(), **kwargs) as response:
-        watchdog = _watchdog(response, deadline)
-        try:
-            yield response
-        except httpx.TransportError:
-            if deadline.left() <= 0:  # the watchdog cut the socket, or a read timed out
-                raise DeadlinePassed(deadline.message()) from None
+    try:
+        opened = client.stream(method, url, timeout=deadline.timeout(), **kwargs)
+        response = opened.__enter__()
+    except httpx.TimeoutException as exc:
+        # every phase's timeout is the time left: only a connect timeout shorter than the
+        # deadline is the server's own fault (unreachable), anything else is the deadline
+        if isinstance(exc, httpx.ConnectTimeout) and deadline.left() > 0:
             raise
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
+        raise DeadlinePassed(deadline.message()) from None
+    watchdog = _watchdog(response, deadline)
+    try:
+        yield response
+    except httpx.TransportError:
+        if deadline.left() <= 0:  # the watchdog cut the socket, or a read timed out
+            raise DeadlinePassed(deadline.message()) from None
+        raise
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        opened.__exit__(None, None, None)
 
 
 def chunks(response: httpx.Response, deadline: Deadline) -> Iterator[bytes]:
