@@ -18,6 +18,7 @@ from ctxlab.commands._app_options import (
     DbOpt,
     RetrieverOpt,
     ServedModelOpt,
+    TimeoutOpt,
     TokenizerOpt,
     default_out,
     make_backend,
@@ -81,6 +82,7 @@ def compact(
     base_url: BaseUrlOpt = None,
     served_model: ServedModelOpt = "default",
     api_key: ApiKeyOpt = "none",
+    timeout: TimeoutOpt = 600.0,
     tokenizer: TokenizerOpt = None,
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/memory-compact-TIMESTAMP)."
@@ -127,7 +129,7 @@ def compact(
     set_threads(threads)
     folder = output_dir(out or default_out("memory-compact"))
     engine = make_backend(
-        backend, model, base_url, served_model, api_key, tokenizer, dtype, window=window
+        backend, model, base_url, served_model, api_key, tokenizer, dtype, window, timeout
     )
     run = run_compaction(settings, messages, fact_list, engine, source, folder)
     if as_json:
