@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - an older typer on the PyPI click
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_finite, check_text
 from ctxlab.outputs import FULL_OR_READ_ONLY, write_error
+from ctxlab.peer.url import redact
 
 # One line per command module; each defines `register(app: typer.Typer) -> None`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -126,14 +127,14 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "ctxlab"
-        message = exc.format_message().rstrip(".")
+        message = redact(exc.format_message()).rstrip(".")  # a URL's password never shows
         typer.echo(f"error: {message}; see '{where} --help'.", err=True)
         sys.exit(2)
     except typer.Abort:
         typer.echo("aborted.", err=True)
         sys.exit(130)
     except CtxlabError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {redact(str(exc))}", err=True)
         sys.exit(2)
     except OSError as exc:  # a write that no helper wrapped: still one sentence, no traceback
         if exc.errno not in FULL_OR_READ_ONLY:

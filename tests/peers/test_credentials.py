@@ -61,6 +61,15 @@ def test_workshop_server_that_cannot_be_reached_is_named_without_its_password(cl
     _assert_nowhere(result, tmp_path)
 
 
+def test_a_bad_url_is_refused_without_its_password(cli, tmp_path):
+    url = f"http://alice:{SECRET}@127.0.0.1:99999"
+    for args in (("bench", "serve", "--base-url", url, "--model", "m"),
+                 ("probe", "--server", url, "--out", str(tmp_path / "p.json"))):  # fmt: skip
+        result = cli(*args)
+        assert result.code == 2 and "bad port" in result.err, result.err
+        _assert_nowhere(result, tmp_path)
+
+
 def test_workshop_servers_are_written_without_their_password(tmp_path):
     """`[[servers]]` goes into results.json through the config's dump."""
     from ctxlab.workshop.config_file import load_config

@@ -116,9 +116,13 @@ def test_a_broken_chat_answer_is_one_sentence(cli, tmp_path, rag_db, name, mode)
         "props settings a list",
     ],
 )
-def test_a_broken_info_endpoint_is_one_sentence_to_probe(cli, tmp_path, script, phrase):
+@pytest.mark.parametrize("name", ["probe", "workshop"])
+def test_a_broken_info_endpoint_is_one_sentence(cli, tmp_path, script, phrase, name):
     with hostile(script) as (url, _):
-        result = cli("probe", "--server", url, "--out", str(tmp_path / "p.json"), "--yes")
+        if name == "probe":
+            result = cli("probe", "--server", url, "--out", str(tmp_path / "p.json"), "--yes")
+        else:  # the server is checked before the workshop loads its model
+            result = cli("workshop", "--server", url, "--out", str(tmp_path / "w"))
     _one_sentence(result, phrase)
 
 
