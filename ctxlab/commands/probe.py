@@ -12,7 +12,6 @@ still written).
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import typer
 
 from ctxlab.commands.options import JsonOpt, output_file
+from ctxlab.json_output import dumps
 from ctxlab.outputs import write_text
 
 DEFAULT_OUT = Path("out/probe/probe.json")
@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
             400_000, "--max-tokens", help="Most prompt tokens the probe sends."
         ),
         max_seconds: float = typer.Option(
-            900.0, "--max-seconds", help="Stop sending after this many seconds."
+            900.0, "--max-seconds", help="Total seconds: no request waits beyond them."
         ),
         longest: int = typer.Option(
             300, "--longest", help="Longest divergence position of the staircase (tokens)."
@@ -112,11 +112,11 @@ def register(app: typer.Typer) -> None:
         profile = doc["details"].pop("profile", None)
         if profile is not None and len(profile["steps"]) >= 5:
             path = out.with_name(out.stem + "-step-profile.json")
-            write_text(path, json.dumps(profile, indent=1) + "\n", "--out")
+            write_text(path, dumps(profile, indent=1) + "\n", "--out")
             doc["profile_file"] = str(path)
-        write_text(out, json.dumps(doc, indent=1) + "\n", "--out")
+        write_text(out, dumps(doc, indent=1) + "\n", "--out")
         if as_json:
-            typer.echo(json.dumps(doc))
+            typer.echo(dumps(doc))  # strict JSON: a NaN a server sent is null
         else:
             _tables(Console(), doc, out)
         if report.error:
