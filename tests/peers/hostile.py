@@ -68,6 +68,7 @@ class Script:
     fail_after: int | None = None  # answer HTTP 500 after this many POSTs
     key: str | None = None  # the Bearer key it requires (401 otherwise)
     hang: str | None = None  # silent, silent-body, trickle, keepalive
+    hang_after: int = 0  # POSTs answered well before the hanging starts
     posts: list[str] = field(default_factory=list)  # every POST path, in order
     auth: list[str | None] = field(default_factory=list)  # every Authorization header
 
@@ -130,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = s.status if s.status != 200 else 500
             self._send(status, {"error": {"message": "scripted failure", "code": status}})
             return
-        if s.hang is not None:
+        if s.hang is not None and len(s.posts) > s.hang_after:
             self._hang(s.hang)
             return
         if body.get("stream"):

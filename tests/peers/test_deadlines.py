@@ -34,6 +34,20 @@ def test_a_hanging_server_is_one_sentence_within_the_timeout(cli, tmp_path, rag_
     assert "1 s" in last  # names the deadline it gave up at
 
 
+@pytest.mark.parametrize("hang", ["trickle", "keepalive"])
+def test_bench_timeout_is_total_for_timed_requests_too(cli, tmp_path, rag_db, hang):
+    """The test request is answered; every timed request then trickles or sends
+    keep-alives: each ends at --timeout, and a run with nothing measured fails."""
+    with hostile(Script(hang=hang, hang_after=1)) as (url, _):
+        start = time.monotonic()
+        result = cli(*argv("bench", url, tmp_path, rag_db, seconds="1"))
+        took = time.monotonic() - start
+    assert took < BOUND, took
+    assert result.code == 1, result.err
+    assert "every timed request failed (2 of 2)" in result.err
+    assert "no answer within the timeout of 1 s" in result.err
+
+
 @pytest.mark.parametrize("hang", HANGS)
 def test_probe_max_seconds_bounds_a_stuck_request(cli, tmp_path, hang):
     """--max-seconds is the probe's total: a request still waiting when it runs out ends
