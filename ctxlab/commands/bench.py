@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
     @bench.command("serve")
     def serve(
         base_url: str = typer.Option(
-            ..., "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (no /v1)."
+            ..., "--base-url", help="Server root, e.g. http://127.0.0.1:8000 (/v1 optional)."
         ),
         model: str = typer.Option(..., "--model", help="Model name the server expects."),
         endpoint: str = typer.Option(

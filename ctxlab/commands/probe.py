@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     @app.command("probe")
     def probe(
         server: str = typer.Option(
-            ..., "--server", help="Server root, e.g. http://127.0.0.1:8000 (no /v1)."
+            ..., "--server", help="Server root, e.g. http://127.0.0.1:8000 (/v1 optional)."
         ),
         api_key: str = typer.Option(
             None, "--api-key", help="Bearer key for the server (never written to the report)."

@@ -237,7 +237,7 @@ class ProbeClient:
         if status == 404:
             return CtxlabError(
                 f"{self.url} has no /v1/completions (HTTP 404): it is not an "
-                "OpenAI-compatible server, or the URL should not end in /v1"
+                "OpenAI-compatible server, or its root is not this URL"
             )
         if status >= 500 and self.answered:
             return ServerGone(f"HTTP {status}: {msg}")

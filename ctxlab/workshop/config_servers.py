@@ -3,7 +3,7 @@ OpenAI API (`ctxlab workshop` with no `--server`; `--server URL` replaces the li
 
     [[servers]]
     label = "vllm-p16"                # names the server in every table; labels must differ
-    url = "http://gpu-box:8000"       # the server root, without /v1
+    url = "http://gpu-box:8000"       # the server root (a trailing /v1 is dropped)
     api_key = "..."                   # optional; sent as a Bearer key, never written out
     model = "meta-llama/Llama-3.1-8B" # optional: the model to use when it serves several
 
