@@ -66,6 +66,17 @@ def _bytes(value: str | None, what: str) -> int | None:
     return None if value is None else parse_bytes(value, what)
 
 
+def _given(ctx: typer.Context) -> set[str]:
+    """The engine options the user gave on the command line (a profile fills the others)."""
+    flags = ("--page-size", "--pool-bytes", "--max-running")
+    given = set()
+    for flag in flags:
+        source = ctx.get_parameter_source(flag[2:].replace("-", "_"))
+        if source is not None and source.name != "DEFAULT":  # typer's own click copy's enum
+            given.add(flag)
+    return given
+
+
 def _latency_table(console, title: str, rows: list[tuple[str, dict]]) -> None:
     from rich.table import Table
 
@@ -86,6 +97,7 @@ def _latency_table(console, title: str, rows: list[tuple[str, dict]]) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
+        ctx: typer.Context,
         trace: str | None = typer.Argument(
             None,
             help="A Mooncake .jsonl or a .csv trace, or synthetic:key=value,... "
@@ -188,6 +200,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Replay a trace: TTFT/TPOT/ITL percentiles, reused tokens, evictions, preemptions."""
+        from ctxlab.sim.bounds import fit_to_context
         from ctxlab.sim.config import SimConfig, fewest_gpus, resolve
         from ctxlab.sim.run import simulate as run_sim
         from ctxlab.sim.sweep import parse_sweep, sweep_configs
@@ -235,6 +248,15 @@ def register(app: typer.Typer) -> None:
             profile=None if profile is None else str(profile),
             step_scale=step_scale,
         )
+        measured_on = None
+        if profile is not None:
+            from ctxlab.sim.profile_engine import apply_profile_engine, read_profile_engine
+
+            eng = read_profile_engine(str(profile))
+            cfg, taken = apply_profile_engine(cfg, spec, eng, _given(ctx))
+            measured_on = eng.device
+            for line in taken:
+                typer.echo(f"from the profile: {line}", err=True)
         chosen = gpus is None
         cfg = cfg.with_(gpus=fewest_gpus(spec, dev, cfg) if gpus is None else gpus)
         resolve(spec, dev, cfg)  # weights that do not fit: one sentence before any work
@@ -251,16 +273,21 @@ def register(app: typer.Typer) -> None:
             runs = list(sweep_configs(cfg, sweep_name, values))
         with progress("reading the trace"):
             tr = load_trace(trace, block_tokens=hash_block)  # every line checked first
+        tr, clamped = fit_to_context(tr, spec)
+        if clamped is not None:
+            typer.echo(f"note: {clamped}", err=True)
         results = []
         with progress(f"simulating {len(tr):,} requests", total=len(runs)) as bar:
             for label, run_cfg in runs:
                 results.append((label, run_sim(tr, spec, dev, run_cfg)))
                 bar.advance()
         gpus_note = " (the fewest that hold the weights)" if chosen and cfg.gpus > 1 else ""
-        title = (
-            f"{tr.name}: {spec.name} ({spec.cache_dtype_bytes:g}-byte cache) on "
-            f"{cfg.gpus} x {dev.name}{gpus_note}"
+        where = (
+            f"steps measured on {measured_on}"
+            if measured_on
+            else f"{cfg.gpus} x {dev.name}{gpus_note}"
         )
+        title = f"{tr.name}: {spec.name} ({spec.cache_dtype_bytes:g}-byte cache) on {where}"
         from ctxlab.sim.plots import sweep_plot, usage_plot
 
         if sweep_name:

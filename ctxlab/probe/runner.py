@@ -215,15 +215,32 @@ def _sections(
             report.add("step times", prof.figures())
             report.details["profile steps"] = prof.steps
             report.details["profile missing"] = prof.missing
-            cap_fig = report.figure("capacity", "prefix-cache capacity")
-            cap_val = cap_fig.value if cap_fig and isinstance(cap_fig.value, int) else None
             report.details["profile"] = steptime.profile_document(
-                prof, info.url, info.model, page, cap_val, "quick" if cfg.quick else "full"
+                prof,
+                info.label(),
+                info.model,
+                page,
+                _pool(report, samples),
+                "quick" if cfg.quick else "full",
             )
         except BudgetSpent:
             report.not_run["profile"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
+
+
+def _pool(
+    report: ProbeReport, samples: list[tuple[str, dict[str, str], float]] | None
+) -> int | None:
+    """The pool for the step profile: the measured capacity, else the published one."""
+    for fig in (
+        report.figure("capacity", "prefix-cache capacity"),
+        report.figure("capacity", "capacity published in /metrics"),
+        published_capacity(samples),
+    ):
+        if fig is not None and fig.how == "measured" and isinstance(fig.value, int):
+            return fig.value
+    return None
 
 
 def _with_hint(figures: list[Figure], hint: str) -> list[Figure]:
