@@ -20,6 +20,7 @@ import numpy as np
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
 from ctxlab.plan.devices import Device
+from ctxlab.sim.bounds import check_memory
 from ctxlab.sim.config import Setup, SimConfig, resolve
 from ctxlab.sim.engine import Simulator
 from ctxlab.sim.metrics import summarize
@@ -66,7 +67,9 @@ def make_step_time(setup: Setup, gpus: int) -> StepTime:
 def simulate(
     trace: Trace, arch: ArchSpec, device: Device, config: SimConfig, check: bool = False
 ) -> SimResult:
-    """Replay `trace` on `arch` x `device` under `config`."""
+    """Replay `trace` on `arch` x `device` under `config` (refused up front when the run
+    would not fit in this machine's memory: `bounds.check_memory`)."""
+    check_memory(trace)
     if config.disaggregated:
         return _disaggregated(trace, arch, device, config, check)
     setup = resolve(arch, device, config)
