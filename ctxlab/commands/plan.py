@@ -330,6 +330,15 @@ def _engine_request(
         raise CtxlabError(f"unknown engine {engine!r}; known engines: {', '.join(engine_names())}")
     if platform not in PLATFORMS:
         raise CtxlabError(f"unknown platform {platform!r}; known platforms: {', '.join(PLATFORMS)}")
+    only = {
+        "--slots": ("llamacpp", slots != 1),
+        "--max-num-batched-tokens": ("vllm", max_num_batched_tokens is not None),
+        "--disable-hybrid-kv-cache-manager": ("vllm", disable_hybrid),
+        "--platform": ("vllm", platform != "gpu"),
+    }
+    for flag, (owner, on) in only.items():
+        if on and name != owner:
+            raise CtxlabError(f"{flag} is an option of --engine {owner}, not of --engine {name}")
     return EngineRequest(
         engine=name,
         max_model_len=None

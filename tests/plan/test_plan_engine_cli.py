@@ -62,7 +62,7 @@ def test_sglang_and_llamacpp_are_marked_as_documented(monkeypatch, capsys):
         r = run_in_process(
             monkeypatch, capsys,
             "plan", "gemma-3-270m", "-c", "32K", "--engine", engine, "--kv-cache-bytes", "1GiB",
-            "--slots", "4",
+            *(("--slots", "4") if engine == "llamacpp" else ()),
         )  # fmt: skip
         assert r.code == 0, r.err
         assert "from the engine's documentation, not measured here" in " ".join(r.out.split())
@@ -77,6 +77,8 @@ def test_engine_mistakes_are_one_sentence(monkeypatch, capsys):
         (("--engine", "vllm", "--max-model-len", "lots"), "--max-model-len"),
         (("--engine", "vllm", "--gpu-memory-utilization", "1.5"), "memory utilization"),
         (("--engine", "vllm", "--block-size", "0"), "page size must be a positive"),
+        (("--engine", "vllm", "--slots", "4"), "--slots is an option of --engine llamacpp"),
+        (("--engine", "sglang", "--platform", "cpu"), "--platform is an option of --engine vllm"),
     ):
         r = run_in_process(monkeypatch, capsys, "plan", "smollm2-135m", "-c", "4096", *args)
         assert r.code == 2, (args, r.out, r.err)
