@@ -2,12 +2,17 @@
 
 Every `$ ...` line in a fenced block of README.md is a command (a trailing backslash joins
 the next line). Commands that start with `ctxlab` are run in order, in one temporary folder
-(a later command may read what an earlier one wrote), with `ctxlab` meaning this checkout
-under the current interpreter. A command must exit 0, or, when the README shows an
-`error: ...` line right under it, exit 2 with exactly that line on stderr. Any other
-command (make, python, curl) must be in SKIP with the reason it is not run here, so a new
-README section is covered without touching this file, and a skipped command that left the
-README fails the test instead of rotting in the list.
+(a later command may read what an earlier one wrote). A command must exit 0, or, when the
+README shows an `error: ...` line right under it, exit 2 with exactly that line on stderr.
+Any other command (make, python, curl) must be in SKIP with the reason it is not run here,
+so a new README section is covered without touching this file, and a skipped command that
+left the README fails the test instead of rotting in the list.
+
+A `ctxlab` command runs through `ctxlab.cli.main` in this process (a fresh interpreter costs
+seconds each); the first command of each family in SHELL, and any command with shell syntax
+(a pipe, a redirect, `&&`), runs in a real shell through the installed `ctxlab` script, so
+the script a user types is run too (plan, simulate, lab, bench, rag and the tour have their
+own fresh-process tests elsewhere).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.cli.conftest import run_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -74,16 +82,66 @@ def _skip_reason(command: str) -> str | None:
     return next((why for prefix, why in SKIP.items() if command.startswith(prefix)), None)
 
 
+# command prefix -> the first README command with it runs in a real shell (see the docstring)
+SHELL = ("ctxlab generate", "ctxlab eval", "ctxlab memory")
+
+
 def _shim(folder: Path) -> Path:
-    """A `ctxlab` on PATH that runs this checkout with the current interpreter."""
+    """A folder for PATH whose `ctxlab` is the installed script beside this interpreter, or,
+    where there is none (a checkout run without `pip install -e`), this checkout under it."""
     bin_dir = folder / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "ctxlab"
+    installed = Path(sys.executable).parent / "ctxlab"
+    if installed.is_file():
+        shim.symlink_to(installed)
+        return bin_dir
     shim.write_text(
         f'#!/bin/sh\nexec "{sys.executable}" -c "from ctxlab.cli import main; main()" "$@"\n'
     )
     shim.chmod(0o755)
     return bin_dir
+
+
+def _words(command: str) -> list[str] | None:
+    """The command's words as a shell splits them, or None when it needs a shell (a pipe, a
+    redirect, `&&`, `;`, a variable or a glob)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words = list(lexer)
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", "", command)
+    if any(set(w) <= set("();<>|&") for w in words) or any(c in unquoted for c in "$*?`~"):
+        return None
+    return words
+
+
+def _in_process(monkeypatch, capsys, words: list[str]) -> tuple[int, str]:
+    """`ctxlab WORDS` through `main()` here: (exit code, stderr); torch's threads and the
+    RNG come back afterwards (`--threads`, `--seed`)."""
+    import torch
+
+    threads, rng = torch.get_num_threads(), torch.random.get_rng_state()
+    try:
+        with monkeypatch.context() as mp:
+            result = run_in_process(mp, capsys, *words[1:])
+    except Exception:  # what a user's shell would show as a traceback
+        return 1, capsys.readouterr().err + traceback.format_exc()
+    finally:
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+    return result.code, result.err
+
+
+def test_words_split_like_a_shell_and_shell_syntax_is_seen():
+    assert _words('ctxlab generate "Name three." --chat') == [
+        "ctxlab", "generate", "Name three.", "--chat",
+    ]  # fmt: skip
+    assert _words("ctxlab plan x  # a comment") == ["ctxlab", "plan", "x"]
+    assert _words("ctxlab memory search 'Where?' --k 1") == [
+        "ctxlab", "memory", "search", "Where?", "--k", "1",
+    ]  # fmt: skip
+    for shell in ("ctxlab plan --json | jq .", "ctxlab plan > x", "a && b", "echo $HOME"):
+        assert _words(shell) is None, shell
 
 
 def test_the_parser_finds_commands_and_every_skip_entry_is_used():
@@ -116,7 +174,7 @@ def test_parser_joins_continuations_and_reads_shown_errors():
 
 
 @pytest.mark.model
-def test_every_readme_command_runs(tmp_path):
+def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     bin_dir = _shim(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
@@ -127,32 +185,42 @@ def test_every_readme_command_runs(tmp_path):
         "HF_HUB_OFFLINE": "1",
         "COLUMNS": "100",
     }
+    monkeypatch.chdir(work)
     failures = []
-    ran = 0
+    ran, shells = 0, []
+    to_shell = set(SHELL)
     for ex in examples(README.read_text(encoding="utf-8")):
         if _skip_reason(ex.command) is not None or not ex.command.startswith("ctxlab"):
             continue
-        proc = subprocess.run(
-            ["bash", "-c", ex.command],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        words = _words(ex.command)
+        first = next((p for p in to_shell if ex.command.startswith(p)), None)
+        if words is None or first is not None:
+            to_shell.discard(first)
+            proc = subprocess.run(
+                ["bash", "-c", ex.command],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            code, err = proc.returncode, proc.stderr
+            shells.append(ex.command)
+        else:
+            code, err = _in_process(monkeypatch, capsys, words)
         ran += 1
         where = f"README.md:{ex.line}: {shlex.quote(ex.command)}"
-        if ex.error is None and proc.returncode != 0:
-            failures.append(f"{where} exited {proc.returncode}: {proc.stderr[-500:]}")
+        if ex.error is None and code != 0:
+            failures.append(f"{where} exited {code}: {err[-500:]}")
         if ex.error is not None:
-            shown = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
-            if proc.returncode != 2 or shown != [ex.error]:
-                failures.append(
-                    f"{where}: README shows {ex.error!r}, got {shown} ({proc.returncode})"
-                )
-        if "Traceback" in proc.stderr:
+            shown = [ln for ln in err.splitlines() if ln.startswith("error:")]
+            if code != 2 or shown != [ex.error]:
+                failures.append(f"{where}: README shows {ex.error!r}, got {shown} ({code})")
+        if "Traceback" in err:
             failures.append(f"{where} printed a traceback")
     assert ran >= 5
+    assert not to_shell, f"no README command starts with {sorted(to_shell)} (SHELL is stale)"
+    assert len(shells) >= 1
     assert not failures, "\n".join(failures)
 
 

@@ -9,8 +9,6 @@ import typer
 
 from ctxlab.cli import app
 
-from .conftest import run_fresh
-
 
 def _commands() -> list[tuple[str, click.Command]]:
     root = typer.main.get_command(app)
@@ -175,8 +173,10 @@ def test_typo_costs_no_torch_import():
     assert "policy 'snapkvv' is unknown; choose one of full," in result["errors"][3]
 
 
-def test_usage_error_in_a_fresh_process_is_short():
-    result = run_fresh("plan", "--gpus", "many")
+def test_usage_error_is_short(cli):
+    """A word where a number goes is click's usage error: one sentence, no traceback (a fresh
+    process prints the same: tests/plan/test_plan_cli.py runs one)."""
+    result = cli("plan", "--gpus", "many")
     assert result.code == 2 and "Traceback" not in result.err
 
 

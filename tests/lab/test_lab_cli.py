@@ -1,4 +1,5 @@
-"""`ctxlab lab` as a user runs it: a process that prints its URL and serves the page."""
+"""`ctxlab lab` as a user runs it: a process that prints its URL and serves the page (the
+lab's one fresh-process test); a busy port is checked through `main()` in this process."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import socket
 import subprocess
 import sys
 import urllib.request
+
+from tests.cli.conftest import run_in_process
 
 LAUNCH = [sys.executable, "-c", "from ctxlab.cli import main; main()", "lab"]
 
@@ -29,14 +32,12 @@ def test_ctxlab_lab_prints_its_url_and_serves_the_page() -> None:
         proc.wait(timeout=30)
 
 
-def test_a_busy_port_is_one_sentence_and_exit_code_2() -> None:
+def test_a_busy_port_is_one_sentence_and_exit_code_2(monkeypatch, capsys) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        result = subprocess.run(
-            [*LAUNCH, "--port", str(port)], capture_output=True, text=True, timeout=60
-        )
-    assert result.returncode == 2
-    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}")
-    assert "Traceback" not in result.stderr
+        result = run_in_process(monkeypatch, capsys, "lab", "--port", str(port))
+    assert result.code == 2
+    assert result.err.startswith(f"error: cannot listen on 127.0.0.1:{port}")
+    assert "Traceback" not in result.err

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from report_numbers import printed_numbers, unmatched
+
+from tests.cli.conftest import Result, run_in_process
 
 pytestmark = pytest.mark.model
 
@@ -80,31 +80,25 @@ def test_every_gain_is_explained_twice_or_says_it_is_not(tiny_run) -> None:
     assert "has not established a decision in product terms" in text
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    code = "from ctxlab.cli import main; main()"
-    root = Path(__file__).resolve().parents[2]
-    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-c", code, "workshop", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+def run_cli(monkeypatch, capsys, *args: str, cwd: Path) -> Result:
+    """`ctxlab workshop ARGS` through `main()` in this process, in `cwd` (a fresh process
+    of the workshop/tour family: tests/plan/test_plan_cli.py's tour)."""
+    with monkeypatch.context() as mp:
+        mp.chdir(cwd)
+        return run_in_process(mp, capsys, "workshop", *args)
 
 
-def test_cli_mistakes_exit_2_with_one_sentence(tmp_path: Path) -> None:
+def test_cli_mistakes_exit_2_with_one_sentence(tmp_path: Path, monkeypatch, capsys) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[engine]\npage_size = 0\n")
-    r = run_cli(str(bad), cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
-    assert "engine.page_size" in r.stderr and str(bad) in r.stderr
+    r = run_cli(monkeypatch, capsys, str(bad), cwd=tmp_path)
+    assert r.code == 2 and r.err.startswith("error: ") and r.err.count("\n") == 1
+    assert "engine.page_size" in r.err and str(bad) in r.err
     a_file = tmp_path / "taken"
     a_file.write_text("x")
-    r = run_cli("--out", str(a_file), cwd=tmp_path)
-    assert r.returncode == 2 and "is a file" in r.stderr
-    r = run_cli("--only", "1,42", cwd=tmp_path)
-    assert r.returncode == 2 and "not a demonstration number" in r.stderr
-    r = run_cli("--print-config", cwd=tmp_path)
-    assert r.returncode == 0 and "[predictions.warm_prefix]" in r.stdout
+    r = run_cli(monkeypatch, capsys, "--out", str(a_file), cwd=tmp_path)
+    assert r.code == 2 and "is a file" in r.err
+    r = run_cli(monkeypatch, capsys, "--only", "1,42", cwd=tmp_path)
+    assert r.code == 2 and "not a demonstration number" in r.err
+    r = run_cli(monkeypatch, capsys, "--print-config", cwd=tmp_path)
+    assert r.code == 0 and "[predictions.warm_prefix]" in r.out
