@@ -37,6 +37,12 @@ $(VLLM_STAMP):
 
 vllm: $(VLLM_STAMP)
 
+# The models vLLM serves here, as Hugging Face folders under ctxlab's cache (offline; the
+# tests export SmolLM2 themselves when they need it).
+vllm-models: install
+	HF_HUB_OFFLINE=1 $(BIN)/ctxlab export-hf smollm2-135m
+	HF_HUB_OFFLINE=1 $(BIN)/ctxlab export-hf gemma3-270m
+
 # The workshop: the demonstrations, predictions against observations, one report (it prints
 # where). `ctxlab tour --out out/tour` stays as the short walk.
 run: install
@@ -46,7 +52,9 @@ run: install
 # xdist_group and run on one worker (docs/development.md has the measured -n 2 vs -n 0).
 PYTEST_PAR := -n 2 --dist loadgroup
 
-test: install
+# `make test` runs the vLLM tests against one session-scoped vLLM server, so it installs
+# vLLM's CPU build first (once: the folder under the user's cache is reused).
+test: install vllm
 	$(BIN)/ruff check ctxlab tests benchmarks
 	$(BIN)/ruff format --check ctxlab tests benchmarks
 	$(BIN)/pytest -q $(PYTEST_PAR)

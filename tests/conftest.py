@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.servers import ctxlab_server, llamacpp_server  # noqa: F401 (session servers)
+from tests.vllm_server import vllm_server  # noqa: F401 (the session's vLLM, `make vllm`)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; ctxlab/__init__

@@ -43,7 +43,8 @@ def register(app: typer.Typer) -> None:
         sections: str = typer.Option(
             "prefix,isolation,capacity,profile",
             "--sections",
-            help="Comma list of prefix, isolation, capacity, profile (capacity needs prefix).",
+            help="Comma list of prefix, isolation, capacity, profile (capacity needs prefix, or "
+            "a block size the server publishes in /metrics).",
         ),
         max_requests: int = typer.Option(
             1000, "--max-requests", help="Most requests the probe sends."

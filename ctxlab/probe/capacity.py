@@ -129,6 +129,7 @@ def _confirm(
     """Fill the published pool less half a sentinel; slide by a sentinel until a partial hit."""
     total = _round(published - s_len // 2, unit)
     lo, hi = 0, None
+    spent = False
     try:
         for _ in range(CONFIRM_TRIALS):
             got = trial(total)
@@ -153,7 +154,7 @@ def _confirm(
                 if hi <= unit:
                     break
     except BudgetSpent:
-        pass
+        spent = True
     low = f"at least {lo + s_len:,}" if lo else ""
     high = f"at most {hi + s_len:,}" if hi is not None else ""
     value = f"{lo + s_len:,}-{hi + s_len:,}" if lo and hi is not None else None
@@ -161,7 +162,12 @@ def _confirm(
         Figure(
             "prefix-cache capacity", value or (lo + s_len if lo else None), "inferred",
             f"the published {published:,} tokens were not confirmed within {len(trials)} fills "
-            f"(no partial hit of the {s_len}-token sentinel): the cache holds "
+            + (
+                "(the budget, --max-requests / --max-tokens / --max-seconds, ran out)"
+                if spent
+                else f"(no partial hit of the {s_len}-token sentinel)"
+            )
+            + ": the cache holds "
             f"{' and '.join(x for x in (low, high) if x) or 'an unknown number of'} tokens",
             "tokens",
         ),

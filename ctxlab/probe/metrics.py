@@ -80,6 +80,17 @@ def _impossible(name: str, blocks: int, size: int) -> str:
     )
 
 
+def published_block_size(samples: list[tuple[str, dict[str, str], float]] | None) -> int | None:
+    """The block size `cache_config_info` states (vLLM, `ctxlab serve`), or None."""
+    for name, labels, _ in samples or []:
+        if name.endswith(":cache_config_info"):
+            try:
+                return int(labels["block_size"])
+            except (KeyError, ValueError):
+                continue
+    return None
+
+
 def usage_gauge(samples: list[tuple[str, dict[str, str], float]] | None) -> Figure:
     names = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "token_usage", "kv_cache_usage_ratio")
     for name, _labels, value in samples or []:

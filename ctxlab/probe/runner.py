@@ -18,7 +18,7 @@ from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.hints import cached_tokens_hint
 from ctxlab.probe.identify import ServerInfo, check_url, identify, tokenize
-from ctxlab.probe.metrics import published_capacity, scrape, usage_gauge
+from ctxlab.probe.metrics import published_block_size, published_capacity, scrape, usage_gauge
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.probe.report import ProbeReport
 
@@ -186,8 +186,12 @@ def _sections(
             )  # fmt: skip
         figures = [pub]
         before = (client.budget.requests, client.budget.tokens, time.monotonic())
+        if page is None and "prefix" not in cfg.sections:
+            page = published_block_size(samples)  # the server's own word, confirmed below
         if page is None:
-            report.not_run["capacity"] = "needs the cache granularity from the prefix section"
+            report.not_run["capacity"] = (
+                "needs the cache granularity from the prefix section or a block size in /metrics"
+            )
         else:
             try:
                 published = pub.value if pub.how == "measured" and page > 1 else None

@@ -12,6 +12,7 @@ import pytest
 from ctxlab.probe import capacity, isolation
 from ctxlab.probe.client import Answer, Budget
 from ctxlab.probe.hints import cached_tokens_hint
+from ctxlab.probe.metrics import parse, published_block_size
 from ctxlab.probe.prompts import TokenRule, Words, reusable_tokens
 
 
@@ -96,6 +97,7 @@ def test_budget_stops_the_confirmation_with_a_bound():
     cache = PagedLRU(blocks=364, page=128, budget=Budget(10_000, 20_000))
     res = _measure(cache, 364 * 128)
     assert res.capacity.how == "inferred"
+    assert "the budget" in res.capacity.note and "ran out" in res.capacity.note
 
 
 @pytest.mark.parametrize("page", [1, 16, 128, 256])
@@ -116,3 +118,9 @@ def test_isolation_prompt_holds_two_pages_and_a_tail(page):
 def test_missing_cached_tokens_names_the_engine_flag(engine, flag):
     assert flag in cached_tokens_hint(engine)
     assert "--enable-prompt-tokens-details" in cached_tokens_hint("unknown")
+
+
+def test_the_published_block_size_is_read_from_cache_config_info():
+    text = 'vllm:cache_config_info{block_size="128",num_gpu_blocks="364"} 1.0\n'
+    assert published_block_size(parse(text)) == 128
+    assert published_block_size(parse("llamacpp:prompt_tokens_total 3\n")) is None
