@@ -19,6 +19,10 @@ def test_vllm_cpu_table_shows_the_published_figures(monkeypatch, capsys):
     assert "CPU KV cache size: 247,802 tokens" in r.out
     assert "Seven requests of 32,768 tokens run at once (vLLM reports 7.56x)" in r.out
     assert "ideally holds 9: 2 lost" in r.out
+    # 361 x 393,216 bytes against 3 x 32,768 x 1,024 + 15 x 512 x 1,024: 33,423,360 more
+    text = " ".join(r.out.split())
+    assert "takes 135.4 MiB of its pool per request of 32,768 tokens" in text
+    assert "the model needs 103.5 MiB: 31.9 MiB (31 %) is allocation overhead" in text
 
 
 def test_vllm_json_and_max_model_len(monkeypatch, capsys):
