@@ -1,6 +1,10 @@
 """The probe against real servers on loopback: `ctxlab serve` at two page sizes (paged,
 shared blocks) and llama.cpp's server (one cached prompt per slot). What each reports is
-checked against how the server was configured."""
+checked against how the server was configured.
+
+Page 32 and llama.cpp are the session's shared servers (tests/servers.py): the probe draws
+fresh random prompts on every run, and the capacity section fills a least-recently-used
+cache whose earlier contents no other test reads back, so sharing changes no answer."""
 
 from __future__ import annotations
 
@@ -8,13 +12,21 @@ import pytest
 
 from ctxlab.probe.runner import ProbeConfig, run
 from ctxlab.probe.steptime import ProfileDesign
-from tests.probe.conftest import ctxlab_serve, llamacpp_serve
+from tests.probe.conftest import ctxlab_serve
+from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, LLAMACPP_CTX, LLAMACPP_SLOTS, SHARED
 
-POOL = 1024
+POOL = CTXLAB_POOL
+
+pytestmark = [pytest.mark.server, pytest.mark.xdist_group(SHARED)]
 
 
-@pytest.fixture(scope="module", params=[16, 32], ids=["page16", "page32"])
+@pytest.fixture(scope="module", params=[16, CTXLAB_PAGE], ids=["page16", "page32"])
 def paged(request, serve_model):
+    if request.param == CTXLAB_PAGE:
+        yield request.getfixturevalue("ctxlab_server"), CTXLAB_PAGE
+        return
+    # its own server: a second page size, so the staircase is seen to follow the server's
+    # page rather than one constant (the shared server has 32)
     args = ("--page-size", str(request.param), "--kv-pool-tokens", str(POOL),
             "--metrics-prefix", "vllm")  # fmt: skip
     with ctxlab_serve(*args) as url:
@@ -86,15 +98,14 @@ def test_step_profile_loads_in_the_simulator(paged, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def llama(serve_model):
-    with llamacpp_serve(parallel=2, ctx=4096, cache_ram_mib=0) as url:
-        yield url
+def llama(serve_model, llamacpp_server):
+    return llamacpp_server
 
 
 @pytest.mark.model
 def test_llamacpp_is_token_granular_one_prompt_per_slot(llama):
     rep = run(ProbeConfig(llama, sections=("prefix", "capacity"), longest=60))
-    assert rep.server.engine == "llama.cpp" and rep.server.slots == 2
+    assert rep.server.engine == "llama.cpp" and rep.server.slots == LLAMACPP_SLOTS == 2
     f = _figures(rep, "prefix caching")
     assert f["cache granularity"].value == 1 and f["cache granularity"].how == "measured"
     assert "slot" in f["kind of cache"].value
@@ -102,7 +113,7 @@ def test_llamacpp_is_token_granular_one_prompt_per_slot(llama):
     # whole prompts, one per slot: the sentinel survives one filler prompt, not two
     cap = _figures(rep, "capacity")["prefix-cache capacity"]
     assert (cap.value, cap.how) == ("2 prompts", "inferred")
-    assert _figures(rep, "capacity")["capacity published in /props"].value == 4096
+    assert _figures(rep, "capacity")["capacity published in /props"].value == LLAMACPP_CTX == 4096
 
 
 @pytest.mark.model
