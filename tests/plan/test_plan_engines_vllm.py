@@ -53,6 +53,8 @@ def _log_match(server: VllmServer, pattern: re.Pattern[str]) -> re.Match[str]:
 
 
 def test_the_prediction_is_what_the_live_vllm_reports(vllm_server: VllmServer):
+    if vllm_server.log == Path(os.devnull):
+        pytest.skip("a server started by hand (CTXLAB_VLLM_URL): its start-up log is not here")
     spec = get_preset(VLLM_MODEL)
     full = predict_engine_pool(
         spec, "vllm", platform="cpu", kv_cache_bytes=GIB, max_model_len=VLLM_MAX_LEN
