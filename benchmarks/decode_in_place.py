@@ -8,7 +8,7 @@ contiguous tensor (`KVPool.gather`: a copy of the whole cache per token). Now a 
 blocks lie in long runs of adjacent blocks (lane-major allocation makes a prompt chunk one
 run per lane) is read in place (`KVPool.run_view`, a view), and only the short remainder
 (decode-time blocks, the partial last one) is gathered. Both paths live in the engine
-(`PagedAttention.in_place`; the in-place column is forced at every length, whatever the
+(`Runner.in_place`; the in-place column is forced at every length, whatever the
 engine's threshold `IN_PLACE_MIN_TOKENS` picks by default), so this script measures them
 side by side in one process:
 one engine per context length (the default model, no policy, bundled text as the prompt),
@@ -95,7 +95,7 @@ def main() -> None:
         print(f"prefilled {n:,} tokens in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         # Greedy agreement on a copy (the model weights are shared, not copied).
         twin = copy.deepcopy(eng, {id(loaded.model): loaded.model, id(loaded.tokenizer): None})
-        twin.runner.backend.in_place = False
+        twin.runner.in_place = False
         gathered = decode_tokens(twin, args.check)
         del twin
         in_place = decode_tokens(eng, args.check)
@@ -105,7 +105,7 @@ def main() -> None:
         load = os.getloadavg()[0]
         for i in range(args.decode):
             mode = i % 2 == 0
-            eng.runner.backend.in_place = mode
+            eng.runner.in_place = mode
             t0 = time.perf_counter()
             eng.step()
             spent[mode] += time.perf_counter() - t0

@@ -1,13 +1,12 @@
 """The paged attention backend: the model's `attend` over the head-granular pool.
 
-Per step the runner hands attention a `StepPlan` (`begin_step`), the one thing it reads
-(as nano-vllm's `Context`). Per layer `attend` (1) writes the new K/V into the pool rows
-planned for them, then (2) computes attention:
-- decode tokens (1 new token per sequence) go through `decode_attention`, the one decode
-  attention function, once per read `DecodeReads` plans for the layer (a block table per
-  (sequence, lane), a mask or a length, optional extra K/V rows, optional in-place runs,
-  optionally the probabilities). The query heads sharing a KV head ride as extra query
-  rows, so K/V are never repeated;
+Per step the runner hands attention a `StepPlan` (`begin_step`): plain data built before
+the forward, the one thing it reads (as nano-vllm's `Context`). Per layer `attend` (1)
+writes the new K/V into the pool rows planned for them, then (2) computes attention:
+- decode tokens (1 new token per sequence): one call per `DecodeRead` the plan holds for
+  the layer, on the path the read names ("kernel": the compiled paged kernel, chosen once
+  per step; "in-place" or "gather": `torch_decode`). The query heads sharing a KV head ride
+  as extra query rows, so K/V are never repeated;
 - a prefill chunk with nothing cached before it attends causally to its own K/V directly;
 - a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
@@ -18,54 +17,65 @@ the blocks behind the window are handed back to the pool after each step
 (`KVCacheManager.slide`): their table entries become holes that the window mask never
 unmasks. No policy compacts a sliding lane.
 
-What a policy's runtime adds to the plan (it never wraps attention): rows whose queries it
-keeps, whether decode probabilities are wanted (H2O's scores), whether each layer reads
-only its own longest lane (PyramidKV), a page reader that narrows each layer's decode table
-to chosen pages (Quest) and extra K/V rows per layer (recall's far tier). Attention never
-writes the plan: the kept queries and the probabilities go into the step's `StepReadback`,
+What a policy asked for is in the plan (`StepPlan.policy`): rows whose queries to keep,
+decode probabilities (H2O's scores), the keys written (Quest's block summaries), and reads
+marked for the page reader (Quest) or the far reader (recall), the two choices that need
+the layer's query; those readers are given once, when the backend is built. Attention never
+writes the plan or a policy's state: what it observed goes into the step's `StepReadback`,
 which `end_step` returns for the runtime.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn.functional as F
 
-from ctxlab.engine.decode_attention import decode_attention
-from ctxlab.engine.decode_reads import DecodeReads
-from ctxlab.engine.kernels.paged_decode import serves as kernel_serves
-from ctxlab.engine.step_plan import PrefillItem, StepPlan, StepReadback
+from ctxlab.engine.decode_attention import torch_decode
+from ctxlab.engine.decode_reads import own_width
+from ctxlab.engine.kernels.paged_decode import run_kernel
+from ctxlab.engine.step_plan import (
+    DecodeRead,
+    ExtraReader,
+    PageReader,
+    PrefillItem,
+    StepPlan,
+    StepReadback,
+)
 from ctxlab.kv.store import KVStore
 
 
 class PagedAttention:
-    def __init__(self, pool: KVStore, n_heads: int, sliding_windows: tuple[int | None, ...] = ()):
+    def __init__(
+        self,
+        pool: KVStore,
+        n_heads: int,
+        sliding_windows: tuple[int | None, ...] = (),
+        pages: PageReader | None = None,
+        far: ExtraReader | None = None,
+    ):
         self.pool = pool
         self.layout = pool.layout
         self.n_heads = n_heads
         self.n_kv = self.layout.n_kv_heads
         self.group = n_heads // self.n_kv
         self.windows = sliding_windows
-        self.in_place = True  # long dense lanes read in place (False: gathered, to compare)
+        self.pages = pages  # a page policy's reader (Quest), for reads marked `pages`
+        self.far = far  # recall's far reader, for reads marked `far`
         self.plan: StepPlan | None = None
         self._readback = StepReadback.empty(self.layout.n_layers)
-        self._reads: DecodeReads | None = None
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
 
     def begin_step(self, plan: StepPlan) -> None:
         """Read `plan` for this step's forward."""
         self.plan = plan
         self._readback = StepReadback.empty(self.layout.n_layers)
-        self._reads = None
-        if plan.decode_table is not None:
-            # in-place runs feed the torch path only: not planned where the kernel reads
-            views = self.in_place and self.pool.views and not kernel_serves(self.pool)
-            self._reads = DecodeReads(plan, self.layout, self.windows, views)
         self._chunk_masks = {}
 
     def end_step(self) -> StepReadback:
-        """What this step's forward produced for the policy runtime; forgets the plan."""
-        self.plan, self._reads, self._chunk_masks = None, None, {}
+        """What this step's forward observed, for the policy runtime; forgets the plan."""
+        self.plan, self._chunk_masks = None, {}
         return self._readback
 
     def attend(
@@ -74,10 +84,11 @@ class PagedAttention:
         plan = self.plan
         assert plan is not None, "the runner calls begin_step before each forward"
         self.pool.write(plan.rows[layer_idx], k, v)
-        if plan.keep_queries is not None:
-            self._readback.queries[layer_idx] = q.index_select(0, plan.keep_queries)
-        if plan.pages is not None:
-            plan.pages.record(plan.rows[layer_idx], k)
+        asked = plan.policy
+        if asked.keep_queries is not None:
+            self._readback.queries[layer_idx] = q.index_select(0, asked.keep_queries)
+        if asked.record_keys:
+            self._readback.keys[layer_idx] = (plan.rows[layer_idx], k)
         T = q.shape[0]
         lanes = self.layout.lanes_of_layer(layer_idx)
         if plan.decode_idx is not None and not plan.prefills and plan.decode_idx.numel() == T:
@@ -100,16 +111,26 @@ class PagedAttention:
     # -- decode ---------------------------------------------------------------------------
     def _decode(self, q: torch.Tensor, layer: int) -> torch.Tensor:
         """Attention of one new token per sequence; q is `[B, H, d]` in decode-batch order:
-        one `decode_attention` call per read the step's `DecodeReads` plans."""
-        assert self._reads is not None
+        one call per read the plan holds for the layer, on the path it names."""
+        assert self.plan is not None
         B = q.shape[0]
         qg = q.reshape(B, self.n_kv, self.group, -1)
+        reads = self.plan.decode[layer]
+        if reads[0].pages:
+            reads = self._narrowed(reads[0], layer, qg)
         out: torch.Tensor | None = None
-        for r in self._reads.layer(layer, q):
+        for r in reads:
             qr = qg if r.rows is None else qg.index_select(0, r.rows)
-            o, probs = decode_attention(
-                qr, self.pool, r.table, r.mask, r.length, r.extra, r.want_probs, r.runs
-            )
+            if r.path == "kernel":
+                o, probs = run_kernel(qr, self.pool, r.table, r.mask, r.length), None
+            else:
+                extra = None
+                if r.far:  # recall's far rows for this layer's query
+                    assert self.far is not None
+                    extra = self.far.rows(layer, q)
+                o, probs = torch_decode(
+                    qr, self.pool, r.table, r.mask, r.length, extra, r.want_probs, r.runs
+                )
             if probs is not None:
                 self._readback.probs[layer] = probs
             if r.rows is None:
@@ -119,6 +140,18 @@ class PagedAttention:
             out.index_copy_(0, r.rows, o)
         assert out is not None
         return out.reshape(B, self.n_heads, -1)
+
+    def _narrowed(self, read: DecodeRead, layer: int, qg: torch.Tensor) -> tuple[DecodeRead, ...]:
+        """The page reader's choice for this layer's query: `read` on the chosen pages, or
+        the plan's unnarrowed reads when every row may read every page it holds."""
+        assert self.plan is not None and self.pages is not None and read.mask is not None
+        narrowed = self.pages.narrow(layer, qg, read.table, read.mask)
+        if narrowed is None:
+            return self.plan.unnarrowed[layer]
+        table, mask = narrowed
+        if read.own_width:
+            table, mask = own_width(table, mask, self.layout.block_size)
+        return (replace(read, table=table, mask=mask, pages=False),)
 
     # -- prefill --------------------------------------------------------------------------
     def _fresh(

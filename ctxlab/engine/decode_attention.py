@@ -1,14 +1,16 @@
 """The engine's one decode attention function, and how it reads the pool.
 
-`decode_attention` takes decode queries, block tables, masks, optional extra K/V rows and
+Decode attention takes decode queries, block tables, masks, optional extra K/V rows and
 returns the output and optionally the probabilities; plain decode, per-layer-width decode,
-H2O's scores, Quest's page reads and recall's far rows all call it. Long lanes are read in
-place (`lane_runs.py`); the rest is gathered. `attend` is its dense core (also what
+H2O's scores, Quest's page reads and recall's far rows all go through it. Long lanes are
+read in place (`lane_runs.py`); the rest is gathered. `attend` is its dense core (also what
 `ctxlab.hf` uses over a transformers cache).
 
-`decode_attention` is where a decode kernel plugs in: it takes the queries, the pool (any
-`KVStore`) and the block tables with their mask or length, and nothing else of the engine
-reaches the pool's reads during decode (`PagedAttention._decode` calls it once per read).
+A decode kernel plugs in beside `torch_decode`: it takes the queries, the pool (any
+`KVStore`) and the block tables with their mask or length. The engine's attention calls
+the one its step plan names for each read (`DecodeRead.path`: "kernel" is
+`kernels.paged_decode.run_kernel`, "in-place" and "gather" are `torch_decode`);
+`decode_attention` chooses per call, for everything outside the engine's step.
 """
 
 from __future__ import annotations
@@ -79,22 +81,37 @@ def decode_attention(
     want_probs: bool = False,
     runs: list[RowRuns] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Attention of decode queries over paged lanes: THE decode attention of the engine.
+    """Attention of decode queries over paged lanes, for a caller that has not chosen a path
+    (tests, benchmarks, tools): the compiled kernel when it serves the call (no extra rows,
+    no probabilities), else `torch_decode`. The engine's step does not come here: its plan
+    names each read's path once per step (`PagedAttention._decode`).
 
     q `[B, n_kv, g, d]` (the g query heads of each KV head as rows); `table [B, n_kv, nb]`
     block ids; `mask [B, n_kv, 1, L]` which of the first L slots are keys (None: the first
-    `length` slots, or every slot); `extra` and `want_probs` as in `attend`. With `runs`
-    (one `RowRuns` per row, from `plan_runs`: lanes that all hold `length` tokens in long
-    runs of adjacent blocks) the lanes are read in place from the pool; otherwise they are
-    gathered into `[B, n_kv, L, d]` first.
+    `length` slots, or every slot); `extra`, `want_probs` and `runs` as in `torch_decode`.
     """
-    # -- kernel hook (issue 25): the compiled paged decode reads the pool in place; None when
-    # it does not serve this call (no numba, not CPU, KIVI pool, CTXLAB_DECODE_KERNEL=torch).
     if extra is None and not want_probs:
         o = paged_decode(q, pool, table, mask, length)
         if o is not None:
             return o, None
-    # -- end of the kernel hook; below, the torch reference and fallback.
+    return torch_decode(q, pool, table, mask, length, extra, want_probs, runs)
+
+
+def torch_decode(
+    q: torch.Tensor,
+    pool: KVStore,
+    table: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    length: int | None = None,
+    extra: ExtraRows | None = None,
+    want_probs: bool = False,
+    runs: list[RowRuns] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The torch reference and fallback of decode attention (arguments as `decode_attention`;
+    `extra` and `want_probs` as in `attend`). With `runs` (one `RowRuns` per row, from
+    `plan_runs`: lanes that all hold `length` tokens in long runs of adjacent blocks) the
+    lanes are read in place from the pool; otherwise they are gathered into
+    `[B, n_kv, L, d]` first."""
     if runs is not None:
         outs = [attend_pieces(q[b], read_pieces(pool, r)) for b, r in enumerate(runs)]
         return torch.stack(outs), None

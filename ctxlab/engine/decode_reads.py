@@ -1,18 +1,19 @@
-"""What a step's decode reads from the pool, layer by layer: the arguments of
-`decode_attention` (block table, mask or length, extra rows, in-place runs).
+"""What a step's decode reads from the pool, layer by layer, planned before the forward: the
+`DecodeRead`s of the `StepPlan` (block table, mask or length, in-place runs, the path).
 
-`DecodeReads` is built once per step from the `StepPlan`; attention asks it, per layer, for
-the reads of that layer and makes one `decode_attention` call per read. Everything that
-does not depend on the layer (buckets, per-layer block ids, masks, in-place runs, window
-columns) is computed on first use and kept for the step's other layers.
+`plan_decode` builds them once per step from the decode rows' block tables and masks. Work
+that does not depend on the layer (buckets, per-layer block ids, masks, in-place runs,
+window columns) is done once and shared by every layer's reads.
 - A policy that shapes decode reads (probabilities, per-layer width, pages, extra rows)
-  reads the whole decode batch at once, as its runtime asked.
+  reads the whole decode batch at once, as its runtime asked (`PolicyReads`).
 - Otherwise sequences of very different lengths are split into length buckets
   (`decode_buckets`), so a short sequence does not attend over the padding of the longest
   one; a bucket whose lanes all hold the same long prefix is read in place when the pool
-  has views (`lane_runs.py`).
+  has views and the kernel does not serve the step (`lane_runs.py`).
 - A sliding-window layer reads only the blocks its window covers (`window_read`); no
   policy compacts a sliding lane, so one window read serves every layer of that window.
+- Each read names its path: "kernel" wherever the compiled kernel serves the step and the
+  read needs neither probabilities nor extra rows, else "in-place" or "gather".
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ctxlab.engine.lane_runs import RowRuns, plan_runs
-from ctxlab.engine.step_plan import ExtraRows, StepPlan
+from ctxlab.engine.step_plan import DecodeRead, PolicyReads, ReadPath
 from ctxlab.kv.layout import KVLayout
 
 # Padding cost model of `decode_buckets`: one more bucket costs, per layer, about as much as
@@ -71,19 +72,6 @@ def window_read(
     return cols, mask.unsqueeze(2)
 
 
-@dataclass(frozen=True)
-class DecodeRead:
-    """One `decode_attention` call of one layer."""
-
-    rows: torch.Tensor | None  # [Bg] rows of the decode batch; None = all, in order
-    table: torch.Tensor  # [Bg, Hkv, nb] block ids
-    mask: torch.Tensor | None  # [Bg, Hkv, 1, L] keys read; None: the first `length` slots
-    length: int | None = None
-    extra: ExtraRows | None = None
-    want_probs: bool = False
-    runs: list[RowRuns] | None = None  # per row: read in place (`lane_runs.plan_runs`)
-
-
 @dataclass
 class _Bucket:
     """Decode sequences attended together: their rows in the decode batch and, per layer,
@@ -100,34 +88,60 @@ class _Bucket:
     runs: list[list[RowRuns]] | None  # per layer, per row
 
 
-class DecodeReads:
-    """The decode reads of one step (see the module docstring)."""
+def own_width(
+    table: torch.Tensor, mask: torch.Tensor, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`table [B, Hkv, nb]` and `mask [B, Hkv, 1, L]` cut to the layer's longest lane (not the
+    longest of any layer: per-layer budgets)."""
+    n = int(mask.sum(-1).max())
+    nb = -(-n // block_size)
+    return table[..., :nb], mask[..., : nb * block_size]
+
+
+def plan_decode(
+    table: torch.Tensor,
+    mask: torch.Tensor,
+    layout: KVLayout,
+    windows: tuple[int | None, ...],
+    views: bool,
+    kernel: bool,
+    policy: PolicyReads,
+) -> tuple[list[tuple[DecodeRead, ...]], list[tuple[DecodeRead, ...]]]:
+    """Per layer, the reads of decode rows with block tables `table [B, n_lanes, nb]` and
+    masks `mask [B, n_lanes, 1, L]`; and, for a page policy, per layer the reads to use
+    when the page reader reads every page (else an empty list). `views`: in-place runs may
+    be planned; `kernel`: the compiled kernel serves this step's plain reads."""
+    plan = _Planner(table, mask, layout, windows, views, kernel)
+    layers = range(layout.n_layers)
+    if not policy.shaped_decode:
+        return [plan.buckets(layer) for layer in layers], []
+    shaped = [(plan.shaped(layer, policy),) for layer in layers]
+    unnarrowed = [plan.buckets(layer) for layer in layers] if policy.pages else []
+    return shaped, unnarrowed
+
+
+class _Planner:
+    """The shared work of one step's decode reads (see the module docstring)."""
 
     def __init__(
         self,
-        plan: StepPlan,
+        table: torch.Tensor,
+        mask: torch.Tensor,
         layout: KVLayout,
         windows: tuple[int | None, ...],
         views: bool,
+        kernel: bool,
     ):
-        assert plan.decode_table is not None and plan.decode_mask is not None
-        self.plan = plan
+        self.table, self.mask = table, mask
         self.layout = layout
         self.n_kv = layout.n_kv_heads
         self.windows = windows
         self.sliding = frozenset(i for i, w in enumerate(windows) if w is not None)
-        self.views = views  # in-place runs are planned (the pool has views; not disabled)
+        self.views = views and not kernel  # in-place runs feed the torch path only
+        self.kernel = kernel
         self._buckets: list[_Bucket] | None = None
         # per (bucket, or -1 for the whole batch) and window: block columns and mask
         self._window: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def layer(self, layer: int, q: torch.Tensor) -> list[DecodeRead]:
-        """The reads of `layer` for decode queries `q [B, H, d]` (decode-batch order)."""
-        if self.plan.shaped_decode:
-            read = self._shaped(layer, q)
-            if read is not None:
-                return [read]
-        return [self._bucket_read(i, b, layer) for i, b in enumerate(self._all_buckets())]
 
     def _windowed(
         self, key: int, layer: int, table: torch.Tensor, lens: Callable[[], torch.Tensor]
@@ -143,48 +157,50 @@ class DecodeReads:
         cols, mask = self._window[key, window]
         return table.gather(2, cols.clamp(max=table.shape[-1] - 1)), mask
 
-    def _shaped(self, layer: int, q: torch.Tensor) -> DecodeRead | None:
-        """The whole decode batch at once, read as the policy's runtime asked; None when the
-        page reader reads everything anyway (then the plain reads run)."""
-        plan = self.plan
-        assert plan.decode_table is not None and plan.decode_mask is not None
+    def shaped(self, layer: int, policy: PolicyReads) -> DecodeRead:
+        """The whole decode batch at once, read as the policy's runtime asked."""
         lanes = self.layout.lanes_of_layer(layer)
-        table, mask = plan.decode_table[:, lanes], plan.decode_mask[:, lanes]
+        table, mask = self.table[:, lanes], self.mask[:, lanes]
         # A policy never acts on a sliding layer (its lanes are dense): its window only.
         windowed = self._windowed(-1, layer, table, lambda: mask[:, :, 0].sum(-1))
+        plain: ReadPath = "kernel" if self.kernel else "gather"
         if windowed is not None:
-            return DecodeRead(None, *windowed)
-        if plan.pages is not None:
-            B, H, d = q.shape
-            qg = q.reshape(B, self.n_kv, H // self.n_kv, d)
-            narrowed = plan.pages.narrow(layer, qg, table, mask)
-            if narrowed is None:
-                return None
-            table, mask = narrowed
-        if plan.own_width:  # this layer's longest lane, not the longest of any layer
-            n = int(mask.sum(-1).max())
-            nb = -(-n // self.layout.block_size)
-            table, mask = table[..., :nb], mask[..., : nb * self.layout.block_size]
-        extra = plan.extra.rows(layer, q) if plan.extra is not None else None
-        return DecodeRead(None, table, mask, extra=extra, want_probs=plan.want_probs)
+            return DecodeRead(plain, None, *windowed)
+        if policy.own_width and not policy.pages:  # with pages: cut after narrowing
+            table, mask = own_width(table, mask, self.layout.block_size)
+        torch_only = policy.far or policy.want_probs  # the kernel returns neither
+        return DecodeRead(
+            "gather" if torch_only else plain,
+            None,
+            table,
+            mask,
+            want_probs=policy.want_probs,
+            pages=policy.pages,
+            own_width=policy.own_width and policy.pages,
+            far=policy.far,
+        )
+
+    def buckets(self, layer: int) -> tuple[DecodeRead, ...]:
+        """The length-bucketed reads of `layer`."""
+        return tuple(self._bucket_read(i, b, layer) for i, b in enumerate(self._all_buckets()))
 
     def _bucket_read(self, i: int, b: _Bucket, layer: int) -> DecodeRead:
         table = b.ids[layer].view(b.n_seqs, self.n_kv, b.n_blocks)
         lanes = self.layout.lanes_of_layer(layer)
         windowed = self._windowed(i, layer, table, lambda: b.lens[:, lanes])
         if windowed is not None:
-            return DecodeRead(b.rows, *windowed)
+            return DecodeRead("kernel" if self.kernel else "gather", b.rows, *windowed)
         mask = None if b.mask is None else b.mask[layer]
         runs = b.runs[layer] if b.runs is not None else None
-        return DecodeRead(b.rows, table, mask, length=b.length, runs=runs)
+        path: ReadPath = "kernel" if self.kernel else ("in-place" if runs else "gather")
+        return DecodeRead(path, b.rows, table, mask, length=b.length, runs=runs)
 
     def _all_buckets(self) -> list[_Bucket]:
         if self._buckets is not None:
             return self._buckets
-        plan, lay = self.plan, self.layout
+        lay = self.layout
         bs, n_kv = lay.block_size, self.n_kv
-        assert plan.decode_table is not None and plan.decode_mask is not None
-        table, mask = plan.decode_table, plan.decode_mask
+        table, mask = self.table, self.mask
         B, n_lanes, nb = table.shape
         m = mask[:, :, 0, : nb * bs]  # [B, n_lanes, L]
         used = m.reshape(B, n_lanes, nb, bs).any(-1).any(1)  # [B, nb] blocks any lane reads

@@ -2,7 +2,7 @@
 
 - `QueryLog`: the last `w` queries of every layer of one sequence, a ring buffer written
   once per step for all layers (SnapKV's observation window, TOVA's current query, H2O's
-  seed), from the rows attention kept for it (`StepPlan.keep_queries`).
+  seed), from the rows attention kept for it (`PolicyReads.keep_queries` in the `StepPlan`).
 - `SeqState`: a sequence's prompt length, decode step, cache-slot shift, query log, H2O's
   accumulated attention per slot (`acc`, moved with compaction by `move_rows`) and lane
   budgets.

@@ -1,7 +1,9 @@
 """A page-selection policy's engine side (Quest): block summaries beside the pool, narrowed reads.
 
-The summaries (per-channel key min and max of every physical block) are updated as the
-backend writes keys (`record`), so choosing pages never reads the keys themselves. For each
+The summaries (per-channel key min and max of every physical block) are updated after each
+step from the keys attention wrote (`record`, from the step's readback), so choosing pages
+never reads the keys themselves; a decode row's newest page, the only one written during
+its step, is always read, so its summary is never needed before the step ends. For each
 decode step and layer, `narrow` shows the policy every decode row's query and the summaries
 of the blocks its lanes hold (a `PageObs`), and turns the pages it picks into the block
 table and mask `decode_attention` reads; writes and prefill are untouched. It counts the

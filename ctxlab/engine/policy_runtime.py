@@ -2,18 +2,22 @@
 
 At run time control flows down: the runner calls the runtime, the runtime shows the policy
 what it asked to see and gets a decision back, and the runtime executes it (compaction and
-freeing in `KVCacheManager.compact_lanes`, pages and far rows through the step plan). A
-policy never calls back. The runner calls four hooks, the same on every engine:
-- `begin_step(items)` before the plan is built: which flat token rows belong to which
-  sequence (a sequence seen at another start than expected was recomputed: fresh state);
-- `add_to_plan(plan)`: what attention must do for the policy: keep some queries (the
-  observation window), return decode probabilities (H2O's scores come from the decode
-  attention itself, one read of the cache), read each layer at its own width (per-layer
-  budgets), narrow reads to chosen pages (`PageReads`), add far rows (`FarReads`);
-- `end_step(readback)` after the forward, with what attention handed back (`StepReadback`:
-  kept queries, decode probabilities): the prompt-end hook when a prompt is complete, the
-  decode hook after each generated token, and, for purely positional policies, a cut after
-  every prefill chunk (so a prompt far longer than the budget never sits whole in the pool);
+freeing in `KVCacheManager.compact_lanes`, pages and far rows through its readers). A
+policy never calls back. The runner calls three hooks, the same on every engine:
+- `begin_step(items)` before the plan is built: which sequences run this step (a sequence
+  seen at another start than expected was recomputed: fresh state); it answers what
+  attention must do for the policy (`PolicyReads`, plain data the plan carries): keep some
+  queries (the observation window), return decode probabilities (H2O's scores come from
+  the decode attention itself, one read of the cache), read each layer at its own width
+  (per-layer budgets), narrow reads to chosen pages (`PageReads`, which also wants the keys
+  written, for its block summaries), add far rows (`FarReads`). The page and far readers
+  are the runtime's; attention is given them once and asks them per layer, because their
+  choice depends on the layer's query;
+- `end_step(readback)` after the forward, with what attention observed (`StepReadback`:
+  kept queries, decode probabilities, keys written): the page summaries are updated, the
+  prompt-end hook runs when a prompt is complete, the decode hook after each generated
+  token, and, for purely positional policies, a cut after every prefill chunk (so a prompt
+  far longer than the budget never sits whole in the pool);
 - `position_offset(seq_id)`: how far cache-slot positions (StreamingLLM) run behind
   original ones; the runner subtracts it from each new token's position.
 `NullRuntime` answers all of them for an engine without a policy, so the engine never asks
@@ -42,7 +46,7 @@ import torch
 from ctxlab.engine.far_reads import FarReads
 from ctxlab.engine.observe import QueryLog, SeqState, lane_keys, move_rows
 from ctxlab.engine.page_reads import PageReads
-from ctxlab.engine.step_plan import StepPlan, StepReadback
+from ctxlab.engine.step_plan import PolicyReads, StepReadback
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.manager import KVCacheManager
 from ctxlab.kv.seq_kv import SeqKV
@@ -60,7 +64,6 @@ class StepItem:
     num_new: int
     prompt_len: int
     samples: bool  # the step reaches the sequence's last token (prefill end or decode)
-    row: int = 0  # first row of this sequence in the flat batch (set by begin_step)
 
 
 class NullRuntime:
@@ -72,11 +75,8 @@ class NullRuntime:
     pages: PageReads | None = None
     far: FarReads | None = None
 
-    def begin_step(self, items: list[StepItem]) -> None:
-        pass
-
-    def add_to_plan(self, plan: StepPlan) -> None:
-        pass
+    def begin_step(self, items: list[StepItem]) -> PolicyReads:
+        return PolicyReads()
 
     def end_step(self, readback: StepReadback) -> None:
         pass
@@ -139,11 +139,10 @@ class PolicyRuntime(NullRuntime):
             self.far.release(seq_id)
 
     # -- before and around the forward -----------------------------------------------------
-    def begin_step(self, items: list[StepItem]) -> None:
+    def begin_step(self, items: list[StepItem]) -> PolicyReads:
         row = 0
         keep_rows = []
         for it in items:
-            it.row = row
             if self.obs_window:  # only the rows a query log will hold
                 keep_rows.append(
                     torch.arange(max(row, row + it.num_new - self.obs_window), row + it.num_new)
@@ -156,23 +155,27 @@ class PolicyRuntime(NullRuntime):
             st.next_start = it.start + it.num_new
         self._q_rows = torch.cat(keep_rows) if keep_rows else None
         self.items = items
-
-    def add_to_plan(self, plan: StepPlan) -> None:
-        if self._q_rows is not None:
-            plan.keep_queries = self._q_rows.to(plan.rows.device)
-        plan.want_probs = self.scores_in_attention
-        plan.own_width = self.uneven_layers
-        decode = [it for it in self.items if it.num_new == 1]  # the decode rows, in order
-        if self.pages is not None:
+        decode = [it for it in items if it.num_new == 1]  # the decode rows, in order
+        if self.pages is not None:  # pages per decode row, for this step's choices
             self.pages.begin_step([it.prompt_len for it in decode])
-            plan.pages = self.pages
         if self.far is not None:
             self.far.step_rows = [(it.seq_id, self.states[it.seq_id].step) for it in decode]
-            plan.extra = self.far
+        return PolicyReads(
+            keep_queries=None if self._q_rows is None else self._q_rows.to(self.kv.pool.device),
+            want_probs=self.scores_in_attention,
+            own_width=self.uneven_layers,
+            pages=self.pages is not None,
+            far=self.far is not None,
+            record_keys=self.pages is not None,
+        )
 
     @torch.inference_mode()
     def end_step(self, readback: StepReadback) -> None:
         pol = self.policy
+        if self.pages is not None:  # block summaries of the keys this step wrote
+            for written in readback.keys:
+                if written is not None:
+                    self.pages.record(*written)
         if self.obs_window and self._q_rows is not None:
             self._store_queries(readback)
         if any(p is not None for p in readback.probs):  # a sliding layer 0 gives none

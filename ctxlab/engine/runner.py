@@ -1,8 +1,13 @@
-"""Builds the flat batch of a step, runs the model over the paged pool, samples.
+"""Builds the flat batch of a step and its plan, runs the model over the paged pool, samples.
 
-The scheduled sequences' new tokens are laid end to end (`input_ids[T]`, `positions[T]`);
-their pool rows are planned per layer and lane before the forward so the backend only
-writes and attends. Logits are computed only for the last token of sequences that sample.
+One step, top to bottom (`run`): the policy's runtime learns which sequences run (its own
+state only); each sequence's lanes take its new tokens (`_grow`: the one change to the cache
+before the forward); `plan` builds the flat token ids, their positions and the `StepPlan`,
+plain data that nothing writes afterwards (pool rows, prefill chunks, and every decode read
+per layer with its path, the kernel chosen here once per step); the model's forward reads
+it through `PagedAttention`; the runtime reads what attention observed. The scheduled
+sequences' new tokens are laid end to end (`input_ids[T]`, `positions[T]`). Logits are
+computed only for the last token of sequences that sample.
 """
 
 from __future__ import annotations
@@ -10,11 +15,13 @@ from __future__ import annotations
 import torch
 
 from ctxlab.engine.attention import PagedAttention
+from ctxlab.engine.decode_reads import plan_decode
+from ctxlab.engine.kernels.paged_decode import serves as kernel_serves
 from ctxlab.engine.phase_threads import step_threads
 from ctxlab.engine.policy_runtime import NullRuntime, StepItem
 from ctxlab.engine.sampling import sample
 from ctxlab.engine.scheduler import ScheduledSeq
-from ctxlab.engine.step_plan import PrefillItem, StepPlan
+from ctxlab.engine.step_plan import PolicyReads, PrefillItem, StepPlan
 from ctxlab.kv.manager import KVCacheManager
 
 
@@ -30,13 +37,32 @@ class Runner:
         self.model = model
         self.kv = kv
         self.layout = kv.layout
-        self.backend = PagedAttention(kv.pool, n_heads, sliding_windows)
         self.runtime = runtime or NullRuntime()  # a policy's runtime (engine/policy_runtime)
+        self.windows = sliding_windows
+        self.backend = PagedAttention(
+            kv.pool, n_heads, sliding_windows, self.runtime.pages, self.runtime.far
+        )
+        self.in_place = True  # long dense lanes read in place (False: gathered, to compare)
         self.device = kv.pool.device
 
-    def plan(self, batch: list[ScheduledSeq]) -> tuple[torch.Tensor, torch.Tensor, StepPlan]:
-        """Token ids, positions and the attention plan; advances each sequence's lanes."""
-        lay, kv = self.layout, self.kv
+    def _grow(self, sch: ScheduledSeq) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sequence's lanes take its `num_new` tokens: (pool rows `[n_lanes, n]` they go
+        to, each lane's length before)."""
+        seq, n = sch.seq, sch.num_new
+        prev_len = seq.kv.lane_len.clone()
+        rows = self.kv.slot_rows(seq.kv, n)
+        self.kv.advance(seq.kv, n, first_pos=seq.num_computed)
+        return rows, prev_len
+
+    def plan(
+        self,
+        batch: list[ScheduledSeq],
+        grown: list[tuple[torch.Tensor, torch.Tensor]],
+        asked: PolicyReads,
+    ) -> tuple[torch.Tensor, torch.Tensor, StepPlan]:
+        """Token ids, positions and the step plan, from the batch after `_grow` (its rows and
+        lengths before, `grown`) and what the policy's runtime asked for; changes nothing."""
+        lay = self.layout
         ids: list[int] = []
         pos: list[int] = []
         rows: list[torch.Tensor] = []
@@ -44,15 +70,13 @@ class Runner:
         dec_seqs = []
         prefills: list[PrefillItem] = []
         t = 0
-        for sch in batch:
+        for sch, (seq_rows, prev_len) in zip(batch, grown, strict=True):
             seq, n = sch.seq, sch.num_new
             start = seq.num_computed
             ids.extend(seq.token_ids[start : start + n])
             off = self.runtime.position_offset(seq.seq_id)
             pos.extend(range(start - off, start - off + n))
-            prev_len = seq.kv.lane_len.clone()
-            rows.append(kv.slot_rows(seq.kv, n))
-            kv.advance(seq.kv, n, first_pos=start)
+            rows.append(seq_rows)
             if n == 1:
                 dec_idx.append(t)
                 dec_seqs.append(seq)
@@ -64,7 +88,8 @@ class Runner:
             t += n
         T = t
         flat_rows = torch.cat(rows, 1).view(lay.n_layers, lay.n_kv_heads, T).transpose(1, 2)
-        plan = StepPlan(rows=flat_rows, prefills=prefills)
+        decode_idx = None
+        decode, unnarrowed = [], []
         if dec_seqs:
             nb = max(s.kv.max_blocks for s in dec_seqs)
             table = torch.zeros(len(dec_seqs), lay.n_lanes, nb, dtype=torch.int64)
@@ -74,9 +99,13 @@ class Runner:
                 table[i, :, :m] = s.kv.table[:, :m]
                 lens[i] = s.kv.lane_len
             L = nb * lay.block_size
-            plan.decode_idx = torch.tensor(dec_idx, dtype=torch.int64)
-            plan.decode_table = table
-            plan.decode_mask = (torch.arange(L).view(1, 1, L) < lens.unsqueeze(-1)).unsqueeze(2)
+            mask = (torch.arange(L).view(1, 1, L) < lens.unsqueeze(-1)).unsqueeze(2)
+            decode_idx = torch.tensor(dec_idx, dtype=torch.int64)
+            pool = self.backend.pool
+            kernel = kernel_serves(pool)  # the decode kernel, chosen once for the step
+            views = self.in_place and pool.views
+            decode, unnarrowed = plan_decode(table, mask, lay, self.windows, views, kernel, asked)
+        plan = StepPlan(flat_rows, prefills, decode_idx, decode, unnarrowed, asked)
         return (
             torch.tensor(ids, dtype=torch.int64, device=self.device),
             torch.tensor(pos, dtype=torch.int64, device=self.device),
@@ -98,9 +127,9 @@ class Runner:
             t += sch.num_new
             if sch.samples:
                 ends.append(t - 1)
-        self.runtime.begin_step([_step_item(sch) for sch in batch])
-        input_ids, positions, plan = self.plan(batch)
-        self.runtime.add_to_plan(plan)
+        asked = self.runtime.begin_step([_step_item(sch) for sch in batch])
+        grown = [self._grow(sch) for sch in batch]
+        input_ids, positions, plan = self.plan(batch, grown, asked)
         self.backend.begin_step(plan)
         try:
             hidden = self.model.forward(input_ids, positions, self.backend)

@@ -1,31 +1,39 @@
-"""The step plan: the one thing attention reads in a step (as nano-vllm's `Context`), and
-the one thing it hands back.
+"""The step plan: plain data, built before the forward, the one thing attention reads in a step
+(as nano-vllm's `Context`); and the readback, the one thing attention hands back.
 
-Data flows one way. The runner writes the rows to write, the decode rows with their block
-tables and masks, and the prefill chunks; a policy's runtime adds what attention must do
-for the policy: rows whose queries it keeps, whether decode probabilities are wanted (H2O's
-scores), whether each layer reads only its own longest lane (per-layer budgets), a page
-reader that narrows each layer's decode table to chosen pages (Quest) and extra K/V rows
-per decode row (recall's far tier). Attention only reads the plan; what it produces for
-the runtime (the kept queries, the decode probabilities) goes into a separate
-`StepReadback` that `PagedAttention.end_step` returns after the forward.
+Data flows one way. `Runner.plan` builds the `StepPlan` once per step from the batch, the
+cache's block tables and what the policy's runtime asks for (`PolicyReads`): the pool rows to
+write, the prefill chunks, and for decode, per layer, every read with the path that serves it
+(`DecodeRead.path`: the compiled kernel, in place, or gathered; the kernel is chosen once per
+step). Nothing writes into the plan after that. Attention reads it layer by layer and puts
+what it observed (kept queries, decode probabilities, the keys it wrote when a page reader
+summarises them) into a separate `StepReadback` that the runtime reads after the forward.
+
+Two choices depend on the layer's query and so cannot be made before the forward: a page
+policy's pages (Quest) and recall's far rows. A read marks them (`pages`, `far`); attention
+asks the runtime's page reader and far reader, which it was given once when built, and never
+stores their answers anywhere but in its output.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
+
+from ctxlab.engine.lane_runs import RowRuns
 
 # Extra rows of a decode step: K and V `[B, n_kv, E, d]` and their mask `[B, n_kv, E]`.
 ExtraRows = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
+# How a decode read reaches the pool: the compiled paged kernel (kernels/paged_decode.py),
+# views over long runs of adjacent blocks (lane_runs.py), or a gather into dense K/V.
+ReadPath = Literal["kernel", "in-place", "gather"]
+
 
 class PageReader(Protocol):
     """Narrows a layer's decode reads to chosen pages (engine side of a selection policy)."""
-
-    def record(self, rows: torch.Tensor, k: torch.Tensor) -> None: ...
 
     def narrow(
         self, layer: int, q: torch.Tensor, table: torch.Tensor, mask: torch.Tensor
@@ -48,38 +56,63 @@ class PrefillItem:
     first_pos: int = 0
 
 
-@dataclass
-class StepPlan:
-    """What attention does this step: written by the runner and the policy runtime, read
-    by attention only."""
+@dataclass(frozen=True)
+class DecodeRead:
+    """One decode attention call of one layer: which decode rows, which blocks, how."""
 
-    rows: torch.Tensor  # [n_layers, T, Hkv] pool rows of the new tokens
-    decode_idx: torch.Tensor | None = None  # [Bd] flat indices of decode tokens
-    decode_table: torch.Tensor | None = None  # [Bd, n_lanes, nb]
-    decode_mask: torch.Tensor | None = None  # [Bd, n_lanes, 1, L] bool
-    prefills: list[PrefillItem] = field(default_factory=list)
-    # -- what a policy's runtime adds (see the module docstring) ---------------------------
+    path: ReadPath
+    rows: torch.Tensor | None  # [Bg] rows of the decode batch; None = all, in order
+    table: torch.Tensor  # [Bg, Hkv, nb] block ids
+    mask: torch.Tensor | None  # [Bg, Hkv, 1, L] keys read; None: the first `length` slots
+    length: int | None = None
+    runs: list[RowRuns] | None = None  # per row, for path "in-place" (`lane_runs.plan_runs`)
+    want_probs: bool = False  # also return the probabilities (H2O's scores)
+    pages: bool = False  # narrowed first by the page reader for this layer's query (Quest)
+    own_width: bool = False  # after narrowing, cut to this layer's longest lane
+    far: bool = False  # the far reader's rows for this layer's query join the softmax
+
+
+@dataclass(frozen=True)
+class PolicyReads:
+    """What a policy's runtime asks of this step's attention (`NullRuntime`: nothing)."""
+
     keep_queries: torch.Tensor | None = None  # flat rows whose queries are kept per layer
     want_probs: bool = False  # decode attention returns its probabilities (H2O)
     own_width: bool = False  # each layer's decode reads only its own longest lane
-    pages: PageReader | None = None  # Quest: narrows each layer's decode table
-    extra: ExtraReader | None = None  # recall: extra K/V rows per decode row and layer
+    pages: bool = False  # the page reader narrows each layer's decode reads (Quest)
+    far: bool = False  # the far reader adds rows to each layer's decode reads (recall)
+    record_keys: bool = False  # hand back the keys written, for the page reader's summaries
 
     @property
     def shaped_decode(self) -> bool:
         """A policy shapes decode reads: one batch at full width, not length buckets."""
-        return self.want_probs or self.own_width or self.pages is not None or self.extra is not None
+        return self.want_probs or self.own_width or self.pages or self.far
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What attention does this step (see the module docstring)."""
+
+    rows: torch.Tensor  # [n_layers, T, Hkv] pool rows of the new tokens
+    prefills: list[PrefillItem] = field(default_factory=list)
+    decode_idx: torch.Tensor | None = None  # [Bd] flat indices of decode tokens
+    decode: list[tuple[DecodeRead, ...]] = field(default_factory=list)  # per layer
+    # per layer, the reads when the page reader reads every page anyway (Quest; else empty)
+    unnarrowed: list[tuple[DecodeRead, ...]] = field(default_factory=list)
+    policy: PolicyReads = field(default_factory=PolicyReads)
 
 
 @dataclass
 class StepReadback:
     """What attention hands back after a step's forward, per layer: the queries of the
-    plan's `keep_queries` rows `[R, H, d]` and, with `want_probs`, the decode
-    probabilities `[B, n_kv, g, L]` (None where a layer produced none)."""
+    plan's `keep_queries` rows `[R, H, d]`, with `want_probs` the decode probabilities
+    `[B, n_kv, g, L]`, and with `record_keys` the pool rows and keys written `([T, Hkv],
+    [T, Hkv, d])` (None where a layer produced none)."""
 
     queries: list[torch.Tensor | None]
     probs: list[torch.Tensor | None]
+    keys: list[tuple[torch.Tensor, torch.Tensor] | None]
 
     @classmethod
     def empty(cls, n_layers: int) -> StepReadback:
-        return cls([None] * n_layers, [None] * n_layers)
+        return cls([None] * n_layers, [None] * n_layers, [None] * n_layers)

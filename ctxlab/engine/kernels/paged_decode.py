@@ -1,9 +1,11 @@
 """The compiled implementation of the engine's decode attention, and when it runs.
 
-`paged_decode` is what `decode_attention` (ctxlab/engine/decode_attention.py) runs for a
-plain decode read (no extra rows, no probabilities): a numba loop (`numba_decode.py`) that
-walks each lane's block table and reads K and V in place from the pool's storage tensors
-(`.numpy()` views, no copy), every lane of the batch in one call, one pass over the bytes.
+`run_kernel` is what the engine's attention runs for a decode read whose path is "kernel"
+(the step plan asks `serves(pool)` once per step; a plain read: no extra rows, no
+probabilities), and `paged_decode` what `decode_attention` runs for other callers: a numba
+loop (`numba_decode.py`) that walks each lane's block table and reads K and V in place from
+the pool's storage tensors (`.numpy()` views, no copy), every lane of the batch in one call,
+one pass over the bytes.
 The gather + SDPA path stays in `decode_attention` as the reference and the fallback; it
 runs when numba is not importable, the pool is not on the CPU or not a float32 / bfloat16 /
 int8 pool (KIVI codes, other dtypes), or `CTXLAB_DECODE_KERNEL=torch`. Which one runs is
@@ -119,17 +121,29 @@ def paged_decode(
     length: int | None = None,
 ) -> torch.Tensor | None:
     """Decode attention `[B, n_kv, g, dv]` over the pool, read in place; None when the kernel
-    does not serve this call (then the caller runs the torch path).
+    does not serve this call (then the caller runs the torch path). For callers that did
+    not ask `serves` first; the engine's step asks once and calls `run_kernel`.
 
     Arguments as `decode_attention`'s: q `[B, n_kv, g, d]`, `table [B, n_kv, nb]`, `mask
     [B, n_kv, 1, L]` of the first L slots (None: the first `length` slots, or all).
     """
-    kernels = _decide()
-    if kernels is None or q.device.type != "cpu":
+    if _decide() is None or q.device.type != "cpu" or _pool_arrays(pool) is None:
         return None
+    return run_kernel(q, pool, table, mask, length)
+
+
+def run_kernel(
+    q: torch.Tensor,
+    pool: KVStore,
+    table: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    length: int | None = None,
+) -> torch.Tensor:
+    """`paged_decode` for a pool the kernel is known to serve (`serves(pool)` was true for
+    this step): no decision, straight to the numba loop."""
+    kernels = _kernels
     arrays = _pool_arrays(pool)
-    if arrays is None:
-        return None
+    assert kernels is not None and arrays is not None, "run_kernel needs serves(pool)"
     kind, storage = arrays
     B, H, g, d = q.shape
     nb = table.shape[-1]
