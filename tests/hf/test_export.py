@@ -1,0 +1,47 @@
+"""`ctxlab export-hf`: the GGUF model as a Hugging Face folder that loads back as the same
+model (what vLLM serves in the reference deployment), reused while current."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.conftest import run_in_process
+
+
+def test_an_unknown_model_is_one_sentence(monkeypatch, capsys, tmp_path):
+    r = run_in_process(monkeypatch, capsys, "export-hf", "no-such-model", "--out", str(tmp_path))
+    assert r.code == 2 and len(r.err_lines) == 1 and "no-such-model" in r.err
+
+
+def test_an_out_path_that_is_a_file_is_one_sentence(monkeypatch, capsys, tmp_path, gguf_path):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    r = run_in_process(monkeypatch, capsys, "export-hf", "smollm2-135m", "--out", str(f))
+    assert r.code == 2 and len(r.err_lines) == 1 and "not a folder" in r.err
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_folder_loads_back_as_the_same_model(monkeypatch, capsys, tmp_path, hf_model):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "smollm2"
+    args = ("export-hf", "smollm2-135m", "--out", str(out))
+    r = run_in_process(monkeypatch, capsys, *args, "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out) == {"model": "smollm2-135m", "folder": str(out), "reused": False}
+    again = run_in_process(monkeypatch, capsys, *args)
+    assert again.code == 0 and again.out.startswith("up to date")
+
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(str(out))
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    assert ids.shape[1] > 3
+    with torch.no_grad():
+        got = model(ids).logits
+        want = hf_model(ids).logits
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+    assert tok.chat_template  # vLLM's chat API needs it
