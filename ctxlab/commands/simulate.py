@@ -68,7 +68,7 @@ def _bytes(value: str | None, what: str) -> int | None:
 
 def _given(ctx: typer.Context) -> set[str]:
     """The engine options the user gave on the command line (a profile fills the others)."""
-    flags = ("--page-size", "--pool-bytes", "--max-running")
+    flags = ("--page-size", "--pool-bytes", "--max-running", "--chunk-tokens")
     given = set()
     for flag in flags:
         source = ctx.get_parameter_source(flag[2:].replace("-", "_"))

@@ -2,7 +2,8 @@
 
 A profile written by `ctxlab probe` (or `ctxlab profile`) carries the server's page size
 (`engine.block_size`), its pool (`engine.pool_tokens`: measured, or as its `/metrics`
-publishes it), its scheduling limit where it is known (`engine.max_running`) and the device
+publishes it), its scheduling limits where they are known (`engine.max_num_seqs` or
+`max_running`, `engine.max_num_batched_tokens`: vLLM's names) and the device
 it was measured on. Simulating that deployment with the simulator's own defaults (16-token
 pages, a pool derived from a GPU's memory) would predict another server, so `simulate
 --profile` takes each of these from the profile unless its option was given, and prints
@@ -24,6 +25,7 @@ class ProfileEngine:
     block_size: int | None
     pool_tokens: int | None
     max_running: int | None
+    step_tokens: int | None = None  # the token budget of one step (vLLM's max_num_batched_tokens)
 
 
 def _positive(v: object) -> int | None:
@@ -39,7 +41,8 @@ def read_profile_engine(path: str) -> ProfileEngine:
         device if isinstance(device, str) and device else None,
         _positive(engine.get("block_size")),
         _positive(engine.get("pool_tokens")),
-        _positive(engine.get("max_running")),
+        _positive(engine.get("max_running")) or _positive(engine.get("max_num_seqs")),
+        _positive(engine.get("max_num_batched_tokens")),
     )
 
 
@@ -47,8 +50,8 @@ def apply_profile_engine(
     cfg: SimConfig, spec: ArchSpec, eng: ProfileEngine, given: set[str]
 ) -> tuple[SimConfig, list[str]]:
     """`cfg` with the profile's engine settings where no option in `given` (the options the
-    user gave: "--page-size", "--pool-bytes", "--max-running") set them; and one line per
-    value taken."""
+    user gave: "--page-size", "--pool-bytes", "--max-running", "--chunk-tokens") set them;
+    and one line per value taken."""
     said: list[str] = []
     changes: dict[str, object] = {}
     if eng.block_size and "--page-size" not in given:
@@ -64,7 +67,13 @@ def apply_profile_engine(
     if eng.max_running and "--max-running" not in given:
         changes["max_running"] = eng.max_running
         said.append(
-            f"at most {eng.max_running} requests at once (engine.max_running; --max-running "
+            f"at most {eng.max_running} requests at once (engine.max_num_seqs; --max-running "
             "overrides)"
+        )
+    if eng.step_tokens and "--chunk-tokens" not in given:
+        changes["chunk_tokens"] = eng.step_tokens
+        said.append(
+            f"at most {eng.step_tokens:,} tokens a step (engine.max_num_batched_tokens; "
+            "--chunk-tokens overrides)"
         )
     return (cfg.with_(**changes) if changes else cfg), said

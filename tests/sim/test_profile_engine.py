@@ -62,3 +62,12 @@ def test_the_pool_from_the_profile_changes_the_prediction(monkeypatch, capsys, t
     assert a.code == 0 and b.code == 0, (a.err, b.err)
     ja, jb = json.loads(a.out), json.loads(b.out)
     assert jb["evictions"] + jb["preemptions"] > ja["evictions"] + ja["preemptions"]
+
+
+def test_scheduling_limits_in_vllm_names_are_applied(monkeypatch, capsys, tmp_path):
+    engine = {"block_size": 16, "max_num_seqs": 4, "max_num_batched_tokens": 512}
+    prof = _profile(tmp_path / "p.json", engine)
+    r = _simulate(monkeypatch, capsys, tmp_path, "--profile", prof, "--json")
+    assert r.code == 0, r.err
+    assert "at most 4 requests at once" in r.err and "at most 512 tokens a step" in r.err
+    assert json.loads(r.out)["peak_running_requests"] <= 4
