@@ -5,9 +5,11 @@ test that only reads from one asks for the session's `ctxlab_server` or `llamacp
 (exposed by tests/conftest.py) and marks itself `xdist_group(SHARED)`, which keeps those
 tests on one pytest-xdist worker: one start per session, not one per worker. The probe and
 the workshop draw fresh random prompts on every run, so what one test left in a shared cache
-never answers another's question. A test that changes a server's state (its flags, its
-tenants, a pool it fills on purpose, a process it kills) starts its own with
-`ctxlab_serve(...)` or `llamacpp_serve(...)` and says why.
+never answers another's question; filling the cache (the probe's capacity section,
+demonstration 4) only evicts, least recently used first, what no later test reads back. A
+test whose answer depends on the server's state (flags other than these, tenants, /metrics
+counters that must count only its own requests, a pool sized to its load, a process it
+kills) starts its own with `ctxlab_serve(...)` or `llamacpp_serve(...)` and says why.
 """
 
 from __future__ import annotations
