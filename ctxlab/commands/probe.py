@@ -155,4 +155,24 @@ def _tables(console, doc: dict, out: Path) -> None:
     )
     if doc["profile_file"]:
         console.print(f"step profile: {doc['profile_file']} (ctxlab simulate --profile)")
+        command = simulate_command(s["model"], doc["profile_file"])
+        console.print(f"simulate this deployment: {command}", soft_wrap=True, markup=False)
     console.print(f"report: {out}")
+
+
+def simulate_command(model: str, profile: str) -> str:
+    """The `ctxlab simulate` command for a probed deployment: its profile sets the page, the
+    pool and the step prices; the architecture is the served model's preset where its name
+    is one, else a placeholder the user fills in (a preset, --config or --gguf)."""
+    import shlex
+
+    from ctxlab.arch.presets import PRESETS
+
+    arch = model.lower() if model.lower() in PRESETS else "ARCH"
+    cmd = (
+        f'ctxlab simulate "synthetic:n=200,rate=1,seed=1" {arch} --profile '
+        f"{shlex.quote(profile)} --out out/simulate-probe"
+    )
+    if arch == "ARCH":
+        cmd += f" (ARCH: {model}'s preset, --config config.json or --gguf file)"
+    return cmd

@@ -71,3 +71,17 @@ def test_scheduling_limits_in_vllm_names_are_applied(monkeypatch, capsys, tmp_pa
     assert r.code == 0, r.err
     assert "at most 4 requests at once" in r.err and "at most 512 tokens a step" in r.err
     assert json.loads(r.out)["peak_running_requests"] <= 4
+
+
+def test_the_command_the_probe_prints_runs(monkeypatch, capsys, tmp_path):
+    import shlex
+
+    from ctxlab.commands.probe import simulate_command
+
+    prof = _profile(tmp_path / "p.json", {"block_size": 128, "pool_tokens": 46592})
+    cmd = shlex.split(simulate_command("smollm2-135m", prof))
+    assert cmd[:2] == ["ctxlab", "simulate"]
+    args = [a if a != "out/simulate-probe" else str(tmp_path / "o") for a in cmd[1:]]
+    r = run_in_process(monkeypatch, capsys, *args)
+    assert r.code == 0, r.err
+    assert "from the profile: page size 128 tokens" in r.err
