@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("allocation", {"kv"}),
     ("retention and selection", {"policy"}),
     ("execution", {"model", "engine", "engine_options"}),
-    ("serving", {"serve", "sim", "bench", "probe", "lab"}),
+    ("serving", {"serve", "sim", "bench", "probe", "lab", "kvevents"}),
     ("model use", {"eval"}),
     ("application", {"memory", "rag"}),
     ("interop", {"hf"}),

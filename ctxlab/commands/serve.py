@@ -94,6 +94,18 @@ def register(app: typer.Typer) -> None:
             "idle time before it) to this .jsonl file: what the server really did, to set "
             "beside a step profile or the simulator.",
         ),
+        kv_events_endpoint: str = typer.Option(
+            None,
+            "--kv-events-endpoint",
+            help="Publish every prefix-cache block stored and removed on this ZMQ PUB "
+            "endpoint, in vLLM's KV-event format (tcp://127.0.0.1:PORT); read it with "
+            "`ctxlab watch`.",
+        ),
+        kv_events_replay_endpoint: str = typer.Option(
+            None,
+            "--kv-events-replay-endpoint",
+            help="Answer replay requests for missed event batches here (as vLLM's).",
+        ),
         role: str = RoleOpt,
         disaggregated: bool = DisaggOpt,
         kv_socket: str = KVSocketOpt,
@@ -125,6 +137,7 @@ def register(app: typer.Typer) -> None:
                     "--step-log records one colocated engine's steps; give it without "
                     "--disaggregated or --role."
                 )
+        _check_kv_events(kv_events_endpoint, kv_events_replay_endpoint, disaggregated, role)
         _check_max_model_len(max_model_len, model_positions(model))  # before the model loads
         set_threads(threads)
         roles.pin()
@@ -176,7 +189,14 @@ def register(app: typer.Typer) -> None:
 
         name = served_model_name or model
         settings = ServeSettings(
-            name, max_waiting, request_timeout, metrics_prefix, tenants, step_log
+            name,
+            max_waiting,
+            request_timeout,
+            metrics_prefix,
+            tenants,
+            step_log,
+            kv_events_endpoint,
+            kv_events_replay_endpoint,
         )
         app_ = create_app(engine, settings)
         if roles.is_decode:
@@ -188,6 +208,29 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"ready {url}", err=False)
 
         run(app_, sock, log_level, on_ready=ready)
+
+
+def _check_kv_events(
+    endpoint: str | None, replay: str | None, disaggregated: bool, role: str
+) -> None:
+    """KV events: loopback only, one colocated engine, the packages present."""
+    if endpoint is None:
+        if replay is not None:
+            raise CtxlabError("--kv-events-replay-endpoint needs --kv-events-endpoint.")
+        return
+    if disaggregated or role != "colocated":
+        raise CtxlabError(
+            "--kv-events-endpoint publishes one colocated engine's cache; give it without "
+            "--disaggregated or --role."
+        )
+    from ctxlab.kvevents.events import msgpack_module
+    from ctxlab.kvevents.subscriber import check_loopback, zmq_module
+
+    check_loopback(endpoint, "--kv-events-endpoint")
+    if replay is not None:
+        check_loopback(replay, "--kv-events-replay-endpoint")
+    msgpack_module()
+    zmq_module()
 
 
 def _check_max_model_len(max_model_len: int | None, trained: int | None) -> None:

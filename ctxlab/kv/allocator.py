@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from ctxlab.errors import CtxlabError
+from ctxlab.kv.block_events import BlockEvents
 from ctxlab.kv.hashing import BlockHash
 
 # A group's entry for a block that left it (a sliding lane's block handed out again).
@@ -47,6 +48,8 @@ class BlockAllocator:
         # Told which group left the map (hash, blocks) before its blocks are handed out:
         # the prefix cache's offload tier copies it out there (`ctxlab.kv.prefix_offload`).
         self.on_evict: Callable[[BlockHash, tuple[int, ...]], None] | None = None
+        # Told every store into and removal from the hash map (KV events, when published).
+        self.events: BlockEvents | None = None
 
     # -- counts ---------------------------------------------------------------------------
     @property
@@ -94,6 +97,8 @@ class BlockAllocator:
             if other != DETACHED:
                 self.block_hash[other] = None
         self.evicted_groups += 1
+        if self.events is not None:
+            self.events.removed([h])
 
     def incref(self, blocks: Iterable[int]) -> None:
         """Add an owner to each block; a zero-ref cached block leaves the free queue."""

@@ -25,7 +25,9 @@ from typing import Any, Protocol
 import torch
 
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import check_fits_in_memory
 from ctxlab.kv.allocator import DETACHED, BlockAllocator
+from ctxlab.kv.block_events import BlockEvents
 from ctxlab.kv.hashing import BlockHash, hash_blocks
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.pool import KVPool
@@ -97,6 +99,11 @@ class KVCacheManager:
         self.block_size = layout.block_size
         self.n_lanes = layout.n_lanes
         n_blocks = layout.blocks_for_tokens(pool_tokens)
+        if torch.device(device).type == "cpu":  # a pool that cannot fit: one sentence, not a
+            # failed allocation (int8 and KIVI codes are smaller: the full width bounds them)
+            width = max(layout.head_dim, layout.head_dim_v)
+            need = 2 * n_blocks * layout.block_size * width * layout.dtype_bytes
+            check_fits_in_memory(need, f"the KV pool of {pool_tokens:,} tokens")
         self.kv_format = kv_format
         self.pool: KVStore
         if kv_format is None:
@@ -450,12 +457,36 @@ class KVCacheManager:
         if n_full <= seq.num_committed_blocks:
             return
         self._extend_hashes(seq, token_ids, salt, n_full)
+        stored: list[int] = []  # blocks newly findable, told to `alloc.events` in runs
         for b in range(seq.num_committed_blocks, n_full):
             if bool((seq.dropped > b).any()):  # a sliding lane let go of it (`slide` runs
                 break  # after `commit`, so only a sequence that skipped commits gets here)
             group = tuple(seq.table[:, b].tolist())
-            self.alloc.register(seq.block_hashes[b], group)
+            if self.alloc.register(seq.block_hashes[b], group):
+                stored.append(b)
             seq.num_committed_blocks = b + 1
+        if stored and self.alloc.events is not None:
+            self._tell_stored(seq, token_ids, salt, stored)
+
+    def observe(self, events: BlockEvents | None) -> None:
+        """Tell `events` every block the prefix cache stores or removes from now on."""
+        self.alloc.events = events
+
+    def _tell_stored(
+        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None, stored: list[int]
+    ) -> None:
+        events, bs, hashes = self.alloc.events, self.block_size, seq.block_hashes
+        assert events is not None
+        runs: list[list[int]] = []
+        for b in stored:
+            if runs and runs[-1][-1] == b - 1:
+                runs[-1].append(b)
+            else:
+                runs.append([b])
+        for run in runs:
+            lo, hi = run[0], run[-1] + 1
+            parent = hashes[lo - 1] if lo else None
+            events.stored(hashes[lo:hi], parent, token_ids[lo * bs : hi * bs], bs, salt)
 
     def slide(self, seq: SeqKV) -> int:
         """Hand back the blocks each sliding lane of `seq` no longer reads (the next query

@@ -47,6 +47,8 @@ class ServeSettings:
     metrics_prefix: str = "ctxlab"
     tenants: Tenants | None = None
     step_log: Path | None = None  # write every engine step here (JSON lines)
+    kv_events: str | None = None  # publish KV events here, in vLLM's format (loopback)
+    kv_events_replay: str | None = None  # and answer replay requests here
 
 
 class _ClientGone(Exception):
@@ -58,6 +60,12 @@ def create_app(engine: LLMEngine, settings: ServeSettings) -> FastAPI:
     metrics.describe_cache(engine)
     step_log = None if settings.step_log is None else StepLog(engine, settings.step_log)
     loop = EngineLoop(engine, metrics, settings.max_waiting, settings.request_timeout, step_log)
+    publisher = None
+    if settings.kv_events is not None:  # bound now: a taken port fails before serving
+        from ctxlab.kvevents.publisher import EventPublisher
+
+        publisher = EventPublisher(settings.kv_events, settings.kv_events_replay)
+        engine.kv.observe(publisher)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -66,6 +74,9 @@ def create_app(engine: LLMEngine, settings: ServeSettings) -> FastAPI:
             yield
         finally:
             loop.stop()
+            if publisher is not None:
+                engine.kv.observe(None)
+                publisher.close()
 
     app = FastAPI(title="ctxlab serve", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine_loop = loop
