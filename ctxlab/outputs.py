@@ -19,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Protocol
 
 from ctxlab.errors import CtxlabError
@@ -167,3 +167,16 @@ def save_figure(fig: Figure, path: Path, flag: str = "", **kwargs: object) -> Pa
     with atomic_write(path, flag) as tmp:
         fig.savefig(str(tmp), format=fmt, **kwargs)
     return Path(path)
+
+
+def check_inside(name: str, what: str) -> str:
+    """`name` if it is a relative path that stays inside the folder it is joined to (no
+    absolute path, no `..`): a config that says its files go under the run's output folder
+    must not write outside it. One sentence naming the field otherwise."""
+    parts = PurePath(name).parts
+    if PurePath(name).is_absolute() or ".." in parts or name.startswith("~"):
+        raise CtxlabError(
+            f"{what} {shown(name)!r} leaves the run's output folder; give a folder inside it "
+            "(a relative path without '..', e.g. \"offload\")."
+        )
+    return name

@@ -21,6 +21,14 @@ from ctxlab.errors import CtxlabError
 
 _TRACE_SEED = 0x6D6F6F6E  # fixed: a trace's text must not depend on --seed
 
+# A replay waits for every arrival in real time, and builds every prompt before the first
+# request: a trace whose last request comes 31 years after its first (a typo in one
+# timestamp) would make `bench serve` wait for it, one with 10^9-token outputs would be
+# sent as asked and summarised as if a server could answer it. Both are refused up front.
+MAX_REPLAY_S = 24 * 3600.0  # a day of replay; longer needs --trace-time-scale
+MAX_REQUEST_TOKENS = 10_000_000  # prompt plus output: the largest context published (10M)
+MAX_PROMPT_WORDS = 200_000_000  # every prompt's words at once (~1.6 GB of text and ids)
+
 
 @dataclass
 class BenchRequest:
@@ -106,6 +114,7 @@ def trace_requests(
     trace = read_mooncake(path, hash_block)
     reqs = trace.requests[:limit] if limit else trace.requests
     t0 = reqs[0].arrival
+    _check_trace(path, reqs, time_scale)
     blocks: dict[int, list[int]] = {}
     out = []
     for r in reqs:
@@ -119,3 +128,36 @@ def trace_requests(
         arrival = (r.arrival - t0) * time_scale
         out.append(BenchRequest(len(out), text_of(ids), r.input_len, r.output_len, arrival))
     return out
+
+
+def _check_trace(path: Path, reqs: list, time_scale: float) -> None:
+    """Durations and sizes a replay can hold, checked before any prompt is built."""
+    span = (reqs[-1].arrival - reqs[0].arrival) * time_scale
+    if span > MAX_REPLAY_S:
+        last = max(range(len(reqs)), key=lambda i: reqs[i].arrival)
+        fits = MAX_REPLAY_S / max(span / time_scale, 1e-9)
+        raise CtxlabError(
+            f"trace {path}: replaying it takes {_duration(span)} (line {reqs[last].line} arrives "
+            f"that long after the first), past the {_duration(MAX_REPLAY_S)} a replay may "
+            f"wait; give --trace-time-scale {fits:.3g} or less, or fewer --num-prompts."
+        )
+    big = next((r for r in reqs if r.input_len + r.output_len > MAX_REQUEST_TOKENS), None)
+    if big is not None:
+        raise CtxlabError(
+            f"trace {path} line {big.line}: {big.input_len:,} prompt and {big.output_len:,} "
+            f"output tokens, past the {MAX_REQUEST_TOKENS:,} tokens of the longest context any "
+            "model serves; no server can answer it."
+        )
+    words = sum(r.input_len for r in reqs)
+    if words > MAX_PROMPT_WORDS:
+        raise CtxlabError(
+            f"trace {path}: its prompts hold {words:,} tokens in all, past the "
+            f"{MAX_PROMPT_WORDS:,} a replay builds in memory; give fewer --num-prompts."
+        )
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.0f} s"

@@ -25,7 +25,7 @@ from ctxlab.engine_options import KV_FORMATS as KV_FORMATS
 from ctxlab.engine_options import WEIGHT_FORMATS as WEIGHT_FORMATS
 from ctxlab.engine_options import EngineOptions
 from ctxlab.errors import CtxlabError
-from ctxlab.inputs import SEED_MAX, check_input_file
+from ctxlab.inputs import SEED_MAX, check_input_file, check_threads
 from ctxlab.outputs import check_file, check_folder
 
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
@@ -169,11 +169,11 @@ ThreadsOpt = Annotated[
 
 
 def set_threads(threads: int | None) -> None:
-    """Check --threads and apply it before any torch work (one sentence when it is < 1)."""
+    """Check --threads and apply it before any torch work (one sentence when it is under 1 or
+    over the CPUs this process may use)."""
     if threads is None:
         return
-    if threads < 1:
-        raise CtxlabError(f"--threads must be at least 1, got {threads}.")
+    check_threads(threads)  # 1 to the CPUs this process may use
     import torch
 
     torch.set_num_threads(threads)

@@ -5,6 +5,12 @@ nesting bomb or a `nan` gets the same one sentence everywhere (a `CtxlabError`).
 here imports torch, so `arch`, `plan` and `sim` use it too.
 """
 
+from ctxlab.inputs.machine import (
+    available_memory,
+    check_fits_in_memory,
+    check_threads,
+    usable_cpus,
+)
 from ctxlab.inputs.numbers import SEED_MAX, check_finite, check_positive, check_seed
 from ctxlab.inputs.paths import check_input_file, read_file_bytes, shown
 from ctxlab.inputs.structured import (
@@ -19,11 +25,14 @@ from ctxlab.inputs.text import check_text, read_text
 __all__ = [
     "MAX_DEPTH",
     "SEED_MAX",
+    "available_memory",
     "check_finite",
+    "check_fits_in_memory",
     "check_input_file",
     "check_positive",
     "check_seed",
     "check_text",
+    "check_threads",
     "load_json",
     "load_toml",
     "loads_json",
@@ -31,4 +40,5 @@ __all__ = [
     "read_file_bytes",
     "read_text",
     "shown",
+    "usable_cpus",
 ]

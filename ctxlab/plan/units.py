@@ -32,6 +32,7 @@ _BYTE_UNITS: dict[str, int] = {
 
 # Token counts: "128K" is 131,072 tokens as model cards use it (binary), "1M" is 1,048,576.
 _TOKEN_UNITS: dict[str, int] = {"": 1, "k": 1024, "m": 1024**2}
+MAX_BYTES = 2**60  # 1 EiB: past every device and every host tier (1e400 is inf)
 
 _NUMBER = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
@@ -52,7 +53,12 @@ def parse_bytes(text: str | int, what: str = "byte size") -> int:
             f"cannot read {what} {text!r}; write a number with an optional unit "
             "B, KiB, MiB, GiB, TiB (binary) or KB, MB, GB, TB (decimal), e.g. 80GiB or 17.2GB"
         )
-    return round(float(match.group(1)) * _BYTE_UNITS[unit])
+    value = float(match.group(1)) * _BYTE_UNITS[unit]
+    if not math.isfinite(value) or value > MAX_BYTES:
+        raise CtxlabError(
+            f"{what} {text!r} is absurdly large; ctxlab accepts up to 1 EiB ({MAX_BYTES:,} bytes)"
+        )
+    return round(value)
 
 
 def parse_tokens(text: str, what: str = "token count") -> int:
@@ -65,6 +71,8 @@ def parse_tokens(text: str, what: str = "token count") -> int:
             "or M (x1048576), e.g. 4096 or 128K"
         )
     value = float(match.group(1)) * _TOKEN_UNITS[unit]
+    if not math.isfinite(value):
+        raise CtxlabError(f"{what} {text!r} is not a finite number of tokens")
     if value != int(value):
         raise CtxlabError(f"{what} {text!r} is not a whole number of tokens")
     return int(value)

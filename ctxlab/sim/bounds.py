@@ -11,11 +11,11 @@ before it starts. Nothing here imports torch.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
+from ctxlab.inputs import available_memory
 from ctxlab.sim.requests import Trace
 
 # What a run keeps per output token (inter-token gaps, their repeat for percentiles and its
@@ -24,21 +24,6 @@ from ctxlab.sim.requests import Trace
 # per request (its Seq, its metrics row).
 BYTES_PER_OUTPUT_TOKEN = 64
 BYTES_PER_REQUEST = 4096
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available now (Linux MemAvailable; else free pages), None if unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def memory_needed(trace: Trace) -> int:

@@ -15,8 +15,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ctxlab.arch.limits import MAX_TOKENS
 from ctxlab.arch.spec import ArchSpec
-from ctxlab.inputs import SEED_MAX
+from ctxlab.errors import CtxlabError
+from ctxlab.inputs import SEED_MAX, check_threads
 from ctxlab.workshop.config_servers import ServerList
 
 Pos = Annotated[int, Field(ge=1)]
@@ -63,6 +65,14 @@ class ModelSection(Section):
     reserved_output_tokens: Pos
     seed: Seed
 
+    @field_validator("threads")
+    @classmethod
+    def _threads(cls, value: int) -> int:
+        try:
+            return check_threads(value, "threads", allow_zero=True)
+        except CtxlabError as exc:
+            raise ValueError(str(exc).rstrip(".")) from None
+
     @field_validator("arch")
     @classmethod
     def _arch(cls, name: str) -> str:
@@ -81,8 +91,10 @@ class ModelSection(Section):
 
 
 class EngineSection(Section):
-    page_size: Pos
-    kv_pool_tokens: Pos
+    # Tokens: at most MAX_TOKENS (2**30), whose pool no machine holds anyway; whether this
+    # machine holds the pool is checked when it is allocated (`kv.manager`, one sentence).
+    page_size: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+    kv_pool_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
     max_num_batched_tokens: Pos
     max_num_seqs: Pos
 

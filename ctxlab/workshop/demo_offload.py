@@ -432,6 +432,17 @@ class OffloadSection(Section):
             raise ValueError("offload.offload_bytes must be zero or more")
         return text
 
+    @field_validator("offload_dir")
+    @classmethod
+    def _inside(cls, name: str) -> str:
+        from ctxlab.errors import CtxlabError
+        from ctxlab.outputs import check_inside
+
+        try:
+            return check_inside(name, "offload.offload_dir") if name else name
+        except CtxlabError as exc:
+            raise ValueError(str(exc).rstrip(".")) from None
+
     @model_validator(mode="after")
     def _somewhere(self) -> OffloadSection:
         from ctxlab.plan.units import parse_bytes
