@@ -1,44 +1,102 @@
 """`ctxlab workshop --quick` through real servers: llama.cpp's server (a cache nobody here
 wrote: one prompt per slot) and `ctxlab serve` (shared pages of 32 tokens), every
 demonstration, the servers named in the report, side by side where a config lists both,
-and what a server cannot show reported as not measurable with the reason."""
+and what a server cannot show reported as not measurable with the reason.
+
+The workshop runs in this process through the CLI's own entry point, against the session's
+shared servers (tests/servers.py), and each run is read by several tests. The `[[servers]]`
+run lists both peers: llama.cpp first (it carries every demonstration a server can run) and
+`ctxlab serve` beside it (its probe summary and demonstration 3 side by side). The first
+server of a list is the only one that carries demonstrations 1, 4, 5, 6 and 7, so what they
+show through `ctxlab serve`'s pages needs a second run with it first; that run is held to
+the demonstrations its tests read (2 and 3 through a server, 8 and 9 on the local engine
+are the first run's and the in-process workshop tests')."""
 
 from __future__ import annotations
 
+import copy
+import io
 import json
-import os
-import subprocess
-import sys
+import logging
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.probe.conftest import ROOT, ctxlab_serve, llamacpp_serve
+from tests.cli.conftest import Result, run_in_process
+from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, SHARED
 from tests.workshop.report_numbers import unmatched
 
-PAGE = 32
-POOL = 1024
+PAGE = CTXLAB_PAGE
+POOL = CTXLAB_POOL
+
+pytestmark = [pytest.mark.model, pytest.mark.server, pytest.mark.xdist_group(SHARED)]
+
+
+@dataclass
+class Run:
+    """One workshop run: what the command returned, and what it wrote under `out`."""
+
+    res: Result
+    out: Path
+
+    @property
+    def results(self) -> dict:
+        return json.loads((self.out / "results.json").read_text())
+
+
+class _Captured:
+    """What `run_in_process` reads back, outside a test function (no `capsys` there)."""
+
+    def __init__(self) -> None:
+        self.out, self.err = io.StringIO(), io.StringIO()
+
+    def readouterr(self) -> tuple[str, str]:
+        return self.out.getvalue(), self.err.getvalue()
+
+
+def workshop(out: Path, *args: str) -> Run:
+    """`ctxlab workshop --quick ARGS --out OUT --json` in this process. The workshop sets
+    torch's thread count from its config and quiets httpx's logger; both are put back."""
+    import torch
+
+    threads = torch.get_num_threads()
+    httpx_log = logging.getLogger("httpx")
+    level = httpx_log.level
+    cap = _Captured()
+    try:
+        with pytest.MonkeyPatch.context() as mp, redirect_stdout(cap.out), redirect_stderr(cap.err):
+            res = run_in_process(mp, cap, "workshop", "--quick", *args, "--out", str(out), "--json")
+    finally:
+        torch.set_num_threads(threads)
+        httpx_log.setLevel(level)
+    return Run(res, out)
 
 
 @pytest.fixture(scope="module")
-def llama(serve_model):
-    with llamacpp_serve(parallel=2, ctx=4096, cache_ram_mib=0) as url:
-        yield url
+def through_both(llamacpp_server, ctxlab_server, tmp_path_factory) -> Run:
+    """Every demonstration through llama.cpp's server, `ctxlab serve` beside it."""
+    tmp = tmp_path_factory.mktemp("workshop-servers")
+    config = tmp / "servers.toml"
+    config.write_text(
+        f'[[servers]]\nlabel = "llamacpp"\nurl = "{llamacpp_server}"\n\n'
+        f'[[servers]]\nlabel = "paged"\nurl = "{ctxlab_server}"\napi_key = "sk-not-needed"\n'
+    )
+    return workshop(tmp / "out", str(config))
 
 
 @pytest.fixture(scope="module")
-def paged(serve_model):
-    args = ("--page-size", str(PAGE), "--kv-pool-tokens", str(POOL), "--metrics-prefix", "vllm")
-    with ctxlab_serve(*args) as url:
-        yield url
+def through_ctxlab(ctxlab_server, tmp_path_factory) -> Run:
+    """Demonstrations 1, 4, 5, 6 and 7 through `ctxlab serve` (it carries them)."""
+    out = tmp_path_factory.mktemp("workshop-ctxlab") / "out"
+    return workshop(out, "--server", ctxlab_server, "--only", "1,4,5,6,7")
 
 
-def workshop(tmp_path, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-c", "from ctxlab.cli import main; main()", "workshop", "--quick",
-           *args, "--out", str(tmp_path), "--json"]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
-    assert res.returncode == 0, res.stderr[-3000:]
-    results = json.loads((tmp_path / "results.json").read_text())
+def completed(run: Run) -> dict:
+    """A run that exited 0, complete, with every number its report prints stored."""
+    assert run.res.code == 0, run.res.err[-3000:]
+    results = run.results
     assert results["status"] == "complete" and not results["error"]
     assert unmatched(server_part(results), results) == []
     return results
@@ -47,8 +105,6 @@ def workshop(tmp_path, *args: str) -> dict:
 def server_part(results: dict) -> str:
     """The report without the tables the local engine made (demonstration 7's own and the
     eval's: their numbers are the in-process workshop tests' business)."""
-    import copy
-
     from ctxlab.workshop.document import build_document
     from ctxlab.workshop.report_markdown import render_markdown
 
@@ -79,26 +135,31 @@ def seven_on_the_server(results: dict) -> None:
     assert all(r[3] > 0 and r[4] >= r[3] for r in table["rows"])  # TTFT p50 <= p99
 
 
-@pytest.mark.model
-def test_workshop_through_llamacpp_beside_ctxlab_serve(llama, paged, tmp_path):
-    config = tmp_path / "servers.toml"
-    config.write_text(
-        f'[[servers]]\nlabel = "llamacpp"\nurl = "{llama}"\n\n'
-        f'[[servers]]\nlabel = "paged"\nurl = "{paged}"\napi_key = "sk-not-needed"\n'
-    )
-    results = workshop(tmp_path / "out", str(config))
+# ------------------------------------------- through llama.cpp, ctxlab serve beside it
+
+
+def test_both_run_completes_on_llamacpp_and_keeps_the_key_out(through_both):
+    results = completed(through_both)
     assert results["server"]["engine"] == "llama.cpp"
-    assert "sk-not-needed" not in (tmp_path / "out" / "results.json").read_text()
-    demos = results["demos"]
+    assert "sk-not-needed" not in (through_both.out / "results.json").read_text()
+
+
+def test_both_prefix_miss_on_llamacpp(through_both):
     # 1: a changed token 0 reuses nothing, an exact resend all but the last token, and
     # another cache_salt everything (llama.cpp does not isolate)
+    results = through_both.results
+    demos = results["demos"]
     rows = {r[0]: r for r in demos["prefix_miss"]["tables"][0]["rows"]}
     prompt = results["config"]["prefix_miss"]["prompt_tokens"]
     assert rows["cold"][2] == 0 and rows["token 0"][2] == 0
     assert rows["exact resend"][2] == rows["other tenant"][2] == prompt - 1
     assert all("llama.cpp" in t["title"] for t in demos["prefix_miss"]["tables"])
+
+
+def test_both_page_size_side_by_side(through_both):
     # 3: not measurable as configured; each server's own page measured, side by side
-    three = demos["page_size"]
+    results = through_both.results
+    three = results["demos"]["page_size"]
     assert three["status"] == "not measurable"
     tables = {t["key"]: t for t in three["tables"]}
     side = tables["page_size_servers_reuse"]
@@ -112,34 +173,52 @@ def test_workshop_through_llamacpp_beside_ctxlab_serve(llama, paged, tmp_path):
     probe = {r[0]: r for r in results["servers_table"]["rows"]}
     assert probe["llamacpp"][6] == 1 and probe["paged"][6] == PAGE
     assert probe["llamacpp"][8] == "no" and probe["paged"][8] == "yes"  # cache_salt isolates
+
+
+def test_both_eviction_sized_to_the_slots(through_both):
     # 4: sized to whole prompts per slot (2 slots keep 2 prompts), measured and predicted
-    four = demos["eviction"]
+    results = through_both.results
+    four = results["demos"]["eviction"]
     assert four["status"] == "run" and four["figures"]["capacity_kept"] == 2
     assert four["figures"]["groups"] >= 4
-    assert (tmp_path / "out" / "eviction-prediction.json").exists()
+    assert (through_both.out / "eviction-prediction.json").exists()
     v4 = verdicts(results, 4)
     assert v4["evictions"]["verdict"] == "not measurable"
     assert v4["reused_tokens"]["verdict"] in ("held", "failed")
+
+
+def test_both_chat_and_seven_on_llamacpp(through_both):
+    results = through_both.results
     through_chat(results, "llama.cpp")
     seven_on_the_server(results)
-    report = (tmp_path / "out" / "report.md").read_text()
+
+
+def test_both_report_names_the_servers(through_both):
+    report = (through_both.out / "report.md").read_text()
     assert "server: llama.cpp" in report and "paged: ctxlab at" in report
 
 
-@pytest.mark.model
-def test_workshop_through_ctxlab_serve(paged, tmp_path):
-    # The demonstrations this test reads (2 and 3 through a server, 8 and 9 on the local
-    # engine are the test above's and the in-process run's): the suite stays inside CI's time.
-    results = workshop(tmp_path, "--server", paged, "--only", "1,4,5,6,7")
+# ------------------------------------------------------------- through ctxlab serve
+
+
+def test_ctxlab_run_completes_on_ctxlab(through_ctxlab):
+    results = completed(through_ctxlab)
     assert results["server"]["engine"] == "ctxlab"
-    demos = results["demos"]
-    rows = {r[0]: r for r in demos["prefix_miss"]["tables"][0]["rows"]}
+
+
+def test_ctxlab_prefix_miss_reuses_whole_pages(through_ctxlab):
+    results = through_ctxlab.results
+    rows = {r[0]: r for r in results["demos"]["prefix_miss"]["tables"][0]["rows"]}
     prompt = results["config"]["prefix_miss"]["prompt_tokens"]
     whole = (prompt - 1) // PAGE * PAGE
     assert rows["exact resend"][2] == whole and rows["other tenant"][2] == 0
+
+
+def test_ctxlab_eviction_measured_to_the_page(through_ctxlab):
     # 4: the cache measured to the page, prefixes sized past it, the interleaved order
     # evicting: it reuses less than the grouped one
-    four = demos["eviction"]
+    results = through_ctxlab.results
+    four = results["demos"]["eviction"]
     assert four["status"] == "run"
     assert abs(four["figures"]["capacity_kept"] - POOL) <= PAGE
     working = four["figures"]["groups"] * four["figures"]["prefix_tokens"]
@@ -149,5 +228,9 @@ def test_workshop_through_ctxlab_serve(paged, tmp_path):
     assert four["figures"]["prediction_lead_ms"] >= 0  # written before the first request
     ttft = verdicts(results, 4)["sim_vs_engine_ttft_p50_ms"]
     assert ttft["verdict"] in ("held", "failed", "within noise") and ttft["samples"]
+
+
+def test_ctxlab_chat_and_seven_on_ctxlab(through_ctxlab):
+    results = through_ctxlab.results
     through_chat(results, "ctxlab")
     seven_on_the_server(results)
