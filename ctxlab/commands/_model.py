@@ -20,7 +20,15 @@ def run_one(engine: Any, request: Any, params: Any, *, enabled: bool = True) -> 
     rid = engine.add_request(ids, params)
     seq = engine.seqs[rid]
     prompt = seq.num_prompt
-    with progress(f"prefill of {prompt:,} tokens", total=prompt, enabled=enabled) as bar:
+    # The bar advances once per engine step, i.e. per prefill chunk. A prompt that one step
+    # computes whole would sit at 0/N until it is done: a spinner with the count says what
+    # happens instead (chunks of max_num_batched_tokens make a moving bar).
+    budget = engine.scheduler.max_num_batched_tokens
+    one_pass = prompt <= budget
+    label = f"prefill of {prompt:,} tokens" + (
+        " (one forward pass)" if one_pass else f" (chunks of up to {budget:,})"
+    )
+    with progress(label, total=None if one_pass else prompt, enabled=enabled) as bar:
         done = 0
         while engine.has_unfinished() and seq.num_computed < prompt and not seq.finished:
             engine.step()
