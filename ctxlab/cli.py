@@ -38,6 +38,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "serve",
     "bench",
     "probe",
+    "watch",
     "export_hf",
     "memory",
     "rag",
