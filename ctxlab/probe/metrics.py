@@ -1,7 +1,8 @@
 """What a server's Prometheus `/metrics` publishes about its cache.
 
 vLLM (and `ctxlab serve`, whose names are vLLM's) publish `<prefix>:cache_config_info` with
-labels `block_size` and `num_gpu_blocks` (capacity = blocks x block size tokens) and a KV
+labels `block_size` and `num_gpu_blocks` (capacity = blocks x block size tokens; vLLM 0.32
+also `kv_cache_size_tokens`, which differs where a hybrid model's groups share the blocks) and a KV
 usage gauge (`kv_cache_usage_perc`, older vLLM `gpu_cache_usage_perc`); SGLang publishes
 `sglang:max_total_num_tokens` and `sglang:token_usage`; llama.cpp publishes token counters
 but no capacity (its slots and per-slot context come from `/props` instead).
@@ -56,6 +57,15 @@ def published_capacity(samples: list[tuple[str, dict[str, str], float]] | None) 
                 continue
             if blocks < 0 or size < 1:
                 return Figure(name_, None, "not measurable", _impossible(name, blocks, size))
+            tokens = labels.get("kv_cache_size_tokens", "")
+            if tokens.isdigit() and int(tokens) != blocks * size:
+                # vLLM's hybrid allocator (sliding and global layers, e.g. Gemma 3) shares
+                # the blocks between KV cache groups: its own token figure is the pool
+                return Figure(
+                    name_, int(tokens), "measured",
+                    f"{name}: kv_cache_size_tokens {int(tokens):,} (its num_gpu_blocks {blocks} "
+                    f"x block_size {size} are shared by the model's KV cache groups)", "tokens",
+                )  # fmt: skip
             return Figure(
                 name_, blocks * size, "measured",
                 f"{name}: num_gpu_blocks {blocks} x block_size {size}", "tokens",

@@ -124,3 +124,19 @@ def test_the_published_block_size_is_read_from_cache_config_info():
     text = 'vllm:cache_config_info{block_size="128",num_gpu_blocks="364"} 1.0\n'
     assert published_block_size(parse(text)) == 128
     assert published_block_size(parse("llamacpp:prompt_tokens_total 3\n")) is None
+
+
+def test_a_hybrid_models_pool_is_vllms_own_token_figure():
+    """Gemma 3 270M on vLLM 0.32 at 1 GiB: 2,730 blocks shared by 6 KV cache groups."""
+    from ctxlab.probe.metrics import published_capacity
+
+    gemma = (
+        'vllm:cache_config_info{block_size="128",num_gpu_blocks="2730",'
+        'kv_cache_size_tokens="81621"} 1.0\n'
+    )
+    assert published_capacity(parse(gemma)).value == 81621
+    smol = (
+        'vllm:cache_config_info{block_size="128",num_gpu_blocks="364",'
+        'kv_cache_size_tokens="46592"} 1.0\n'
+    )
+    assert published_capacity(parse(smol)).value == 46592
