@@ -26,6 +26,7 @@ def test_probe_finds_vllm_page_isolation_and_pool(
     r = run_in_process(
         monkeypatch, capsys, "probe", "--server", vllm_server.url, "--yes", "--out", str(out),
         "--sections", "prefix,isolation,capacity", "--longest", "300",
+        "--max-seconds", "7200",  # not the 900 s default: a loaded 2-core box took 18 minutes
     )  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(out.read_text())
