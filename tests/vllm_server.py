@@ -61,6 +61,7 @@ class VllmServer:
     block_size: int
     pool_tokens: int
     log: Path
+    kv_events: str | None = None  # its KV-event publisher (ipc://, this machine only)
 
 
 def _free_port() -> int:
@@ -86,6 +87,7 @@ def vllm_serve(
     except CtxlabError as exc:
         pytest.skip(str(exc))
     port = _free_port()
+    events = f"ipc://{tempfile.mkdtemp(prefix='ctxlab-kv-events-')}/pub"  # vLLM binds ipc://
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -103,6 +105,7 @@ def vllm_serve(
         "--dtype", "bfloat16", "--max-model-len", str(VLLM_MAX_LEN),
         "--enable-prefix-caching", "--enable-prompt-tokens-details",
         "--num-gpu-blocks-override", str(blocks), "--enforce-eager", *extra,
+        "--kv-events-config", f'{{"enable_kv_cache_events": true, "endpoint": "{events}"}}',
     ]  # fmt: skip
     log = Path(tempfile.mkstemp(prefix="ctxlab-vllm-", suffix=".log")[1])
     with log.open("w") as out:
@@ -110,9 +113,10 @@ def vllm_serve(
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(url, proc, log)
-        yield VllmServer(url, model, VLLM_BLOCK, blocks * VLLM_BLOCK, log)
+        yield VllmServer(url, model, VLLM_BLOCK, blocks * VLLM_BLOCK, log, events)
     finally:
         _stop(proc)
+        Path(events.removeprefix("ipc://")).unlink(missing_ok=True)
     log.unlink(missing_ok=True)  # kept only when vLLM failed (the error names it)
 
 
