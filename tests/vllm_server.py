@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def vllm_serve(
         yield VllmServer(url, model, VLLM_BLOCK, blocks * VLLM_BLOCK, log, events)
     finally:
         _stop(proc)
-        Path(events.removeprefix("ipc://")).unlink(missing_ok=True)
+        shutil.rmtree(Path(events.removeprefix("ipc://")).parent, ignore_errors=True)
     log.unlink(missing_ok=True)  # kept only when vLLM failed (the error names it)
 
 
