@@ -27,8 +27,8 @@ def watch(
     replay: str = typer.Option(
         None,
         "--replay",
-        help="The publisher's replay endpoint: missed batches are asked for there, "
-        "from the first one it still holds.",
+        help="The publisher's replay endpoint: batches sent before the watch began (all it "
+        "still holds) and any missed on the way are asked for there.",
     ),
     topic: str = typer.Option("", "--topic", help="The publisher's topic (vLLM's default: '')."),
     requests: Path = typer.Option(
@@ -73,6 +73,8 @@ def watch(
         endpoint, topic, replay, max_events, expect_from=0 if replay is not None else None
     ) as sub:
         import time
+
+        sub.catch_up()  # with --replay: what the publisher sent before this watch began
 
         end = time.monotonic() + seconds
         with progress(f"watching {endpoint} for {seconds:g} s", enabled=not as_json) as bar:

@@ -126,6 +126,13 @@ class Subscriber:
             if time.monotonic() >= end:
                 return n
 
+    def catch_up(self) -> int:
+        """Ask the replay socket for every batch after the last one held (all it still
+        buffers, with `expect_from=0`); how many came back. Without a replay socket, 0."""
+        if self.replay_endpoint is None or self.last_seq is None:
+            return 0
+        return self._replay(self.last_seq + 1, 2**62)
+
     def _take(self, frames: list[bytes]) -> None:
         try:
             batch = decode_frames(frames)
@@ -174,7 +181,9 @@ class Subscriber:
                 except CtxlabError:
                     self.bad_messages += 1
                     continue
-                if first <= batch.seq <= last:
+                if first <= batch.seq <= last and (
+                    self.last_seq is None or batch.seq > self.last_seq
+                ):
                     self._keep(batch)
                     got += 1
         finally:
