@@ -147,7 +147,10 @@ def _table(doc: dict[str, object], summary: dict[str, object], folder: Path) -> 
         "resident now / peak",
         f"{summary['resident_blocks']:,} / {summary['peak_resident_blocks']:,}",
     )
-    row("capacity at the first removal (tokens)", summary["capacity_tokens"])
+    first = summary["first_eviction"]
+    at_first = first.get("resident_blocks") if isinstance(first, dict) else None
+    row("resident at the first removal (blocks)", at_first)
+    row("most tokens cached at once, pool full", summary["capacity_tokens"])
     row("median block lifetime (s)", summary["median_lifetime_s"])
     row("reuse gaps (removed, stored again)", summary["reuse_gaps"])
     row("median reuse gap (s)", summary["median_reuse_gap_s"])

@@ -32,8 +32,8 @@ def plot_residency(res: Residency, path: Path, title: str) -> Path:
             s=14,
             label="block removed",
         )
-    if res.first is not None:
-        ax.axhline(res.first.resident_blocks, ls=":", color="grey", label="full at first removal")
+    if res.first is not None:  # a removal says the pool was full at some point
+        ax.axhline(res.peak_resident, ls=":", color="grey", label="most blocks cached at once")
     ax.set_xlabel("seconds since the first batch (publisher's clock)")
     ax.set_ylabel("blocks in the prefix cache")
     ax.set_title(title)

@@ -8,9 +8,12 @@ its content as well as its hash: its tokens chained through its parent, without 
 so `explain` can say why a request missed: shorter than one block, another salt (the same
 tokens are cached under another tenant's salt), evicted at time t, or never stored.
 
-Capacity follows from the first removal: vLLM and ctxlab remove a cached block only when
-the pool hands its memory to another block, so the blocks resident just before the first
-`BlockRemoved` under fill are the pool (`first_eviction`).
+Capacity follows from removals: vLLM and ctxlab remove a cached block only when the pool
+hands its memory to another block, so a removal says the pool was full, and the most blocks
+cached at once is the pool when a fill left every block cached (a fill of sequential
+prompts of whole pages does; a block still being written is in use but not yet stored, so
+a long request that evicts before its own blocks are stored makes it a lower bound). The
+first removal and the blocks resident at that moment are `first_eviction`.
 """
 
 from __future__ import annotations
@@ -228,7 +231,9 @@ class Residency:
             "reuse_gaps": len(gaps),
             "median_reuse_gap_s": _median(gaps),
             "first_eviction": None if self.first is None else asdict(self.first),
-            "capacity_tokens": None if self.first is None else self.first.tokens,
+            # the most tokens cached at once, once the pool had to remove one: the pool's
+            # size when a fill left every block cached, a lower bound otherwise
+            "capacity_tokens": None if self.first is None else self.peak_resident * self.block_size,
         }
 
     def to_json(self) -> dict[str, object]:
