@@ -50,7 +50,8 @@ BudgetOpt = Annotated[
     typer.Option(
         "--budget",
         help="Policy budget: a whole number of tokens (256) or a share of the prompt in "
-        "(0, 1] (0.25; 1.0 keeps all).",
+        "(0, 1] (0.25; 1.0 keeps all). A share never goes under what the policy always keeps "
+        "(its sinks and window): a prompt that short passes untouched.",
     ),
 ]
 KVFormatOpt = Annotated[

@@ -135,11 +135,32 @@ class ScorerPolicy(Policy):
         return 0
 
     def resident_tokens(self, prompt_len: int) -> int | None:
-        return self.budget.tokens_for(prompt_len)
+        return self.lift(self.budget.tokens_for(prompt_len))
 
     def lane_budget(self, obs: LayerView) -> int:
         """Tokens each lane of this layer may keep (PyramidKV varies it with depth)."""
-        return self.budget.tokens_for(obs.prompt_len)
+        return self.lift(self.budget.tokens_for(obs.prompt_len))
+
+    def lift(self, lane_budget: int) -> int:
+        """A ratio budget is lifted to what the policy always keeps (its sinks and window).
+
+        A share of a short prompt can fall under that floor (0.5 of a 45-token chat is 22
+        tokens, SnapKV's window alone is 32): such a prompt has nothing to evict and passes
+        untouched, and a longer one keeps at least the floor, so a server with a ratio
+        budget serves every prompt. A token budget is the user's exact number: it is checked
+        as given (`check`), never lifted.
+        """
+        if self.budget.ratio is None:
+            return lane_budget
+        b = max(lane_budget, 1, self.n_sinks() + self.n_recent(lane_budget))
+        for _ in range(64):  # the floor of every scorer is reached in a step or two
+            try:
+                self.check_budget(b)
+            except CtxlabError:
+                b += 1
+                continue
+            break
+        return b
 
     def score(self, obs: LayerView) -> torch.Tensor:
         """`[n_kv, L]`: higher means keep; padding and forced slots are handled for you."""

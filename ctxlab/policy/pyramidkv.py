@@ -49,5 +49,5 @@ class PyramidKVPolicy(SnapKVPolicy):
     beta: float = 20.0
 
     def lane_budget(self, obs: LayerView) -> int:
-        avg = self.budget.tokens_for(obs.prompt_len)
+        avg = self.lift(self.budget.tokens_for(obs.prompt_len))
         return pyramid_budgets(avg, obs.n_layers, self.obs_window, self.beta)[obs.layer]

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
 
 from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.request import RequestOutput
@@ -68,7 +69,9 @@ def create_app(engine: LLMEngine, settings: ServeSettings) -> FastAPI:
         engine.kv.observe(publisher)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.closing = asyncio.Event()  # set by the server on SIGTERM (`server.py`)
+        app.state.event_loop = asyncio.get_running_loop()
         loop.start(asyncio.get_running_loop())
         try:
             yield
@@ -122,10 +125,24 @@ def _tenant(request: Request, settings: ServeSettings) -> str | None:
     return settings.tenants.tenant_of(request.headers.get("authorization"))
 
 
+async def _body(request: Request) -> bytes:
+    """The body, read in pieces up to MAX_BODY_BYTES (a larger one is refused before it is
+    all in memory); a client that closes mid-body is `_ClientGone`, not an ASGI traceback."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size > MAX_BODY_BYTES:
+                raise APIError(400, f"the body is over {MAX_BODY_BYTES // 2**20} MiB.")
+            parts.append(part)
+    except ClientDisconnect:
+        raise _ClientGone from None
+    return b"".join(parts)
+
+
 async def _parse(request: Request, cls: type[BaseModel]) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise APIError(400, f"the body is over {MAX_BODY_BYTES // 2**20} MiB.")
+    raw = await _body(request)
     try:
         doc = loads_json(raw, "the body")
     except CtxlabError as exc:  # bad JSON, nested too deep, a non-finite number, not text
@@ -140,7 +157,10 @@ async def _parse(request: Request, cls: type[BaseModel]) -> Any:
 
 async def _answer(request: Request, loop: EngineLoop, settings: ServeSettings, chat: bool) -> Any:
     tenant = _tenant(request, settings)
-    req = await _parse(request, ChatCompletionRequest if chat else CompletionRequest)
+    try:
+        req = await _parse(request, ChatCompletionRequest if chat else CompletionRequest)
+    except _ClientGone:
+        return Response(status_code=499)  # nobody reads it; the server logs nothing
     if req.model != settings.model_name:
         raise APIError(
             400,
@@ -170,7 +190,7 @@ async def _answer(request: Request, loop: EngineLoop, settings: ServeSettings, c
     try:
         pending = await _admit(queue, tickets, request)
         if req.stream:
-            stream = _stream(queue, tickets, pending, texts, reply, loop)
+            stream = _stream(queue, tickets, pending, texts, reply, loop, request.app)
             headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
             return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
         outputs = await _collect(queue, tickets, pending, texts, request)
@@ -198,6 +218,24 @@ async def _next(queue: asyncio.Queue[Update], request: Request | None) -> Update
     finally:
         if not getter.done():
             getter.cancel()
+
+
+SHUTTING_DOWN = APIError(503, "the server is shutting down; this stream ends here.")
+
+
+async def _next_or_closing(queue: asyncio.Queue[Update], closing: asyncio.Event) -> Update | None:
+    """The next update, or None once the server begins a graceful shutdown."""
+    if closing.is_set():
+        return None
+    getter = asyncio.ensure_future(queue.get())
+    waiter = asyncio.ensure_future(closing.wait())
+    try:
+        done, _ = await asyncio.wait({getter, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        return getter.result() if getter in done else None
+    finally:
+        for task in (getter, waiter):
+            if not task.done():
+                task.cancel()
 
 
 def _refusal(upd: Update) -> APIError:
@@ -264,13 +302,19 @@ async def _stream(
     texts: list[str],
     reply: Reply,
     loop: EngineLoop,
+    app: FastAPI,
 ) -> AsyncIterator[str]:
     outputs: list[RequestOutput | None] = [None] * len(tickets)
     first = [True] * len(tickets)
     left = len(tickets)
+    closing: asyncio.Event = app.state.closing
     try:
         while left:
-            upd = pending.pop(0) if pending else await queue.get()
+            upd = pending.pop(0) if pending else await _next_or_closing(queue, closing)
+            if upd is None:  # SIGTERM: end the stream as a stream ends, not by a cut
+                yield sse(SHUTTING_DOWN.body())
+                yield DONE
+                return
             i = upd.index
             if upd.kind == "token":
                 yield reply.chunk(i, upd.text, first[i])

@@ -87,11 +87,19 @@ def test_budget_too_small_for_window_is_one_sentence():
         make_policy("streaming", budget=4)
 
 
-def test_ratio_budget_too_small_at_run_time(lockstep_obs):
+def test_a_ratio_budget_under_the_floor_is_lifted_to_it(lockstep_obs):
+    """Issue 33: 1 % of 100 tokens is under SnapKV's 32-token window; the budget is lifted to
+    the window (a token budget that small is refused when the policy is made)."""
     pol = make_policy("snapkv", budget=0.01)
-    obs = lockstep_obs(2, 100, obs_attn=torch.rand(2, 32, 100))
+    window = pol.n_recent(1)
+    obs = lockstep_obs(2, 100, obs_attn=torch.rand(2, window, 100))
+    kept = pol.on_prefill(obs)
+    assert kept is not None and [len(k) for k in kept] == [window, window]
+    assert all(k[-window:].tolist() == list(range(100 - window, 100)) for k in kept)
+    short = lockstep_obs(2, window, obs_attn=torch.rand(2, window, window))
+    assert pol.on_prefill(short) is None  # a prompt as short as the floor passes untouched
     with pytest.raises(CtxlabError, match="too small"):
-        pol.on_prefill(obs)
+        make_policy("snapkv", budget=window - 1)
 
 
 def test_group_reduce_consecutive_heads():

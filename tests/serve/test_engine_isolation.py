@@ -62,6 +62,7 @@ def free_all(llm: LLM) -> None:
 
 def test_a_budget_below_the_policy_floor_is_refused_at_add_request(loaded, short45, long_ids):
     llm = LLM(loaded, policy="snapkv", budget=0.5, kv_pool_tokens=1024)
+    llm.engine.policy.lift = lambda b: b  # a budget that is not lifted to the policy's floor
     with pytest.raises(CtxlabError, match=r"45 tokens cannot run under snapkv with budget 0\.5"):
         llm.engine.add_request(short45, GREEDY)
     assert not llm.engine.seqs
@@ -80,6 +81,7 @@ def test_a_failing_step_fails_that_request_alone(loaded, short45, long_ids):
     alone = LLM(loaded, policy="snapkv", budget=0.5, kv_pool_tokens=1024)
     expected = alone.generate(long_ids, GREEDY)[0].token_ids
     llm = LLM(loaded, policy="snapkv", budget=0.5, kv_pool_tokens=1024)
+    llm.engine.policy.lift = lambda b: b  # a budget that is not lifted to the policy's floor
     llm.engine._check_policy_floor = lambda n: None  # type: ignore[method-assign]
     with pytest.raises(RequestFailedError, match="1 of 2 requests failed") as info:
         llm.generate([short45, long_ids], GREEDY)

@@ -57,6 +57,7 @@ async def stream_text(client: httpx.AsyncClient, url: str, body: dict) -> tuple[
 
 def test_snapkv_repro_is_refused_and_a_step_failure_stays_one_clients(loaded, short45):
     llm = LLM(loaded, policy="snapkv", budget=0.5, kv_pool_tokens=2048)
+    llm.engine.policy.lift = lambda b: b  # a budget that is not lifted to the policy's floor
     with in_process(llm.engine) as url:
         r = post(url, {"prompt": short45, "max_tokens": 4})
         assert r.status_code == 400
