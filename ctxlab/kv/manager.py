@@ -168,7 +168,14 @@ class KVCacheManager:
             groups.append(g)
         groups = groups[: self._window_complete(groups)]
         if self.offload is not None:  # the hit goes on with blocks restored from the tier
+            n_pool, hashes = len(groups), seq.block_hashes
+            absent = []  # blocks not in the map now: a restore stores them (told to `events`)
+            if self.alloc.events is not None:
+                absent = [b for b in range(n_pool, n_share) if self.alloc.lookup(hashes[b]) is None]
             groups = self.offload.extend(seq, n_share, groups)
+            restored = [b for b in absent if b < len(groups)]
+            if restored:
+                self._tell_stored(seq, token_ids, salt, restored)
         return PrefixHit(seq.block_hashes[:n_share], groups, len(groups) * self.block_size)
 
     def _window_complete(self, groups: list[tuple[int, ...]]) -> int:

@@ -72,3 +72,33 @@ def test_serve_publishes_what_its_prefix_cache_did(loaded):
     whys = [res.explain(Request(at, tuple(p))) for (at, _), p in zip(sent, prompts, strict=True)]
     assert [w.hit_blocks * BS for w in whys] == [cached for _, cached in sent]
     assert [w.reason for w in whys] == ["never stored", "hit", "never stored", "evicted"]
+
+
+def test_blocks_restored_from_the_offload_tier_are_stored_again(loaded):
+    """A prefix evicted to host memory and restored is in the map again: the stream says
+    so, so every later removal names a block it stored and the counts still agree."""
+    llm = LLM(loaded, kv_pool_tokens=16 * BS, block_size=BS, max_num_seqs=1)
+    llm.engine.attach_offload(64 << 20)
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    prompts = [list(range(3000 + 500 * i, 3000 + 500 * i + 10 * BS)) for i in range(3)]
+    with in_process(llm.engine, kv_events=ep) as url, Subscriber(ep) as sub:
+        time.sleep(0.5)
+        for p in [*prompts, prompts[0], prompts[1]]:
+            r = httpx.post(
+                f"{url}/v1/completions",
+                json={"model": "m", "prompt": p, "max_tokens": 2, "temperature": 0},
+                timeout=120,
+            )
+            assert r.status_code == 200, r.text
+        stats = llm.engine.kv.stats()
+        end = time.monotonic() + 10
+        while time.monotonic() < end:
+            sub.poll(0.2)
+            res = Residency().feed_all(x.batch for x in sub.batches)
+            if len(res.evictions) >= stats.cached_blocks_evicted:
+                break
+    assert llm.engine.offload is not None and llm.engine.offload.restored_blocks > 0
+    assert res.removed_unknown == 0
+    assert len(res.evictions) == stats.cached_blocks_evicted
+    assert len(res.resident) == stats.blocks_cached
+    assert len(res.reuse_gaps) >= llm.engine.offload.restored_blocks
