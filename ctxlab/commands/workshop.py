@@ -2,15 +2,13 @@
 
 The config is read and checked before the model loads (a mistake costs a second, not a
 model load); torch and the model are imported inside the command so `ctxlab --help` stays
-fast. The exit code is 0 when every required metric was measured, 1 when the run is
-incomplete (the report says which metric and why), 2 for a bad config or flag, 3 when a
-server (`--server`, `[[servers]]`) stopped answering mid-run (the report keeps what was
-measured before).
+fast. The exit codes are listed in the command's `--help` (its docstring).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +41,14 @@ def parse_only(text: str | None) -> set[int] | None:
     return picked
 
 
-def _check_profile(cfg, only: set[int] | None) -> None:
-    """A profile file named in the config is read now, before the model loads."""
-    if only is not None and 4 not in only:
-        return
-    if cfg.eviction.profile != "measure":
-        from ctxlab.sim.steptime import ProfileStepTime
+def _preflight(cfg: Any, only: set[int] | None) -> None:
+    """Files the selected demonstrations' sections name are read now, before the model
+    loads (each demonstration's `preflight`)."""
+    from ctxlab.workshop.registry import REGISTERED
 
-        ProfileStepTime(Path(cfg.eviction.profile))
+    for demo in REGISTERED:
+        if demo.preflight is not None and (only is None or demo.number in only):
+            demo.preflight(demo.config(cfg))
 
 
 def register(app: typer.Typer) -> None:
@@ -92,7 +90,14 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: JsonOpt = False,
     ) -> None:
-        """Run the workshop: predictions, the demonstrations, one report with verdicts."""
+        """Run the workshop: predictions, the demonstrations, one report with verdicts.
+
+        Exit codes: 0 every required metric was measured; 1 the run is incomplete (the
+        report says which metric and why); 2 a bad config or flag; 3 a server stopped
+        answering mid-run (the report keeps what was measured before); 130 interrupted
+        (Ctrl-C, SIGINT: the report keeps the finished demonstrations and says
+        "interrupted"; an older report in --out that this run did not replace is marked).
+        """
         from ctxlab.workshop.config_file import load_config
         from ctxlab.workshop.default_config import DEFAULT_TOML
 
@@ -103,30 +108,23 @@ def register(app: typer.Typer) -> None:
         if config is not None:
             input_file(config, "the workshop config", "TOML file")
         cfg = load_config(config, quick=quick)
-        _check_profile(cfg, picked)
+        _preflight(cfg, picked)
         folder = output_dir(out)
-        from ctxlab.workshop.runner import run_workshop
-
         label = str(config) if config is not None else "the embedded default config"
-        listed = [("server", server, api_key, server_model)] if server is not None else [
-            (s.label, s.url, s.api_key, s.model) for s in cfg.servers
-        ]  # fmt: skip
-        if listed:
-            from ctxlab.workshop.runner import load_default_model
+        started = time.time()
+        try:
+            results = _run(cfg, folder, quick, picked, label, server, api_key, server_model)
+        except KeyboardInterrupt:
+            from ctxlab.workshop.runner import mark_superseded
 
-            _each(listed, _check_server)  # a bad URL, key or model costs a second, not a load
-            loaded = load_default_model(cfg)
-            backends = _connect(listed, loaded)
-            try:
-                results = run_workshop(
-                    cfg, folder, quick=quick, only=picked, config_label=label, loaded=loaded,
-                    server=backends[0][1], servers=backends,
-                )  # fmt: skip
-            finally:
-                for _, b in backends:
-                    b.close()
-        else:
-            results = run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
+            marked = mark_superseded(folder, started)
+            typer.echo(
+                "error: interrupted (SIGINT) before the run wrote its report"
+                + (f"; the older report in {folder} is marked as such" if marked else "")
+                + ".",
+                err=True,
+            )
+            raise typer.Exit(130) from None
         report = folder / results["files"]["markdown"]
         if as_json:
             typer.echo(
@@ -145,12 +143,48 @@ def register(app: typer.Typer) -> None:
             )
         else:
             _print_summary(results, folder)
+        if results.get("interrupted"):
+            typer.echo(f"error: {results['status_reason']} ({report}).", err=True)
+            raise typer.Exit(130)
         if results.get("error"):
             typer.echo(f"error: {results['error']} ({folder}).", err=True)
             raise typer.Exit(3)
         if results["status"] != "complete":
             typer.echo(f"error: the run is incomplete: {results['status_reason']}.", err=True)
             raise typer.Exit(1)
+
+
+def _run(
+    cfg: Any,
+    folder: Path,
+    quick: bool,
+    picked: set[int] | None,
+    label: str,
+    server: str | None,
+    api_key: str | None,
+    server_model: str | None,
+) -> dict:
+    """The run itself: on the local engine, or through `--server` / the config's servers."""
+    from ctxlab.workshop.runner import run_workshop
+
+    listed = [("server", server, api_key, server_model)] if server is not None else [
+        (s.label, s.url, s.api_key, s.model) for s in cfg.servers
+    ]  # fmt: skip
+    if listed:
+        from ctxlab.workshop.runner import load_default_model
+
+        _each(listed, _check_server)  # a bad URL, key or model costs a second, not a load
+        loaded = load_default_model(cfg)
+        backends = _connect(listed, loaded)
+        try:
+            return run_workshop(
+                cfg, folder, quick=quick, only=picked, config_label=label, loaded=loaded,
+                server=backends[0][1], servers=backends,
+            )  # fmt: skip
+        finally:
+            for _, b in backends:
+                b.close()
+    return run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
 
 
 Listed = list[tuple[str, str, str | None, str | None]]  # label, url, api key, model

@@ -2,8 +2,9 @@
 
 advertised window (what the model file says), configured maximum length (what this run's
 engine accepts), prompt budget (that minus the output reserved), resident cache tokens (what
-the pool really held for one request), retrieved tokens (what retrieval put in the prompt),
-measured useful context (how far the model still does the tasks). Each comes with where it
+the pool really held for one request), retrieved tokens (what retrieval put in the prompt:
+declared by the demonstration that measures it, `Demonstration.context_numbers`), measured
+useful context (how far the model still does the tasks). Each comes with where it
 was read or measured, or why this run has no value for it.
 """
 
@@ -58,17 +59,7 @@ def context_numbers(
                 "source": "not measured: no engine demonstration ran",
             }
         )
-    retrieval = demos.get("retrieval_depth", {})
-    retrieved = retrieval.get("figures", {}).get("retrieved_tokens")
-    rows.append(
-        {
-            "name": "retrieved tokens",
-            "tokens": retrieved,
-            "source": "tokens retrieval put into the prompt per question (demonstration 6)"
-            if retrieved is not None
-            else f"not measured: demonstration 6 {retrieval.get('status', 'did not run')}",
-        }
-    )
+    rows += _declared(demos)
     if useful is None:
         rows.append(
             {
@@ -92,4 +83,27 @@ def context_numbers(
             source += ": the longest tested length passed, so the model may do more; "
             source += "only this much is measured"
         rows.append({"name": "measured useful context", "tokens": eff, "source": source})
+    return rows
+
+
+def _declared(demos: dict[str, JSONObject]) -> list[JSONObject]:
+    """The context numbers demonstrations measure (`Demonstration.context_numbers`), read
+    from their figures; one that did not run says so."""
+    from ctxlab.workshop.registry import REGISTERED
+
+    rows: list[JSONObject] = []
+    for demo in REGISTERED:
+        got = demos.get(demo.key, {})
+        for c in demo.context_numbers:
+            tokens = got.get("figures", {}).get(c.figure)
+            rows.append(
+                {
+                    "name": c.name,
+                    "tokens": tokens,
+                    "source": f"{c.source} (demonstration {demo.number})"
+                    if tokens is not None
+                    else f"not measured: demonstration {demo.number} "
+                    f"{got.get('status', 'did not run')}",
+                }
+            )
     return rows

@@ -17,13 +17,21 @@ not by the tokens it saved.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ctxlab.progress import Tracker
 from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.demonstration import (
+    Demonstration,
+    FigureValues,
+    Metric,
+    Plot,
+    Risk,
+    ServerMode,
+)
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -106,7 +114,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     fx = conversation_fixture(c.fixture_seed, c.sessions, c.turns_per_session, c.facts)
     n = len(fx.facts)
     # the largest batch: every fact's question at once, each prompt within the window
-    backend = session.chat_backend((n + 2) * c.window_tokens, n + 1)
+    backend = session.requests.chat((n + 2) * c.window_tokens, n + 1)
     mem = MemoryConfig(
         window=c.window_tokens,
         reserve=c.reserve_tokens,
@@ -150,13 +158,11 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     _tables(session, res, fx, outcomes, ceiling)
     _observe(res, outcomes)
     _explain(session, res, fx, outcomes, ceiling)
-    from ctxlab.workshop.plots import plot_compaction
-
     res.plots.append(
-        plot_compaction(
+        draw(
             {LABELS[k]: _counts(o) for k, o in outcomes.items()},
             ceiling,
-            session.out / "plots" / "5_compaction.png",
+            DEMO.plot("5_compaction.png").path(session.out),
         )
     )
     return res
@@ -482,6 +488,61 @@ def _discard_gain(f: Figures, compact: Outcome, tiered: Outcome, n: int) -> Gain
     )
 
 
+def draw(counts: dict[str, dict[str, float]], ceiling: float | None, path: Path) -> Path:
+    """Per strategy: where the planted facts are (stacked), and what reached the answer."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure(8.5, 3.6)
+    labels = [name.replace(" (", "\n(") for name in counts]
+    xs = list(range(len(counts)))
+    bottom = [0.0] * len(xs)
+    for status, colour in (
+        ("in context", "tab:green"),
+        ("recoverable", "tab:orange"),
+        ("lost", "tab:red"),
+    ):
+        ys = [c[status] for c in counts.values()]
+        left.bar(xs, ys, bottom=bottom, color=colour, label=status)
+        bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+    left.set_ylabel("planted facts")
+    left.set_title("where the facts are after compaction")
+    facts = max(bottom) or 1
+    width = 0.4
+    right.bar(
+        [x - width / 2 for x in xs],
+        [100 * c["in prompt"] / facts for c in counts.values()],
+        width,
+        color="tab:blue",
+        label="answer in the prompt when asked",
+    )
+    acc = [c["accuracy_pct"] for c in counts.values()]
+    err = None
+    if all("accuracy_low_pct" in c and "accuracy_high_pct" in c for c in counts.values()):
+        err = [
+            [a - c["accuracy_low_pct"] for a, c in zip(acc, counts.values(), strict=True)],
+            [c["accuracy_high_pct"] - a for a, c in zip(acc, counts.values(), strict=True)],
+        ]
+    right.bar(
+        [x + width / 2 for x in xs],
+        acc,
+        width,
+        yerr=err,
+        capsize=3,
+        color="tab:purple",
+        label="answered right (95 % interval)" if err else "answered right",
+    )
+    if ceiling is not None:
+        right.axhline(ceiling, color="grey", linestyle="--", label="model's ceiling")
+    right.set_ylabel("% of facts")
+    right.set_ylim(0, 100)
+    right.set_title("what the strategy brought back")
+    for ax in (left, right):
+        ax.set_xticks(xs, labels, fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7)
+    return save(fig, path)
+
+
 # -- declarations ---------------------------------------------------------------------------
 
 
@@ -631,4 +692,11 @@ DEMO = Demonstration(
     guards=((Risk.SUMMARIES, _guard_summaries),),
     check=check,
     required=("facts_lost",),
+    plots=(
+        Plot(
+            "5_compaction.png",
+            "per strategy, where the planted facts are and what reached the answer",
+        ),
+    ),
+    server=ServerMode(through=True, chat=True),
 )

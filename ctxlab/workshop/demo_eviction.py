@@ -14,261 +14,169 @@ interval; grouped against interleaved is a comparison of two runs (each side res
 its own), the simulator against the engine one over the same requests in the same order
 (paired), each with the verdict its interval gives (`latency_stats`). Token and block
 counts are exact.
+
+The file is in three parts: `measure` returns frozen records (the workload itself lives in
+`eviction_workload.py`, shared with demonstration 8 and this demonstration's server
+variant), `verdicts` records the observations and judges the compare table's TTFT
+comparisons (the one place it judges), and the tables, prose and plot are rendered from the
+records.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
 from ctxlab.errors import CtxlabError
 from ctxlab.progress import Tracker
+from ctxlab.workshop import eviction_workload as workload
 from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
-from ctxlab.workshop.measure import Timer, pct
+from ctxlab.workshop.demonstration import (
+    Demonstration,
+    FigureValues,
+    Metric,
+    Plot,
+    Risk,
+    ServerMode,
+)
+from ctxlab.workshop.eviction_workload import SideRun, StepProfile
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
-    from ctxlab.engine import LLMEngine
+    from ctxlab.workshop.server_run import ServerRun
 
 
-ORDERS = ("grouped", "interleaved")
-
-
-@dataclass(frozen=True)
-class Job:
-    group: int
-    member: int
-    ids: list[int]
-    hash_ids: tuple[int, ...]
+ORDERS = workload.ORDERS
 
 
 def steps(session: Session) -> int:
     return 1 + 2 * len(ORDERS)
 
 
-def build_jobs(session: Session) -> list[Job]:
-    """Each group's prefix, then one own suffix per request; hash ids for the simulator name
-    the same blocks the engine's prefix cache sees (one id per page)."""
+@dataclass(frozen=True)
+class OrderRuns:
+    """One arrival order: the engine measured, the simulator on the same list."""
+
+    engine: SideRun
+    simulator: SideRun
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 4 measured; every table, verdict and sentence reads these."""
+
+    pool: int
+    unique: int  # prompt tokens no earlier request had computed
+    working: int  # the groups' prefix tokens
+    profile: StepProfile
+    grouped: OrderRuns
+    interleaved: OrderRuns
+
+    def order(self, name: str) -> OrderRuns:
+        return self.grouped if name == "grouped" else self.interleaved
+
+
+@dataclass(frozen=True)
+class TtftCase:
+    """One TTFT comparison of the compare table and the prediction it is judged against."""
+
+    q: int
+    base_name: str
+    base: SideRun
+    seen_name: str
+    seen: SideRun
+    direction: str
+    tolerance: float
+    compared: latency_stats.Compared
+
+
+def measure(session: Session, tracker: Tracker) -> Records:
+    """Both orders on the engine and the simulator (counts and times, nothing formatted)."""
     ev, page = DEMO.config(session.cfg), session.cfg.engine.page_size
-    prefixes = [session.text_ids(ev.prefix_tokens) for _ in range(ev.groups)]
-    fresh = 1_000_000
-    jobs = []
-    for g in range(ev.groups):
-        for m in range(ev.requests_per_group):
-            ids = prefixes[g] + session.text_ids(ev.suffix_tokens)
-            n_blocks = -(-len(ids) // page)
-            prefix_blocks = ev.prefix_tokens // page
-            own = tuple(range(fresh, fresh + n_blocks - prefix_blocks))
-            fresh += len(own)
-            hashes = tuple(g * 10_000 + b for b in range(prefix_blocks)) + own
-            jobs.append(Job(g, m, ids, hashes))
-    return jobs
-
-
-def ordered(jobs: list[Job], order: str) -> list[Job]:
-    key = (lambda j: (j.group, j.member)) if order == "grouped" else (lambda j: (j.member, j.group))
-    return sorted(jobs, key=key)
-
-
-def profile_design(session: Session):
-    """A step-profile design shaped like this demonstration's own steps: whole requests
-    prefilled cold, suffixes prefilled after a cached prefix, decodes of one to
-    `concurrency` requests at the requests' length, and a prefill beside running decodes."""
-    from ctxlab.engine.profile import Design
-
-    ev = DEMO.config(session.cfg)
-    request = ev.prefix_tokens + ev.suffix_tokens
-    return Design(
-        prefill=((request, 1), (ev.suffix_tokens, max(2, request // ev.suffix_tokens))),
-        decode_contexts=(request,),
-        decode_batches=tuple(sorted({1, 2, ev.concurrency})),
-        decode_steps=3,
-        mixed_batch=(max(1, ev.concurrency - 1),),
-        mixed_context=request,
-        mixed_prompts=(ev.suffix_tokens, request),
-    )
-
-
-def step_profile(session: Session, res: DemoResult) -> tuple[Path, str]:
-    """The simulator's step-time profile: measured here now, or the file the config names;
-    the path and a label for the table note (its numbers recorded as figures)."""
-    from ctxlab.engine.profile import measure, profile_document, warm_up
-    from ctxlab.sim.steptime import ProfileStepTime
-
-    choice = DEMO.config(session.cfg).profile
-    if choice != "measure":
-        path = Path(choice)
-        return path, ProfileStepTime(path).label  # a bad file is one sentence
-    design = profile_design(session)
-    e = session.cfg.engine
-    llm = session.llm(
-        pool_tokens=design.max_tokens() + e.page_size,
-        warm_up=False,
-        max_num_batched_tokens=e.max_num_batched_tokens,
-    )
-    vocab = session.loaded.config.vocab_size
-    with Timer() as t:
-        warm_up(llm.engine, vocab, session.cfg.model.seed)
-        measured = measure(llm.engine, design, vocab, session.cfg.model.seed)
-    doc = profile_document(
-        measured, session.cfg.model.source, session.cfg.model.dtype, llm.engine, "workshop eviction"
-    )
-    path = session.out / "step-profile.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    f = res.figures
-    return path, (
-        f"a profile of {f.say('profile_steps', len(measured))} engine steps shaped like these "
-        f"requests, measured on this machine just before ({f.say('profile_s', t.wall_s, 1)} s)"
-    )
-
-
-def run_engine(
-    session: Session, jobs: list[Job], pool: int, setup: Callable[[LLMEngine], None] | None = None
-) -> dict:
-    """Every job added at once, stepped to the end; the pool's and requests' own counts.
-    `setup` is handed the engine first (demonstration 8 attaches its offload tier there)."""
-    from ctxlab.engine import SamplingParams
-
-    ev, e = DEMO.config(session.cfg), session.cfg.engine
-    llm = session.llm(
-        pool_tokens=pool,
-        max_num_seqs=ev.concurrency,
-        warm_up=False,
-        max_num_batched_tokens=e.max_num_batched_tokens,
-    )
-    engine = llm.engine
-    if setup is not None:
-        setup(engine)
-    before = engine.stats()
-    params = SamplingParams(max_tokens=ev.output_tokens, ignore_eos=True)
-    with Timer() as t:
-        rids = [engine.add_request(j.ids, params) for j in jobs]
-        peak = 0
-        while engine.has_unfinished():
-            engine.step()
-            peak = max(peak, len(engine.scheduler.running))
-    tokens = [engine.output(r).token_ids for r in rids]
-    outs = [engine.output(r).metrics for r in rids]
-    after = engine.stats()
-    start = min(m.arrival_time for m in outs)
-    return {
-        "reused": sum(m.reused_tokens for m in outs),
-        "queried": sum(m.prompt_tokens for m in outs),
-        "hit_requests": sum(1 for m in outs if m.reused_tokens > 0),
-        "evictions": after.cached_blocks_evicted - before.cached_blocks_evicted,
-        "preemptions": sum(m.preemptions for m in outs),
-        "ttft_ms": [m.ttft * 1e3 for m in outs],
-        "makespan_s": max(m.finish_time for m in outs) - start,
-        "peak_running": peak,
-        "cpu_s": t.cpu_s,
-        "tokens": tokens,
-    }
-
-
-def run_simulator(
-    session: Session, jobs: list[Job], pool: int, profile: Path, **options: Any
-) -> dict:
-    """The same request list through `ctxlab.sim` with the engine's own settings (plus
-    `options` for `SimConfig`: demonstration 8's offload tier)."""
-    from ctxlab.plan.devices import custom_device
-    from ctxlab.sim.config import SimConfig
-    from ctxlab.sim.run import simulate
-    from ctxlab.sim.steptime import ArchCost
-    from ctxlab.sim.trace import Request, Trace
-
-    ev, e = DEMO.config(session.cfg), session.cfg.engine
-    arch = session.arch()
-    reqs = [Request(i, 0.0, len(j.ids), ev.output_tokens, j.hash_ids) for i, j in enumerate(jobs)]
-    trace = Trace("workshop eviction", reqs, block_tokens=e.page_size)
-    pool_bytes = pool * ArchCost.build(arch, arch.weight_bytes).kv_bytes_per_token
-    cfg = SimConfig(
-        page_size=e.page_size,
-        chunk_tokens=e.max_num_batched_tokens,
-        max_running=ev.concurrency,
-        pool_bytes=pool_bytes,
-        profile=str(profile),
-        **options,
-    )
-    res = simulate(trace, arch, custom_device(1.0, 1.0, pool_bytes), cfg)
-    m = res.metrics
-    seqs = sorted(res.seqs, key=lambda s: s.req.index)
-    return {
-        "reused": int(m["reused_tokens"]),
-        "queried": int(m["queried_tokens"]),
-        "hit_requests": int(m["hit_requests"]),
-        "evictions": int(m["evictions"]),
-        "preemptions": int(m["preemptions"]),
-        "ttft_ms": [(s.first_token - s.arrival) * 1e3 for s in seqs],
-        "makespan_s": float(m["makespan_s"]),
-        "peak_running": int(m["peak_running_requests"]),
-        "cpu_s": None,
-        "transfer_bytes": int(m.get("offload_transfer_bytes", 0) or 0),
-        "restored": int(m.get("reused_from_tier_tokens", 0) or 0),
-    }
-
-
-def run(session: Session, tracker: Tracker) -> DemoResult:
-    ev = DEMO.config(session.cfg)
-    res = DemoResult.of(DEMO, "run", "measured and modeled")
     session.llm(pool_tokens=256)  # warms the model up outside the measured pools
-    profile, profile_label = step_profile(session, res)
+    profile = workload.step_profile(session, ev)
     tracker.advance()
-    pool = eviction_pool_tokens(session.cfg)
-    jobs = build_jobs(session)
-    unique = ev.groups * ev.prefix_tokens + len(jobs) * ev.suffix_tokens
-    runs: dict[str, dict[str, dict]] = {}
+    pool = workload.pool_tokens(ev, page)
+    jobs = workload.build_jobs(session, ev, page)
+    runs: dict[str, OrderRuns] = {}
     for order in ORDERS:
-        listed = ordered(jobs, order)
-        runs[order] = {"engine": run_engine(session, listed, pool)}
+        listed = workload.ordered(jobs, order)
+        engine = workload.run_engine(session, ev, listed, pool)
         tracker.advance()
         try:
-            runs[order]["simulator"] = run_simulator(session, listed, pool, profile)
+            sim = workload.run_simulator(session, ev, listed, pool, profile.path)
         except CtxlabError as exc:
             raise CtxlabError(f"demonstration 4's simulation failed: {exc}") from None
         tracker.advance()
-        for side in runs[order].values():
-            side["computed"] = side["queried"] - side["reused"]
-            side["recomputed"] = side["computed"] - unique
-            for q in (50, 95, 99):
-                side[f"ttft_p{q}"] = pct(side["ttft_ms"], q)
-    _tables(session, res, runs, pool, profile_label)
-    g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
-    for name, key in (
-        ("reused_tokens", "reused"),
-        ("recomputed_tokens", "recomputed"),
-        ("evictions", "evictions"),
-    ):
-        res.observe(name, g[key], i[key])
-    for q in (50, 95, 99):
-        c = latency_stats.compare(g["ttft_ms"], i["ttft_ms"], q, "up")
-        res.observe(
-            f"ttft_p{q}_ms", g[f"ttft_p{q}"], i[f"ttft_p{q}"], 1, change=c.change, test=c.test
-        )
-    si = runs["interleaved"]["simulator"]
-    res.observe("sim_vs_engine_reused_tokens", i["reused"], si["reused"])
-    res.observe("sim_vs_engine_evictions", i["evictions"], si["evictions"])
-    c = latency_stats.compare(i["ttft_ms"], si["ttft_ms"], 50, "unchanged", paired=True)
-    res.observe(
-        "sim_vs_engine_ttft_p50_ms", i["ttft_p50"], si["ttft_p50"], 1, change=c.change, test=c.test
-    )
-    _explain(session, res, runs, pool, unique)
-    from ctxlab.workshop.plots import plot_eviction
+        runs[order] = OrderRuns(engine, sim)
+    unique = workload.unique_tokens(ev, jobs)
+    working = ev.groups * ev.prefix_tokens
+    return Records(pool, unique, working, profile, runs["grouped"], runs["interleaved"])
 
-    ttft = {o: {s: runs[o][s]["ttft_ms"] for s in ("engine", "simulator")} for o in ORDERS}
-    res.plots.append(plot_eviction(ttft, session.out / "plots" / "4_eviction.png"))
+
+def verdicts(session: Session, r: Records, res: DemoResult) -> list[TtftCase]:
+    """The metrics the run's predictions are judged on (`res.observe`), and the TTFT
+    comparisons of the compare table judged against the config's prediction (or this
+    demonstration's hypothesis where the config predicts none): the one place this
+    demonstration judges."""
+    g, i = r.grouped.engine, r.interleaved.engine
+    si = r.interleaved.simulator
+    u = r.unique
+    res.observe("reused_tokens", g.reused, i.reused)
+    res.observe("recomputed_tokens", g.recomputed(u), i.recomputed(u))
+    res.observe("evictions", g.evictions, i.evictions)
+    for q in (50, 95, 99):
+        c = latency_stats.compare(list(g.ttft_ms), list(i.ttft_ms), q, "up")
+        res.observe(f"ttft_p{q}_ms", g.ttft_p(q), i.ttft_p(q), 1, change=c.change, test=c.test)
+    res.observe("sim_vs_engine_reused_tokens", i.reused, si.reused)
+    res.observe("sim_vs_engine_evictions", i.evictions, si.evictions)
+    c = latency_stats.compare(list(i.ttft_ms), list(si.ttft_ms), 50, "unchanged", paired=True)
+    res.observe(
+        "sim_vs_engine_ttft_p50_ms", i.ttft_p(50), si.ttft_p(50), 1, change=c.change, test=c.test
+    )
+    predictions = session.cfg.predictions.get(DEMO.key, {})
+    cases = [
+        (f"ttft_p{q}_ms", q, "grouped (engine)", g, "interleaved (engine)", i, "up", False)
+        for q in (50, 99)
+    ]
+    cases.append(
+        ("sim_vs_engine_ttft_p50_ms", 50, "interleaved (engine)", i,
+         "interleaved (simulator)", si, "unchanged", True)
+    )  # fmt: skip
+    out = []
+    for metric, q, base_name, base, seen_name, seen, hypothesis, paired in cases:
+        direction, tol = latency_stats.predicted(predictions, metric, hypothesis)
+        c = latency_stats.compare(
+            list(base.ttft_ms), list(seen.ttft_ms), q, direction, paired, tol * abs(base.ttft_p(q))
+        )
+        out.append(TtftCase(q, base_name, base, seen_name, seen, direction, tol, c))
+    return out
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render tables, prose and the plot from the records."""
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured and modeled")
+    cases = verdicts(session, records, res)
+    _tables(session, res, records, cases)
+    _explain(session, res, records)
+    ttft = {
+        o: {"engine": list(records.order(o).engine.ttft_ms),
+            "simulator": list(records.order(o).simulator.ttft_ms)}
+        for o in ORDERS
+    }  # fmt: skip
+    res.plots.append(draw(ttft, DEMO.plot("4_eviction.png").path(session.out)))
     return res
 
 
-def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_label: str) -> None:
-    ev = DEMO.config(session.cfg)
+def _tables(session: Session, res: DemoResult, r: Records, cases: list[TtftCase]) -> None:
+    ev, pool = DEMO.config(session.cfg), r.pool
+    profile_label = workload.profile_label(res.figures, r.profile)
     storage = Table(
         "eviction_storage",
         "storage",
@@ -293,7 +201,7 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
     serving = Table(
         "eviction_serving",
         "serving",
-        f"Demonstration 4: TTFT when all {len(runs['grouped']['engine']['ttft_ms'])} requests "
+        f"Demonstration 4: TTFT when all {len(r.grouped.engine.ttft_ms)} requests "
         f"arrive together, at most {ev.concurrency} running",
         "measured",
         [
@@ -354,70 +262,50 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
     )
     storage.mode = serving.mode = "measured and modeled"
     for order in ORDERS:
-        for side, r in runs[order].items():
+        runs = r.order(order)
+        for side, run in (("engine", runs.engine), ("simulator", runs.simulator)):
+            ttft = list(run.ttft_ms)
             storage.add(
                 order,
                 side,
-                r["reused"],
-                r["computed"],
-                r["recomputed"],
-                r["hit_requests"],
-                r["evictions"],
-                r["preemptions"],
-                len(r["ttft_ms"]),
+                run.reused,
+                run.computed,
+                run.recomputed(r.unique),
+                run.hit_requests,
+                run.evictions,
+                run.preemptions,
+                len(ttft),
             )
-            _, p50_low, p50_high = latency_stats.cells(r["ttft_ms"], 50)
-            _, p99_low, p99_high = latency_stats.cells(r["ttft_ms"], 99)
+            _, p50_low, p50_high = latency_stats.cells(ttft, 50)
+            _, p99_low, p99_high = latency_stats.cells(ttft, 99)
             serving.add(
                 order,
                 side,
-                len(r["ttft_ms"]),
-                r["ttft_p50"],
+                len(ttft),
+                run.ttft_p(50),
                 p50_low,
                 p50_high,
-                r["ttft_p95"],
-                r["ttft_p99"],
+                run.ttft_p(95),
+                run.ttft_p(99),
                 p99_low,
                 p99_high,
-                r["makespan_s"],
-                r["peak_running"],
+                run.makespan_s,
+                run.peak_running,
             )
-        e = runs[order]["engine"]
-        n = len(e["ttft_ms"])
-        e["cost_per_1000"] = e["cpu_s"] * rate / 3600 / n * 1000
-        cost.add(order, e["computed"], e["cpu_s"], e["cost_per_1000"])
-    g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
-    si = runs["interleaved"]["simulator"]
-    predictions = session.cfg.predictions.get("eviction", {})
-    cases = [
-        (f"ttft_p{q}_ms", q, "grouped (engine)", g, "interleaved (engine)", i, "up", False)
-        for q in (50, 99)
-    ]
-    cases.append(
-        (
-            "sim_vs_engine_ttft_p50_ms",
-            50,
-            "interleaved (engine)",
-            i,
-            "interleaved (simulator)",
-            si,
-            "unchanged",
-            True,
+        e = runs.engine
+        cpu_s = e.cpu_s or 0.0
+        cost.add(order, e.computed, cpu_s, cpu_s * rate / 3600 / len(e.ttft_ms) * 1000)
+    for case in cases:
+        said = case.direction + (
+            f" (tolerance {100 * case.tolerance:g}%)" if case.tolerance else ""
         )
-    )
-    for metric, q, base_name, base, seen_name, seen, hypothesis, paired in cases:
-        direction, tol = latency_stats.predicted(predictions, metric, hypothesis)
-        before, after = base[f"ttft_p{q}"], seen[f"ttft_p{q}"]
-        c = latency_stats.compare(
-            base["ttft_ms"], seen["ttft_ms"], q, direction, paired, tol * abs(before)
-        )
-        said = direction + (f" (tolerance {100 * tol:g}%)" if tol else "")
+        c = case.compared
         compare.add(
-            f"TTFT p{q}",
-            base_name,
-            seen_name,
-            before,
-            after,
+            f"TTFT p{case.q}",
+            case.base_name,
+            case.seen_name,
+            case.base.ttft_p(case.q),
+            case.seen.ttft_p(case.q),
             *c.cells()[:3],
             said,
             c.verdict,
@@ -426,14 +314,13 @@ def _tables(session: Session, res: DemoResult, runs: dict, pool: int, profile_la
     res.tables += [storage, serving, compare, cost]
 
 
-def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: int) -> None:
+def _explain(session: Session, res: DemoResult, r: Records) -> None:
     f = res.figures
-    ev = DEMO.config(session.cfg)
-    g, i = runs["grouped"]["engine"], runs["interleaved"]["engine"]
-    sg, si = runs["grouped"]["simulator"], runs["interleaved"]["simulator"]
-    working = ev.groups * ev.prefix_tokens
+    ev, pool, working, u = DEMO.config(session.cfg), r.pool, r.working, r.unique
+    g, i = r.grouped.engine, r.interleaved.engine
+    sg, si = r.grouped.simulator, r.interleaved.simulator
     res.summary = (
-        f"{f.say('requests', len(g['ttft_ms']))} requests in {f.say('groups', ev.groups)} prefix "
+        f"{f.say('requests', len(g.ttft_ms))} requests in {f.say('groups', ev.groups)} prefix "
         f"groups; the pool ({f.say('pool_tokens', pool)} tokens) holds "
         f"{f.say('pool_share_pct', 100 * pool / working, 1)}% of the groups' "
         f"{f.say('working_set_tokens', working)} prefix tokens."
@@ -441,44 +328,44 @@ def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: i
     res.gains.append(
         Gain(
             "grouped arrivals against interleaved ones",
-            f"grouped, the engine reused {f.say('reused_grouped', g['reused'])} prompt tokens and "
-            f"evicted {f.say('evictions_grouped', g['evictions'])} cached blocks; interleaved, it "
-            f"reused {f.say('reused_interleaved', i['reused'])} and evicted "
-            f"{f.say('evictions_interleaved', i['evictions'])}: least-recently-used eviction "
+            f"grouped, the engine reused {f.say('reused_grouped', g.reused)} prompt tokens and "
+            f"evicted {f.say('evictions_grouped', g.evictions)} cached blocks; interleaved, it "
+            f"reused {f.say('reused_interleaved', i.reused)} and evicted "
+            f"{f.say('evictions_interleaved', i.evictions)}: least-recently-used eviction "
             "dropped each prefix before its group came back, so "
-            f"{f.say('recomputed_interleaved', i['recomputed'])} tokens that an earlier request "
+            f"{f.say('recomputed_interleaved', i.recomputed(u))} tokens that an earlier request "
             "had computed were computed again (grouped: "
-            f"{f.say('recomputed_grouped', g['recomputed'])})",
-            f"p99 TTFT {f.say('ttft_p99_grouped', g['ttft_p99'], 1)} ms grouped against "
-            f"{f.say('ttft_p99_interleaved', i['ttft_p99'], 1)} ms interleaved (p50 "
-            f"{f.say('ttft_p50_grouped', g['ttft_p50'], 1)} against "
-            f"{f.say('ttft_p50_interleaved', i['ttft_p50'], 1)} ms); the whole list took "
-            f"{f.say('makespan_grouped', g['makespan_s'], 2)} s against "
-            f"{f.say('makespan_interleaved', i['makespan_s'], 2)} s",
+            f"{f.say('recomputed_grouped', g.recomputed(u))})",
+            f"p99 TTFT {f.say('ttft_p99_grouped', g.ttft_p(99), 1)} ms grouped against "
+            f"{f.say('ttft_p99_interleaved', i.ttft_p(99), 1)} ms interleaved (p50 "
+            f"{f.say('ttft_p50_grouped', g.ttft_p(50), 1)} against "
+            f"{f.say('ttft_p50_interleaved', i.ttft_p(50), 1)} ms); the whole list took "
+            f"{f.say('makespan_grouped', g.makespan_s, 2)} s against "
+            f"{f.say('makespan_interleaved', i.makespan_s, 2)} s",
         )
     )
     res.gains.append(
         Gain(
             "predicting it without running it (simulator)",
             "on the same list the simulator predicted "
-            f"{f.say('sim_reused_interleaved', si['reused'])} "
-            f"reused tokens and {f.say('sim_evictions_interleaved', si['evictions'])} evictions "
-            f"interleaved, {f.say('sim_reused_grouped', sg['reused'])} and "
-            f"{f.say('sim_evictions_grouped', sg['evictions'])} grouped",
-            f"it predicted p50 TTFT {f.say('sim_ttft_p50_interleaved', si['ttft_p50'], 1)} ms "
-            f"interleaved against {i['ttft_p50']:,.1f} ms measured, and "
-            f"{f.say('sim_ttft_p50_grouped', sg['ttft_p50'], 1)} ms grouped against "
-            f"{g['ttft_p50']:,.1f} ms",
+            f"{f.say('sim_reused_interleaved', si.reused)} "
+            f"reused tokens and {f.say('sim_evictions_interleaved', si.evictions)} evictions "
+            f"interleaved, {f.say('sim_reused_grouped', sg.reused)} and "
+            f"{f.say('sim_evictions_grouped', sg.evictions)} grouped",
+            f"it predicted p50 TTFT {f.say('sim_ttft_p50_interleaved', si.ttft_p(50), 1)} ms "
+            f"interleaved against {i.ttft_p(50):,.1f} ms measured, and "
+            f"{f.say('sim_ttft_p50_grouped', sg.ttft_p(50), 1)} ms grouped against "
+            f"{g.ttft_p(50):,.1f} ms",
         )
     )
-    if sg["reused"] != g["reused"]:
+    if sg.reused != g.reused:
         res.notes.append(
-            f"In grouped order the simulator reused {f.say('sim_reused_grouped', sg['reused'])} "
-            f"tokens and the engine {f.say('reused_grouped', g['reused'])}. Both count a "
+            f"In grouped order the simulator reused {f.say('sim_reused_grouped', sg.reused)} "
+            f"tokens and the engine {f.say('reused_grouped', g.reused)}. Both count a "
             "prefix block as a hit only once it is computed, so the gap comes from admission "
             "order or step timing, not from the sharing rule."
         )
-    if g["preemptions"] or i["preemptions"]:
+    if g.preemptions or i.preemptions:
         res.notes.append(
             "Some requests were preempted; the recomputed column counts prompt tokens at "
             "first admission only, not the work redone after a preemption."
@@ -487,6 +374,24 @@ def _explain(session: Session, res: DemoResult, runs: dict, pool: int, unique: i
         "LRU is recency, not meaning: the cache keeps what was used last, and knows nothing "
         "about which prefix will come back; that is why the arrival order alone moves reuse."
     )
+
+
+def draw(ttft: dict[str, dict[str, list[float]]], path: Path) -> Path:
+    """TTFT distribution per arrival order: engine (measured) against simulator (modeled)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, axes = figure()
+    for ax, order in zip(axes, ("grouped", "interleaved"), strict=True):
+        for side, style in (("engine", "-"), ("simulator", "--")):
+            ys = sorted(ttft[order][side])
+            n = len(ys)
+            ax.step(ys, [(i + 1) / n for i in range(n)], style, where="post", label=side)
+        ax.set_title(f"{order} arrivals")
+        ax.set_xlabel("TTFT (ms)")
+        ax.set_ylabel("share of requests")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return save(fig, path)
 
 
 # -- declarations ---------------------------------------------------------------------------
@@ -579,9 +484,7 @@ output_tokens = 2
 
 def eviction_pool_tokens(cfg: CommonConfig) -> int:
     """This demonstration's pool: `pool_share` of the groups' prefixes, in whole pages."""
-    ev, page = DEMO.config(cfg), cfg.engine.page_size
-    tokens = ev.pool_share * ev.groups * ev.prefix_tokens
-    return max(page, -(-int(tokens) // page) * page)
+    return workload.pool_tokens(DEMO.config(cfg), cfg.engine.page_size)
 
 
 def check(ev: EvictionSection, cfg: CommonConfig) -> None:
@@ -612,6 +515,21 @@ def _guard_lru(f: FigureValues) -> tuple[str, str]:
     )
 
 
+def preflight(ev: EvictionSection) -> None:
+    """A step profile the config names is read before the model loads."""
+    if ev.profile != "measure":
+        from ctxlab.sim.steptime import ProfileStepTime
+
+        ProfileStepTime(Path(ev.profile))
+
+
+def _on_server(session: Session, run: ServerRun) -> DemoResult:
+    """Through a server: sized to its probed cache instead of a pool."""
+    from ctxlab.workshop import server_eviction
+
+    return server_eviction.run(session, run, DEMO)
+
+
 DEMO = Demonstration(
     number=4,
     key="eviction",
@@ -627,4 +545,9 @@ DEMO = Demonstration(
     guards=((Risk.LRU_AS_MEMORY, _guard_lru),),
     check=check,
     required=("reused_tokens", "ttft_p99_ms", "sim_vs_engine_reused_tokens"),
+    plots=(
+        Plot("4_eviction.png", "the TTFT distribution per arrival order, engine against simulator"),
+    ),
+    preflight=preflight,
+    server=ServerMode(needs_cached_tokens=True, variant=_on_server),
 )

@@ -23,19 +23,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, field_validator, model_validator
 
 from ctxlab.progress import Tracker
+from ctxlab.workshop import eviction_workload as workload
 from ctxlab.workshop.config import Section
 from ctxlab.workshop.demo_eviction import DEMO as EVICTION
-from ctxlab.workshop.demo_eviction import (
-    Job,
-    build_jobs,
-    eviction_pool_tokens,
-    ordered,
-    run_engine,
-    run_simulator,
-    step_profile,
-)
 from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
-from ctxlab.workshop.measure import pct
+from ctxlab.workshop.eviction_workload import Job
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
@@ -67,7 +59,8 @@ def _step_profile(session: Session, res: DemoResult) -> tuple[Path, str]:
     fresh = path.exists() and path.stat().st_mtime >= _process_start()
     if EVICTION.config(session.cfg).profile == "measure" and fresh:
         return path, "the profile demonstration 4 measured on this machine in this run"
-    return step_profile(session, res)
+    profile = workload.step_profile(session, EVICTION.config(session.cfg))
+    return profile.path, workload.profile_label(res.figures, profile)
 
 
 def _process_start() -> float:
@@ -91,13 +84,14 @@ def transfer_profiles(session: Session, pool: int, blocks: int) -> dict[str, Any
         shutil.rmtree(session.out / "offload-profile", ignore_errors=True)
 
 
-def _stats_run(session: Session, jobs: list[Job], pool: int, tier: tuple) -> dict:
+def _stats_run(session: Session, jobs: list[Job], pool: int, tier: tuple, unique: int) -> dict:
     holder: dict[str, Any] = {}
 
     def attach(engine: LLMEngine) -> None:
         holder["off"] = engine.attach_offload(*tier)
 
-    run = run_engine(session, jobs, pool, attach)
+    ev = EVICTION.config(session.cfg)
+    run = workload.run_engine(session, ev, jobs, pool, attach).as_dict(unique)
     off = holder["off"]
     off.transfers.drain()
     run["offload"] = off.stats()
@@ -152,36 +146,35 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     session.llm(pool_tokens=256)  # warms the model up outside the measured pools
     profile, profile_label = _step_profile(session, res)
     tracker.advance()
-    pool = eviction_pool_tokens(session.cfg)
-    jobs = ordered(build_jobs(session), "interleaved")
-    unique = ev.groups * ev.prefix_tokens + len(jobs) * ev.suffix_tokens
+    page = session.cfg.engine.page_size
+    pool = workload.pool_tokens(ev, page)
+    jobs = workload.ordered(workload.build_jobs(session, ev, page), "interleaved")
+    unique = workload.unique_tokens(ev, jobs)
     host, directory = tier_of(session)
     prefix_blocks = ev.prefix_tokens // session.cfg.engine.page_size
     transfer = transfer_profiles(session, pool, prefix_blocks)
     tracker.advance()
-    runs: dict[str, dict] = {"engine, no tier": run_engine(session, jobs, pool)}
+    no_tier = workload.run_engine(session, ev, jobs, pool).as_dict(unique)
+    runs: dict[str, dict] = {"engine, no tier": no_tier}
     tracker.advance()
-    runs["engine, tier"] = _stats_run(session, jobs, pool, (host, directory))
+    runs["engine, tier"] = _stats_run(session, jobs, pool, (host, directory), unique)
     tracker.advance()
     fail = failure_run(session, jobs, pool, runs["engine, no tier"]["tokens"])
     tracker.advance()
     hp = transfer["host"]
-    runs["simulator, no tier"] = run_simulator(session, jobs, pool, profile)
-    runs["simulator, tier"] = run_simulator(
+    sim = workload.run_simulator(session, ev, jobs, pool, profile)
+    runs["simulator, no tier"] = sim.as_dict(unique)
+    runs["simulator, tier"] = workload.run_simulator(
         session,
+        ev,
         jobs,
         pool,
         profile,
         offload_bytes=host,
         offload_bandwidth=hp.bandwidth_bytes_per_s,
         offload_latency=hp.latency_s,
-    )
+    ).as_dict(unique)
     tracker.advance()
-    for side in runs.values():
-        side["computed"] = side["queried"] - side["reused"]
-        side["recomputed"] = side["computed"] - unique
-        for q in (50, 95, 99):
-            side[f"ttft_p{q}"] = pct(side["ttft_ms"], q)
     _tables(session, res, runs, fail, transfer, pool, host, directory, profile_label)
     base, tier = runs["engine, no tier"], runs["engine, tier"]
     st = tier["offload"]

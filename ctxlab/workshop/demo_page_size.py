@@ -11,11 +11,17 @@ The pair is sent `repeats` times per page size (new text each time), so the dive
 prompt's TTFT is a median with its n and bootstrap interval, and the change from the
 smallest to each larger page is read against its own interval (`latency_stats`): slots,
 bytes and reused tokens are exact counts (the same in every repeat), TTFTs are not.
+
+The file is in three parts: `measure` returns frozen records (`PageRow`), `verdicts` records
+the observations and judges each page's TTFT change (the one place it judges), and the
+tables, prose and plot are rendered from the records.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, model_validator
 
@@ -25,10 +31,20 @@ from ctxlab.progress import Tracker
 from ctxlab.stats import Direction
 from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.demonstration import (
+    Demonstration,
+    FigureValues,
+    Metric,
+    Plot,
+    Risk,
+    ServerMode,
+)
 from ctxlab.workshop.measure import median, send
 from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table, fmt
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.server_run import ServerRun
 
 
 def steps(session: Session) -> int:
@@ -36,7 +52,65 @@ def steps(session: Session) -> int:
     return (1 + c.repeats) * len(c.page_sizes)
 
 
-def held_at_once(session: Session, page: int, lengths: list[int]) -> dict[str, float]:
+@dataclass(frozen=True)
+class Held:
+    """Every request of one mix resident in one pool at once: the pool's own counters."""
+
+    held: int  # tokens the requests hold
+    allocated: int  # token slots the pool gave them
+    resident_bytes: int
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Prompt A then B (A's first tokens, then other text): B's reuse and both TTFTs."""
+
+    ttft_first_ms: float
+    ttft_ms: float
+    reused: int
+    recomputed: int
+
+
+@dataclass(frozen=True)
+class PageRow:
+    """One page size: the pool with every request resident, the diverging pairs, and the
+    planner's figures for the same lengths."""
+
+    page: int
+    held: int
+    allocated: int
+    resident_bytes: int
+    per_token: int  # the planner's bytes per token
+    ttft_first: tuple[float, ...]  # the first prompt of each pair (cold)
+    ttft: tuple[float, ...]  # the diverging prompt of each pair
+    reused: int  # the same in every pair (the pool's rule, not a timing)
+    recomputed: int
+    waste_plan: int
+    waste_bytes_plan: int
+    reused_plan: int
+
+    @property
+    def slot_bytes(self) -> float:
+        return self.resident_bytes / self.allocated
+
+    @property
+    def waste(self) -> int:
+        return self.allocated - self.held
+
+    @property
+    def waste_bytes(self) -> int:
+        return self.resident_bytes - self.held * self.per_token
+
+    @property
+    def ttft_first_ms(self) -> float:
+        return median(self.ttft_first)
+
+    @property
+    def ttft_ms(self) -> float:
+        return median(self.ttft)
+
+
+def held_at_once(session: Session, page: int, lengths: list[int]) -> Held:
     """Hold every request of `lengths` in one pool at once; read the pool's counters."""
     from ctxlab.engine import SamplingParams
 
@@ -57,17 +131,11 @@ def held_at_once(session: Session, page: int, lengths: list[int]) -> dict[str, f
         raise RuntimeError("the page-size measurement did not prefill every prompt in one step")
     st = engine.stats()
     engine.run_all(rids)
-    kv = engine.kv
-    allocated = st.blocks_used * page // kv.n_lanes
-    return {
-        "held": sum(lengths),
-        "allocated": allocated,
-        "resident_bytes": st.resident_bytes,
-        "slot_bytes": st.resident_bytes / allocated,
-    }
+    allocated = st.blocks_used * page // engine.kv.n_lanes
+    return Held(sum(lengths), allocated, st.resident_bytes)
 
 
-def diverging_pair(session: Session, page: int, pair: int, at: int) -> dict[str, float]:
+def diverging_pair(session: Session, page: int, pair: int, at: int) -> Pair:
     """Send prompt A, then B = A's first `at` tokens + other text: what B reuses (new text
     every call, so no earlier pair is in the cache)."""
     llm = session.llm(page_size=page, pool_tokens=2 * pair + 4 * page + 64)
@@ -77,17 +145,12 @@ def diverging_pair(session: Session, page: int, pair: int, at: int) -> dict[str,
         b[at] = session.other_token(a[at])
     first = send(llm, a, 1)
     second = send(llm, b, 1)
-    return {
-        "ttft_first_ms": first.ttft_ms,
-        "ttft_ms": second.ttft_ms,
-        "reused": second.reused,
-        "recomputed": second.recomputed,
-    }
+    return Pair(first.ttft_ms, second.ttft_ms, second.reused, second.recomputed)
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+def measure(session: Session, tracker: Tracker) -> list[PageRow]:
+    """Every page size: the resident mix, the pairs, the planner beside them."""
     cfg = DEMO.config(session.cfg)
-    res = DemoResult.of(DEMO, "run", "measured")
     arch = session.arch()
     per_token = arch.kv_bytes_per_token()
     rows = []
@@ -98,71 +161,83 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         for _ in range(cfg.repeats):
             pairs.append(diverging_pair(session, page, cfg.pair_tokens, cfg.divergence_at))
             tracker.advance()
-        pair = {
-            "ttft_first": [p["ttft_first_ms"] for p in pairs],
-            "ttft": [p["ttft_ms"] for p in pairs],
-            "ttft_first_ms": median([p["ttft_first_ms"] for p in pairs]),
-            "ttft_ms": median([p["ttft_ms"] for p in pairs]),
-            # token counts: the same in every repeat (the pool's rule, not a timing)
-            "reused": int(median([p["reused"] for p in pairs])),
-            "recomputed": int(median([p["recomputed"] for p in pairs])),
-        }
         planned = [paged_request(arch, n, page) for n in cfg.request_tokens]
         share = prefix_sharing(arch, cfg.pair_tokens, 2, cfg.divergence_at, page)
         rows.append(
-            {
-                "page": page,
-                **held,
-                **pair,
-                "waste": held["allocated"] - held["held"],
-                "waste_bytes": held["resident_bytes"] - held["held"] * per_token,
-                "waste_plan": sum(p.wasted_tokens for p in planned),
-                "waste_bytes_plan": sum(p.wasted_bytes for p in planned),
-                "reused_plan": min(
+            PageRow(
+                page=page,
+                held=held.held,
+                allocated=held.allocated,
+                resident_bytes=held.resident_bytes,
+                per_token=per_token,
+                ttft_first=tuple(p.ttft_first_ms for p in pairs),
+                ttft=tuple(p.ttft_ms for p in pairs),
+                reused=int(median([p.reused for p in pairs])),
+                recomputed=int(median([p.recomputed for p in pairs])),
+                waste_plan=sum(p.wasted_tokens for p in planned),
+                waste_bytes_plan=sum(p.wasted_bytes for p in planned),
+                reused_plan=min(
                     share.bytes_avoided_full_pages // per_token,
                     (cfg.pair_tokens - 1) // page * page,
                 ),
-            }
+            )
         )
-    _tables(session, res, rows, per_token)
-    lo, hi = rows[0], rows[-1]
-    res.observe("waste_tokens", lo["waste"], hi["waste"])
-    res.observe(
-        "waste_tokens_vs_planner", sum(r["waste_plan"] for r in rows), sum(r["waste"] for r in rows)
-    )
-    res.observe("bytes_per_token_slot", lo["slot_bytes"], hi["slot_bytes"])
-    res.observe("reused_tokens_at_divergence", lo["reused"], hi["reused"])
-    res.observe(
-        "reused_tokens_vs_planner",
-        sum(r["reused_plan"] for r in rows),
-        sum(r["reused"] for r in rows),
-    )
-    moved = _compare(lo, hi, *_predicted(session))
-    res.observe(
-        "ttft_ms_after_divergence",
-        lo["ttft_ms"],
-        hi["ttft_ms"],
-        1,
-        change=moved.change,
-        test=moved.test,
-    )
-    _explain(session, res, rows)
-    from ctxlab.workshop.plots import plot_page_size
+    return rows
 
+
+@dataclass(frozen=True)
+class Judged:
+    """The TTFT prediction and each page's change against the smallest (None for it)."""
+
+    direction: Direction
+    tolerance: float
+    changes: tuple[latency_stats.Compared | None, ...]
+
+
+def verdicts(session: Session, rows: list[PageRow], res: DemoResult) -> Judged:
+    """The metrics the run's predictions are judged on (`res.observe`), and each page's
+    TTFT change against the smallest judged against the prediction: the one place this
+    demonstration judges."""
+    lo, hi = rows[0], rows[-1]
+    res.observe("waste_tokens", lo.waste, hi.waste)
+    res.observe(
+        "waste_tokens_vs_planner", sum(r.waste_plan for r in rows), sum(r.waste for r in rows)
+    )
+    res.observe("bytes_per_token_slot", lo.slot_bytes, hi.slot_bytes)
+    res.observe("reused_tokens_at_divergence", lo.reused, hi.reused)
+    res.observe(
+        "reused_tokens_vs_planner", sum(r.reused_plan for r in rows), sum(r.reused for r in rows)
+    )
+    direction, tol = _predicted(session)
+    moved = _compare(lo, hi, direction, tol)
+    res.observe(
+        "ttft_ms_after_divergence", lo.ttft_ms, hi.ttft_ms, 1, change=moved.change, test=moved.test
+    )
+    changes = tuple(None if r is lo else _compare(lo, r, direction, tol) for r in rows)
+    return Judged(direction, tol, changes)
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render tables, prose and the plot from the records."""
+    rows = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured")
+    judged = verdicts(session, rows, res)
+    _tables(session, res, rows, judged)
+    _explain(session, res, rows, judged)
     res.plots.append(
-        plot_page_size(
-            [r["page"] for r in rows],
-            [r["waste"] for r in rows],
-            [r["waste_plan"] for r in rows],
-            [r["reused"] for r in rows],
-            [r["reused_plan"] for r in rows],
-            session.out / "plots" / "3_page_size.png",
+        draw(
+            [r.page for r in rows],
+            [r.waste for r in rows],
+            [r.waste_plan for r in rows],
+            [r.reused for r in rows],
+            [r.reused_plan for r in rows],
+            DEMO.plot("3_page_size.png").path(session.out),
         )
     )
     return res
 
 
-def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int) -> None:
+def _tables(session: Session, res: DemoResult, rows: list[PageRow], judged: Judged) -> None:
     cfg = DEMO.config(session.cfg)
     lengths = ", ".join(f"{n:,}" for n in cfg.request_tokens)
     waste = Table(
@@ -214,7 +289,7 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
             Column("diverging prompt TTFT median ms", 1),
             Column("95 % low", 1),
             Column("95 % high", 1),
-            Column(f"change vs page {rows[0]['page']} ms", 1),
+            Column(f"change vs page {rows[0].page} ms", 1),
             Column("change 95 % low", 1),
             Column("change 95 % high", 1),
             Column("predicted"),
@@ -222,49 +297,48 @@ def _tables(session: Session, res: DemoResult, rows: list[dict], per_token: int)
             Column("tokens computed for it"),
         ],
         note="95 % intervals: bootstrap of the median over the pairs, and of the difference "
-        f"of medians against page {rows[0]['page']} (each side resampled on its own; "
+        f"of medians against page {rows[0].page} (each side resampled on its own; "
         "ctxlab.stats); predicted: the run's prediction for ttft_ms_after_divergence (or up, "
         "no tolerance: larger pages recompute more); verdict: held when the whole interval "
         "of the change lies past the tolerance on the predicted side, failed when wholly on "
         "the other, otherwise within noise",
     )
     base = rows[0]
-    direction, tol = _predicted(session)
+    direction, tol = judged.direction, judged.tolerance
     said = direction + (f" (tolerance {100 * tol:g}%)" if tol else "")
-    for r in rows:
+    for r, c in zip(rows, judged.changes, strict=True):
         waste.add(
-            r["page"],
+            r.page,
             len(cfg.request_tokens),
-            r["held"],
-            r["allocated"],
-            r["waste"],
-            r["waste_plan"],
-            r["waste_bytes"] / 2**20,
-            r["waste_bytes_plan"] / 2**20,
-            round(r["slot_bytes"]),
+            r.held,
+            r.allocated,
+            r.waste,
+            r.waste_plan,
+            r.waste_bytes / 2**20,
+            r.waste_bytes_plan / 2**20,
+            round(r.slot_bytes),
         )
         reuse.add(
-            r["page"],
+            r.page,
             cfg.repeats,
-            r["reused"],
-            r["reused_plan"],
-            cfg.divergence_at - r["reused"],
+            r.reused,
+            r.reused_plan,
+            cfg.divergence_at - r.reused,
         )
-        _, low, high = latency_stats.cells(r["ttft"], 50)
-        if r is base:
+        _, low, high = latency_stats.cells(r.ttft, 50)
+        if r is base or c is None:
             change: tuple = (None, None, None, None, "baseline")
         else:
-            c = _compare(base, r, direction, tol)
             change = (c.change.value, c.change.low, c.change.high, said, c.verdict)
         serving.add(
-            r["page"],
-            len(r["ttft"]),
-            r["ttft_first_ms"],
-            r["ttft_ms"],
+            r.page,
+            len(r.ttft),
+            r.ttft_first_ms,
+            r.ttft_ms,
             low,
             high,
             *change,
-            r["recomputed"],
+            r.recomputed,
         )
     res.tables += [waste, reuse, serving]
 
@@ -274,14 +348,15 @@ def _predicted(session: Session) -> tuple[Direction, float]:
     return latency_stats.predicted(predictions, "ttft_ms_after_divergence", "up")
 
 
-def _compare(lo: dict, hi: dict, direction: Direction, tol: float) -> latency_stats.Compared:
+def _compare(lo: PageRow, hi: PageRow, direction: Direction, tol: float) -> latency_stats.Compared:
     """The diverging prompt's median TTFT at `hi`'s page against `lo`'s (separate repeats)."""
-    return latency_stats.compare(lo["ttft"], hi["ttft"], 50, direction, False, tol * lo["ttft_ms"])
+    return latency_stats.compare(
+        list(lo.ttft), list(hi.ttft), 50, direction, False, tol * lo.ttft_ms
+    )
 
 
-def _change_words(f: Figures, lo: dict, hi: dict, direction: Direction, tol: float) -> str:
+def _change_words(f: Figures, c: latency_stats.Compared) -> str:
     """'12.3 ms [4.0, 20.1] (held)': the largest page's TTFT change against the smallest."""
-    c = _compare(lo, hi, direction, tol)
     return (
         f"{f.say('ttft_change_ms', c.change.value, 1)} ms "
         f"[{f.say('ttft_change_low_ms', c.change.low, 1)}, "
@@ -289,14 +364,22 @@ def _change_words(f: Figures, lo: dict, hi: dict, direction: Direction, tol: flo
     )
 
 
-def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
+def _last_change(rows: list[PageRow], judged: Judged) -> latency_stats.Compared:
+    """The largest page against the smallest (computed afresh when only one page ran)."""
+    last = judged.changes[-1]
+    if last is None:
+        return _compare(rows[0], rows[-1], judged.direction, judged.tolerance)
+    return last
+
+
+def _explain(session: Session, res: DemoResult, rows: list[PageRow], judged: Judged) -> None:
     f = res.figures
     cfg = DEMO.config(session.cfg)
     lo, hi = rows[0], rows[-1]
     pool = session.cfg.engine.kv_pool_tokens
-    fit_lo = pool // (lo["allocated"] // len(cfg.request_tokens) or 1)
-    fit_hi = pool // (hi["allocated"] // len(cfg.request_tokens) or 1)
-    small, large = f.say("page_small", lo["page"]), f.say("page_large", hi["page"])
+    fit_lo = pool // (lo.allocated // len(cfg.request_tokens) or 1)
+    fit_hi = pool // (hi.allocated // len(cfg.request_tokens) or 1)
+    small, large = f.say("page_small", lo.page), f.say("page_large", hi.page)
     res.summary = (
         "Page size changes how many slots a request holds and how much of a shared prefix "
         "can be reused; it does not change what one token slot costs."
@@ -304,12 +387,12 @@ def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
     res.gains.append(
         Gain(
             "smaller pages (less rounding waste)",
-            f"at page {small} the requests held {f.say('allocated_small', lo['allocated'])} slots "
-            f"for {f.say('held', lo['held'])} tokens; at page {large} they held "
-            f"{f.say('allocated_large', hi['allocated'])}, wasting "
-            f"{f.say('waste_large', hi['waste'])} slots "
-            f"({f.say('waste_large_mib', hi['waste_bytes'] / 2**20, 3)} MiB); each slot costs "
-            f"{f.say('slot_bytes', round(lo['slot_bytes']))} bytes at every page size",
+            f"at page {small} the requests held {f.say('allocated_small', lo.allocated)} slots "
+            f"for {f.say('held', lo.held)} tokens; at page {large} they held "
+            f"{f.say('allocated_large', hi.allocated)}, wasting "
+            f"{f.say('waste_large', hi.waste)} slots "
+            f"({f.say('waste_large_mib', hi.waste_bytes / 2**20, 3)} MiB); each slot costs "
+            f"{f.say('slot_bytes', round(lo.slot_bytes))} bytes at every page size",
             f"a pool of {f.say('pool_tokens', pool)} tokens holds "
             f"{f.say('fit_small', fit_lo)} requests of this mix's mean size at page {small} and "
             f"{f.say('fit_large', fit_hi)} at page {large}: waste is concurrency lost",
@@ -319,13 +402,13 @@ def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
         Gain(
             "smaller pages (finer reuse)",
             f"the second prompt shared {f.say('divergence_at', cfg.divergence_at)} tokens with the "
-            f"first; page {small} reused {f.say('reused_small', lo['reused'])} of them, page "
-            f"{large} {f.say('reused_large', hi['reused'])}: a page is reused whole or not at all",
+            f"first; page {small} reused {f.say('reused_small', lo.reused)} of them, page "
+            f"{large} {f.say('reused_large', hi.reused)}: a page is reused whole or not at all",
             "the diverging prompt's first token took (median of "
-            f"{f.say('pairs', len(lo['ttft']))} pairs) "
-            f"{f.say('ttft_small_ms', lo['ttft_ms'], 1)} ms "
-            f"at page {small} and {f.say('ttft_large_ms', hi['ttft_ms'], 1)} ms at page {large}, "
-            f"a change of {_change_words(f, lo, hi, *_predicted(session))} (the smallest "
+            f"{f.say('pairs', len(lo.ttft))} pairs) "
+            f"{f.say('ttft_small_ms', lo.ttft_ms, 1)} ms "
+            f"at page {small} and {f.say('ttft_large_ms', hi.ttft_ms, 1)} ms at page {large}, "
+            f"a change of {_change_words(f, _last_change(rows, judged))} (the smallest "
             "pages also pay for one hash and one block per few tokens)",
         )
     )
@@ -334,6 +417,36 @@ def _explain(session: Session, res: DemoResult, rows: list[dict]) -> None:
         "page size, so no saving here is a smaller token; it is fewer empty slots or more "
         "shared ones."
     )
+
+
+def draw(
+    pages: list[int],
+    measured: list[int],
+    planned: list[int],
+    reused: list[int],
+    reused_plan: list[int],
+    path: Path,
+) -> Path:
+    """Rounding waste and reuse at a divergence, measured (dots) against the planner (line)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure()
+    left.plot(pages, planned, "-", color="grey", label="planner")
+    left.plot(pages, measured, "o", label="measured (pool)")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("page size (tokens)")
+    left.set_ylabel("wasted token slots")
+    left.set_title("rounding waste")
+    right.plot(pages, reused_plan, "-", color="grey", label="planner")
+    right.plot(pages, reused, "o", label="measured")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("page size (tokens)")
+    right.set_ylabel("reused tokens")
+    right.set_title("reuse at a divergence")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return save(fig, path)
 
 
 # -- declarations ---------------------------------------------------------------------------
@@ -459,6 +572,13 @@ def _guard_paging_bytes(f: FigureValues) -> tuple[str, str]:
     )
 
 
+def _on_server(session: Session, run: ServerRun) -> DemoResult:
+    """Through a server: its page measured instead (a client cannot set a server's page)."""
+    from ctxlab.workshop.server_demos import page_size
+
+    return page_size(session, run, DEMO, DEMO.config(session.cfg).request_tokens)
+
+
 DEMO = Demonstration(
     number=3,
     key="page_size",
@@ -474,4 +594,15 @@ DEMO = Demonstration(
     guards=((Risk.PAGING_BYTES, _guard_paging_bytes),),
     check=check,
     required=("waste_tokens_vs_planner", "reused_tokens_at_divergence"),
+    plots=(
+        Plot(
+            "3_page_size.png",
+            "rounding waste and reuse at a divergence, measured against the planner",
+        ),
+    ),
+    server=ServerMode(
+        variant=_on_server,
+        instead="measured its page instead of comparing page sizes",
+        staircase=lambda section: section.pair_tokens,
+    ),
 )

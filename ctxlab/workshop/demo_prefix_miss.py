@@ -18,7 +18,7 @@ from pydantic import Field
 from ctxlab.progress import Tracker
 from ctxlab.workshop import latency_stats
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk, ServerMode
 from ctxlab.workshop.measure import Sent, median, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -42,7 +42,7 @@ def positions(prompt_tokens: int, page: int) -> dict[str, int]:
 def run(session: Session, tracker: Tracker) -> DemoResult:
     cfg, page = DEMO.config(session.cfg), session.cfg.engine.page_size
     res = DemoResult.of(DEMO, "run", "measured")
-    llm = session.llm()
+    llm = session.requests.generator()
     base = session.text_ids(cfg.prompt_tokens)
 
     def go(ids: list[int], salt: str | None = None) -> Sent:
@@ -64,7 +64,9 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             ids[where[case]] = values[case]
             runs[case].append(go(ids))
         runs["other tenant"].append(go(base, salt=f"tenant-{i}"))
-    session.note_resident("demonstration 1", runs["cold"][0].metrics.resident_kv_bytes, llm)
+    resident = runs["cold"][0].metrics.resident_kv_bytes
+    if resident is not None:
+        session.note_resident("demonstration 1", resident, session.requests.slot_bytes(llm))
 
     reused = {k: int(median([s.reused for s in v])) for k, v in runs.items()}
     recomputed = {k: int(median([s.recomputed for s in v])) for k, v in runs.items()}
@@ -324,4 +326,5 @@ DEMO = Demonstration(
     guards=((Risk.HIT_REQUESTS, _guard_hit_requests), (Risk.TENANTS, _guard_tenants)),
     check=check,
     required=("reused_tokens_at_token0", "reused_tokens_mid", "ttft_ms_at_token0"),
+    server=ServerMode(through=True, needs_cached_tokens=True),
 )

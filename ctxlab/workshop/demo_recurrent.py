@@ -24,6 +24,9 @@ noise: their comparisons are exact, held or failed.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from pydantic import field_validator, model_validator
 
 from ctxlab import stats
@@ -39,10 +42,21 @@ from ctxlab.workshop.config import (
     arch_from,
     fits,
 )
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.demonstration import (
+    Demonstration,
+    FigureValues,
+    Metric,
+    Plot,
+    Risk,
+    ServerMode,
+)
 from ctxlab.workshop.measure import Timer, median, pct
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
+from ctxlab.workshop.result import Column, DemoResult, Gain, JSONObject, Table, fmt
 from ctxlab.workshop.session import Session
+
+if TYPE_CHECKING:
+    from ctxlab.workshop.server_run import ServerRun
+
 
 GIB = 2**30
 # The measured windowed pair: (role, registry name), the all-global model first (its pool of
@@ -123,7 +137,9 @@ def engine_workload(session: Session, w: Workload) -> dict:
             engine.step()
             peak = max(peak, len(engine.scheduler.running))
     outs = [engine.output(r).metrics for r in rids]
-    session.note_resident("demonstration 7", max(m.resident_kv_bytes for m in outs), llm)
+    session.note_resident(
+        "demonstration 7", max(m.resident_kv_bytes for m in outs), session.slot_bytes(llm)
+    )
     return {
         "concurrency": peak,
         "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
@@ -268,9 +284,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         test=moved.test,
     )
     _explain(session, res, modeled, measured)
-    from ctxlab.workshop.plots import plot_recurrent
-
-    res.plots.append(plot_recurrent(modeled, session.out / "plots" / "7_recurrent_vs_kv.png"))
+    res.plots.append(draw(modeled, DEMO.plot("7_recurrent_vs_kv.png").path(session.out)))
     return res
 
 
@@ -530,6 +544,25 @@ def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: d
     )
 
 
+def draw(rows: list[JSONObject], path: Path) -> Path:
+    """Concurrency reached and p99 TTFT per architecture and workload (modeled)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure()
+    labels = [f"{r['arch']}\n{r['workload']}" for r in rows]
+    xs = range(len(rows))
+    left.bar(xs, [r["concurrency"] for r in rows], color="tab:blue")
+    left.set_ylabel("requests running at once")
+    right.bar(xs, [r["ttft_p99_ms"] / 1e3 for r in rows], color="tab:orange")
+    right.set_ylabel("p99 TTFT (s)")
+    for ax in (left, right):
+        ax.set_xticks(list(xs), labels, fontsize=7)
+        ax.grid(alpha=0.3, axis="y")
+    left.set_title("equal memory: concurrency")
+    right.set_title("equal memory: p99 TTFT")
+    return save(fig, path)
+
+
 # -- declarations ---------------------------------------------------------------------------
 
 
@@ -663,6 +696,14 @@ def _guard_p99(f: FigureValues) -> tuple[str, str]:
     )
 
 
+def _on_server(session: Session, run: ServerRun, res: DemoResult) -> None:
+    """Through a server: the measured short and long workloads sent to it as well."""
+    from ctxlab.workshop.server_demos import workload_rows
+
+    c = DEMO.config(session.cfg)
+    workload_rows(session, run, res, [("short", c.engine_short), ("long", c.engine_long)])
+
+
 DEMO = Demonstration(
     number=7,
     key="recurrent_vs_kv",
@@ -678,4 +719,11 @@ DEMO = Demonstration(
     guards=((Risk.RECURRENT_LOSSLESS, _guard_lossless), (Risk.P99, _guard_p99)),
     check=check,
     required=("concurrency_reached", "engine_concurrency_reached"),
+    plots=(
+        Plot(
+            "7_recurrent_vs_kv.png",
+            "concurrency reached and p99 TTFT per architecture and workload",
+        ),
+    ),
+    server=ServerMode(extra=_on_server),
 )

@@ -26,9 +26,17 @@ from pydantic import Field, model_validator
 from ctxlab.progress import Tracker
 from ctxlab.workshop import retrieval_depth_report as report
 from ctxlab.workshop.config import Pos, Section, Seed
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.demonstration import (
+    ContextNumber,
+    Demonstration,
+    FigureValues,
+    Metric,
+    Plot,
+    Risk,
+    ServerMode,
+)
 from ctxlab.workshop.measure import Timer
-from ctxlab.workshop.result import DemoResult, fmt
+from ctxlab.workshop.result import DemoResult, JSONObject, fmt
 from ctxlab.workshop.retrieval_depth_report import Depth
 from ctxlab.workshop.session import Session
 
@@ -152,7 +160,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         # two depths: the k answered and the one before it
         batch = session.cfg.engine.max_num_seqs
         two = sorted(d.max_prompt_tokens + c.answer_tokens for d in depths.values())[-2:]
-        backend = session.chat_backend((batch + 1) * sum(two), batch)
+        backend = session.requests.chat((batch + 1) * sum(two), batch)
         evidence = {q.id: evidence_chunks(store, q) for q in answered}
         got: dict[int, list[Any]] = {k: [] for k in depths}
         spent = {k: [0.0, 0.0, 0, 0] for k in depths}  # cpu s, wall s, prompt, reused
@@ -197,15 +205,57 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     report.tables(session, res, depths, gold, len(asked), len(answered), session_facts)
     report.observe(res, depths)
     report.explain(session, res, depths, gold, len(asked), len(answered), session_facts)
-    from ctxlab.workshop.plots import plot_retrieval_depth
-
     res.plots.append(
-        plot_retrieval_depth(
+        draw(
             [report.plot_row(d) for d in depths.values()],
-            session.out / "plots" / "6_retrieval_depth.png",
+            DEMO.plot("6_retrieval_depth.png").path(session.out),
         )
     )
     return res
+
+
+def draw(rows: list[JSONObject], path: Path) -> Path:
+    """Per k: evidence found, answers right and citations right (left); tokens added (right)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure()
+    ks = [r["k"] for r in rows]
+    for key, label, marker in (
+        ("recall_pct", "recall@k", "o"),
+        ("accuracy_pct", "accuracy", "s"),
+        ("citation_precision_pct", "citation precision", "^"),
+    ):
+        got = [r for r in rows if r[key] is not None]
+        if not got:
+            continue
+        stem = key.removesuffix("_pct")
+        low, high = f"{stem}_low_pct", f"{stem}_high_pct"
+        if all(r.get(low) is not None and r.get(high) is not None for r in got):
+            err = [[r[key] - r[low] for r in got], [r[high] - r[key] for r in got]]
+            left.errorbar(
+                [r["k"] for r in got],
+                [r[key] for r in got],
+                yerr=err,
+                marker=marker,
+                capsize=3,
+                label=f"{label} (95 % interval)",
+            )
+        else:
+            left.plot([r["k"] for r in got], [r[key] for r in got], marker=marker, label=label)
+    left.set_xscale("log", base=2)
+    left.set_xticks(ks, [str(k) for k in ks])
+    left.set_ylim(0, 100)
+    left.set_xlabel("k (passages retrieved)")
+    left.set_ylabel("%")
+    left.set_title("what k finds and what the model does with it")
+    left.legend(fontsize=7)
+    left.grid(alpha=0.3)
+    right.bar([str(k) for k in ks], [r["retrieved_tokens"] for r in rows], color="tab:grey")
+    right.set_xlabel("k")
+    right.set_ylabel("retrieved tokens per question")
+    right.set_title("what k puts in the prompt")
+    right.grid(alpha=0.3, axis="y")
+    return save(fig, path)
 
 
 # -- declarations ---------------------------------------------------------------------------
@@ -311,4 +361,18 @@ DEMO = Demonstration(
     quick_toml=QUICK_TOML,
     guards=((Risk.RECALL_ONLY, _guard_recall_only),),
     required=("recall_at_k_pct",),
+    plots=(
+        Plot(
+            "6_retrieval_depth.png",
+            "per k, evidence found, answers and citations right, and tokens added",
+        ),
+    ),
+    server=ServerMode(through=True, chat=True),
+    context_numbers=(
+        ContextNumber(
+            "retrieved tokens",
+            "retrieved_tokens",
+            "tokens retrieval put into the prompt per question",
+        ),
+    ),
 )

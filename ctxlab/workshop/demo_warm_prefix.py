@@ -10,6 +10,7 @@ not move. The spread of the repeats is the noise the comparison is read against.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
@@ -18,7 +19,14 @@ from ctxlab.plan.cost import HostedPrices, hosted_cost
 from ctxlab.progress import Tracker
 from ctxlab.stats import median_interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
-from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
+from ctxlab.workshop.demonstration import (
+    Demonstration,
+    FigureValues,
+    Metric,
+    Plot,
+    Risk,
+    ServerMode,
+)
 from ctxlab.workshop.measure import Sent, median, pct, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
@@ -41,7 +49,7 @@ def prices(session: Session) -> HostedPrices:
 def run(session: Session, tracker: Tracker) -> DemoResult:
     cfg = DEMO.config(session.cfg)
     res = DemoResult.of(DEMO, "run", "measured")
-    llm = session.llm()
+    llm = session.requests.generator()
     prefix = session.text_ids(cfg.prefix_tokens)
     send(llm, prefix + session.text_ids(cfg.suffix_tokens), 2)  # puts the prefix in the cache
     tracker.advance()
@@ -53,8 +61,8 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             ids = head + session.text_ids(cfg.suffix_tokens)
             runs[side].append(send(llm, ids, cfg.output_tokens))
             tracker.advance()
-    slot = session.slot_bytes(llm)
-    session.note_resident("demonstration 2", runs["warm"][0].metrics.resident_kv_bytes, llm)
+    slot = session.requests.slot_bytes(llm)
+    session.note_resident("demonstration 2", runs["warm"][0].metrics.resident_kv_bytes, slot)
 
     stats = {side: _stats(sent) for side, sent in runs.items()}
     _tables(session, res, stats, slot, cfg)
@@ -70,9 +78,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     )
     res.observe("itl_ms", c["itl_p50"], w["itl_p50"], 2, noise=c["itl_spread"])
     _explain(res, stats, slot, cfg, session.cfg.cost.currency)
-    from ctxlab.workshop.plots import plot_warm_prefix
-
-    res.plots.append(plot_warm_prefix(runs, session.out / "plots" / "2_warm_prefix.png"))
+    res.plots.append(draw(runs, DEMO.plot("2_warm_prefix.png").path(session.out)))
     return res
 
 
@@ -235,6 +241,24 @@ def _explain(res: DemoResult, stats: dict, slot: int, cfg, currency: str) -> Non
     )
 
 
+def draw(runs: dict[str, list[Sent]], path: Path) -> Path:
+    """TTFT and TPOT of every repeat, cold against warm (the spread is the point)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure()
+    for ax, what, label in ((left, "ttft_ms", "TTFT (ms)"), (right, "tpot_ms", "TPOT (ms)")):
+        for x, side in enumerate(("cold", "warm")):
+            ys = [getattr(s, what) for s in runs[side]]
+            ax.scatter([x] * len(ys), ys, alpha=0.7, label=side)
+        ax.set_xticks([0, 1], ["cold", "warm"])
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    left.set_title("first token: reuse removes prefill")
+    right.set_title("per output token: unchanged")
+    return save(fig, path)
+
+
 # -- declarations ---------------------------------------------------------------------------
 
 
@@ -317,4 +341,6 @@ DEMO = Demonstration(
     guards=((Risk.PAYLOAD_VS_COMPUTE, _guard_payload), (Risk.PRICING, _guard_pricing)),
     check=check,
     required=("ttft_ms", "tpot_ms"),
+    plots=(Plot("2_warm_prefix.png", "TTFT and TPOT of every repeat, cold against warm"),),
+    server=ServerMode(through=True, needs_cached_tokens=True),
 )

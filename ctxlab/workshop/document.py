@@ -2,8 +2,9 @@
 
 Markdown and HTML render the same blocks (`report_markdown`, `report_html`), so the two
 reports cannot disagree, and every number either prints was read back from results.json
-(tables print their stored cells; prose was written with `Figures.say`). Sections: status
-and run, predictions against observations, the six context numbers, the storage / serving /
+(tables print their stored cells; prose was written with `Figures.say`). Sections: the
+opening summary (what was decided, on what, the headline figures), status and run,
+predictions against observations, the six context numbers, the storage / serving /
 retrieval / task / cost tables (each naming its layer), each demonstration with its gains
 explained twice, the "what could go wrong" list, and the files.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ctxlab.workshop.registry import BY_KEY
+from ctxlab.workshop.registry import BY_KEY, REGISTERED
 from ctxlab.workshop.result import LAYERS, JSONObject, fmt
 
 
@@ -40,6 +41,7 @@ def _stored_table(t: JSONObject) -> Block:
 
 def build_document(res: JSONObject) -> list[Block]:
     doc: list[Block] = [Block("h1", "ctxlab workshop report")]
+    doc += _summary(res)
     doc += _status(res)
     doc += _servers(res)
     doc += _predictions(res)
@@ -51,9 +53,45 @@ def build_document(res: JSONObject) -> list[Block]:
     return doc
 
 
+def _summary(res: JSONObject) -> list[Block]:
+    """What was decided, on what machine and software, and each demonstration's headline."""
+    run, counts = res["run"], res["verdict_counts"]
+    verdicts = res["verdicts"]
+    failed = [f"{v['demo']}. {v['metric']}" for v in verdicts if v["verdict"] == "failed"]
+    decided = (
+        f"Of the predictions written before the run, {fmt(counts['held'])} held, "
+        f"{fmt(counts['failed'])} failed"
+        + (f" ({', '.join(failed)})" if failed else "")
+        + f", {fmt(counts.get('within noise', 0))} were within noise and "
+        f"{fmt(counts['not measurable'])} not measurable; the run is {res['status']}."
+    )
+    server = res.get("server")
+    where = f"`{run.get('engine', 'ctxlab engine')}`" + (
+        f"; requests through {server['label']}" if server else ""
+    )
+    on = (
+        f"On `{run.get('cpu_model') or 'an unnamed CPU'}` ({fmt(run['cores'])} cores, "
+        f"{fmt(run['torch_threads'])} torch threads), ctxlab `{run.get('ctxlab_version') or '?'}`"
+        f" at commit `{run.get('git_commit') or 'unknown (not a git checkout)'}`, torch "
+        f"`{run.get('torch_version') or '?'}`, {where}; model `{run['model']}`"
+        + ("; --quick sizes" if run["quick"] else "")
+        + "."
+    )
+    heads = [
+        f"{d['number']}. {d['title']}: {d['summary']}"
+        for d in res["demos"].values()
+        if d["status"] == "run" and d["summary"]
+    ]
+    out = [Block("h2", "Summary"), Block("p", decided), Block("p", on)]
+    if heads:
+        out += [Block("p", "Headline figures:"), Block("list", items=heads)]
+    return out
+
+
 def _status(res: JSONObject) -> list[Block]:
     run = res["run"]
-    head = "Status: complete" if res["status"] == "complete" else "Status: INCOMPLETE"
+    status = res["status"]
+    head = "Status: complete" if status == "complete" else f"Status: {status.upper()}"
     load0 = " / ".join(fmt(x, 2) for x in run["load_average_start"]) or "n/a"
     load1 = " / ".join(fmt(x, 2) for x in run["load_average_end"]) or "n/a"
     counts = res["verdict_counts"]
@@ -83,37 +121,54 @@ def _status(res: JSONObject) -> list[Block]:
     ]
 
 
-SERVER_DEMOS = {"prefix_miss", "warm_prefix", "page_size", "eviction", "compaction",
-                "retrieval_depth"}  # fmt: skip
-
-
 def _server_lines(res: JSONObject) -> list[str]:
     """Through servers: each one named (URL without credentials, model, engine and version
-    where it tells them), and which demonstrations went through the first one."""
+    where it tells them), and what each demonstration did with the first one (its
+    `ServerMode`)."""
     server = res.get("server")
     if not server:
         return []
-    demos = res["demos"].values()
-    through = [str(d["number"]) for d in demos if d["key"] in SERVER_DEMOS and d["status"] == "run"]
-    page = res["demos"]["page_size"]["status"] == "not measurable" and any(
-        t["key"].startswith("page_size_server") for t in res["demos"]["page_size"]["tables"]
-    )
-    cannot = [
-        f"{d['number']} ({d['summary'].removeprefix('Not measurable through the server: ')})"
-        for d in demos
-        if d["key"] in SERVER_DEMOS and d["status"] == "not measurable" and d["key"] != "page_size"
-    ]
+    through: list[str] = []
+    instead: list[str] = []
+    local: list[str] = []
+    cannot: dict[str, list[str]] = {}  # one reason, the demonstrations it stopped
+    for d in res["demos"].values():
+        demo = BY_KEY.get(d["key"])
+        if demo is None or d["status"] == "not selected":
+            continue
+        n = str(d["number"])
+        if d["status"] == "not measurable" and d["tables"] and demo.server.instead:
+            instead.append(f"{n} {demo.server.instead}")
+        elif d["status"] == "not measurable":
+            why = d["summary"].removeprefix("Not measurable through the server: ").rstrip(".")
+            cannot.setdefault(why, []).append(n)
+        elif d["status"] == "run" and demo.server.uses_server:
+            through.append(n)
+        elif d["status"] == "run":
+            local.append(n)
+    ran_local = ", ".join(local) + (" and the eval" if res.get("useful_context") else "")
     lines = [
         f"server: {server['label']}; demonstrations {', '.join(through) or 'none'} went "
         "through it"
-        + ("; 3 measured its page instead of comparing page sizes" if page else "")
-        + (f"; not measurable through it: {'; '.join(cannot)}" if cannot else "")
-        + "; 7 and the eval ran on the local engine"
+        + "".join(f"; {x}" for x in instead)
+        + (
+            "; not measurable through it: "
+            + "; ".join(f"{', '.join(ns)} ({why})" for why, ns in cannot.items())
+            if cannot
+            else ""
+        )
+        + (f"; {ran_local} ran on the local engine" if local else "")
     ]
     others = res.get("servers", [])[1:]
     if others:
+        sides = " and ".join(
+            [
+                "the probe summary",
+                *(f"demonstration {d.number}" for d in REGISTERED if d.server.instead),
+            ]
+        )
         lines.append(
-            "also probed side by side (the probe summary and demonstration 3): "
+            f"also probed side by side ({sides}): "
             + "; ".join(f"{s['name']}: {s['label']}" for s in others)
         )
     if res.get("error"):

@@ -24,7 +24,7 @@ Cell = str | int | float | None  # one cell of a table
 
 Layer = Literal["storage", "serving", "retrieval", "task", "cost"]
 Mode = Literal["measured", "modeled", "measured and modeled"]
-Status = Literal["run", "not selected", "not measurable"]
+Status = Literal["run", "not selected", "not measurable", "interrupted"]
 
 # The report's five result tables and the layer of the stack each belongs to.
 LAYERS: dict[str, str] = {

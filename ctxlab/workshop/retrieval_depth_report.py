@@ -68,7 +68,7 @@ def paired_pct(a: list[float] | list[bool], b: list[float] | list[bool]) -> Inte
 
 
 def plot_row(d: Depth) -> dict[str, Any]:
-    """One k as the plot reads it (`plots.plot_retrieval_depth`): values and 95 % intervals."""
+    """One k as the plot reads it (`demo_retrieval_depth.draw`): values and 95 % intervals."""
     r_lo, r_hi = _pct_interval(recall_ci(d))
     a_lo, a_hi = _pct_interval(accuracy_ci(d))
     p_lo, p_hi = _pct_interval(stats.mean_interval(d.precisions) if d.precisions else None)

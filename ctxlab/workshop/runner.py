@@ -5,7 +5,10 @@ out is recorded with that status and no numbers), the small
 useful-context eval, the six context numbers, the verdicts, the required-metric check, the
 "what could go wrong" list, then results.json, and the Markdown and HTML reports rendered
 from the results.json just written. The run's status is "complete" only when every required
-metric of the selected demonstrations was measured.
+metric of the selected demonstrations was measured; "stopped early" when a server stopped
+answering, "interrupted" on SIGINT (the finished demonstrations are kept), "incomplete"
+otherwise. Nothing here names a demonstration: what server mode, the document and the
+context numbers need is declared on `Demonstration`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import json
 import math
 import os
 import platform
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,9 +34,9 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from ctxlab.model import LoadedModel
-    from ctxlab.probe.prefix import PrefixResult
     from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.server_backend import ServerLLM
+    from ctxlab.workshop.server_run import ServerRun
 
 SCHEMA = "ctxlab.workshop/1"
 COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
@@ -70,14 +72,16 @@ def run_workshop(
 ) -> JSONObject:
     """Run, write results.json, report.md and report.html under `out`; return the results.
 
-    `server` (a `ServerLLM`, from `ctxlab workshop --server` or the first `[[servers]]`):
-    demonstrations 1 and 2 send their requests to it, 3 measures its page size, 4 is sized
-    to its probed cache (`server_eviction.py`), 5 and 6 use its chat API, 7 runs as without
-    a server plus its short and long workloads sent to it. `servers`: every (label, server)
-    of the config, the first included: each gets the probe summary and demonstration 3
-    side by side (`server_compare.py`). A server that stops answering ends the run early
-    with `results["error"]` saying so; what was measured before is kept."""
+    `server` (a `ServerLLM`, from `ctxlab workshop --server` or the first `[[servers]]`)
+    becomes the run's request backend (`server_run.start`); each demonstration's
+    `ServerMode` says what it does with it. `servers`: every (label, server) of the config,
+    the first included: each gets the probe summary side by side (`server_compare.py`). A
+    server that stops answering ends the run early with `results["error"]` saying so; what
+    was measured before is kept. SIGINT during a demonstration or the eval ends the run the
+    same way: the finished demonstrations are kept, the report is written and says
+    "interrupted" (`results["interrupted"]`)."""
     load0 = load_average()
+    started = datetime.now(UTC)
     with Timer() as total:
         if loaded is None:
             loaded = load_default_model(cfg, show_progress)
@@ -89,14 +93,20 @@ def run_workshop(
         session.check_arch()
         through = None
         if server is not None:
+            from ctxlab.workshop import server_run
+
             others = [(n, s) for n, s in (servers or []) if s is not server]
             name = next((n for n, s in (servers or []) if s is server), "server")
-            through = _through_server(session, server, only, show_progress, name, others)
-        demos = _run_demos(session, only, show_progress, through)
+            chat = any(d.server.chat for d in REGISTERED if only is None or d.number in only)
+            through = server_run.start(session, server, chat, show_progress, name, others)
+        demos, interrupted = _run_demos(session, only, show_progress, through)
         gone = through.gone if through is not None else None
         useful = None
-        if cfg.useful_context.enabled and only is None and gone is None:
-            useful = _useful_context(session, show_progress)
+        if cfg.useful_context.enabled and only is None and gone is None and not interrupted:
+            try:
+                useful = _useful_context(session, show_progress)
+            except KeyboardInterrupt:
+                interrupted = "in the useful-context eval"
         demo_json = {k: d.to_json(out) for k, d in demos.items()}
         results: JSONObject = {
             "schema": SCHEMA,
@@ -105,9 +115,13 @@ def run_workshop(
             "useful_context": useful,
         }
         if server is not None:
+            from ctxlab.workshop import server_run
+
             results["server"] = {**server.info.as_dict(), "label": server.label(code=True)}
             results["error"] = gone or ""
-            _server_summaries(results, through)
+            if through is not None:
+                server_run.summaries(results, through)
+        results["interrupted"] = interrupted or ""
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
         results["verdicts"] = [v.to_json() for v in verdicts]
@@ -117,20 +131,13 @@ def run_workshop(
         results["checklist"] = checklist.evaluate(results)
     import torch
 
-    missing = [r for r in results["required_metrics"] if r["required"] and not r["measured"]]
-    results["status"] = "incomplete" if missing else "complete"
-    results["status_reason"] = (
-        f"{len(missing)} required metric(s) not measured: "
-        + "; ".join(f"{r['metric']} ({r['why']})" for r in missing)
-        if missing
-        else "every required metric of the selected demonstrations was measured"
-    )
+    results["status"], results["status_reason"] = _status(results)
     results["run"] = {
         "config": config_label,
         "quick": quick,
         "only": sorted(only) if only else None,
         "model": cfg.model.source,
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started": started.isoformat(timespec="seconds"),
         "wall_s": round(total.wall_s, 1),
         "cpu_s": round(total.cpu_s, 1),
         "load_average_start": load0,
@@ -139,196 +146,167 @@ def run_workshop(
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "cost_unit_requests": COST_UNIT_REQUESTS,
+        **versions(loaded),
     }
     write_reports(results, out)
     return results
 
 
-# Through a server: the demonstrations whose requests go to it.
-THROUGH_SERVER = ("prefix_miss", "warm_prefix", "compaction", "retrieval_depth")
-NEEDS_CACHED_TOKENS = ("prefix_miss", "warm_prefix", "eviction")
-
-
-@dataclass
-class Through:
-    """What `--server` decided before the demonstrations ran."""
-
-    label: str
-    staircase: PrefixResult | None  # None when the server died first
-    cached_reported: bool
-    show: bool = True
-    chat_reason: str | None = None  # why demonstrations 5 and 6 cannot use its chat API
-    gone: str | None = None  # the server stopped answering: the sentence, and no more demos
-    summaries: list = field(default_factory=list)  # server_compare.Summary, the first first
-
-
-def _through_server(
-    session: Session,
-    server: ServerLLM,
-    only: set[int] | None,
-    show: bool,
-    name: str = "server",
-    others: list[tuple[str, ServerLLM]] | None = None,
-) -> Through:
-    """Measure the server's page size once (demonstrations 1 and 3 need it) and whether it
-    reports cached tokens; demonstrations then see the server's page, not the config's.
-    Demonstrations 5 and 6 get its chat API, once its token counts match the local ones."""
-    from ctxlab.probe.client import ServerGone
-    from ctxlab.workshop import server_demos
-    from ctxlab.workshop.server_chat import ServerChatBackend
-
-    session.server = server
-    label = server.label(code=True)
-    try:
-        with progress(f"measuring {server.label()}", enabled=show):
-            cached = server.reports_cached()
-            longest = 64 if session.quick else max(64, min(300, session.cfg.page_size.pair_tokens))
-            pre = server_demos.probe_page(server, longest)
-            chat_reason = None
-            if only is None or only & {5, 6}:
-                page = pre.granularity.value
-                window = min(server.info.max_model_len or 10**9, session.cfg.model.max_model_len)
-                chat = ServerChatBackend(
-                    server, session.loaded.tokenizer, window, page if isinstance(page, int) else 16
-                )
-                chat_reason = chat.check_counts()
-                session.server_chat = chat if chat_reason is None else None
-    except ServerGone as exc:
-        return Through(label, None, False, show, gone=gone_sentence(server, "before", exc))
-    through = Through(label, pre, cached, show, chat_reason)
-    page = pre.granularity.value
-    if isinstance(page, int):
-        engine = session.cfg.engine.model_copy(update={"page_size": page})
-        session.cfg = session.cfg.model_copy(update={"engine": engine})
-    # the probe summary of every server, the same staircase positions on each
-    from ctxlab.workshop.server_compare import summarize
-
-    for n, s in [(name, server), *(others or [])]:
-        try:
-            with progress(f"probe summary of {s.label()}", enabled=show):
-                through.summaries.append(summarize(n, s, longest, pre if s is server else None))
-        except ServerGone as exc:
-            through.gone = gone_sentence(s, "during its probe summary", exc)
-            break
-    return through
-
-
-def _server_summaries(results: JSONObject, through: Through | None) -> None:
-    """results["servers"]: each server probed, and the side-by-side probe table."""
-    from dataclasses import asdict
-
-    from ctxlab.workshop.server_compare import probe_table
-
-    if through is None or not through.summaries:
-        return
-    results["servers"] = [s.as_dict() for s in through.summaries]
-    results["servers_table"] = asdict(probe_table(through.summaries))
-
-
-def gone_sentence(server: ServerLLM, when: str, exc: Exception) -> str:
-    return (
-        f"the server at {server.info.url} stopped answering {when} ({exc}); what was measured "
-        "before it is kept in the report"
+def _status(results: JSONObject) -> tuple[str, str]:
+    """The run's status and why, following the run: a run a server stopped or SIGINT
+    interrupted is never "complete", whatever the required metrics say."""
+    missing = [r for r in results["required_metrics"] if r["required"] and not r["measured"]]
+    unmeasured = (
+        f"{len(missing)} required metric(s) not measured: "
+        + "; ".join(f"{r['metric']} ({r['why']})" for r in missing)
+        if missing
+        else ""
     )
+    if results["interrupted"]:
+        kept = sum(1 for d in results["demos"].values() if d["status"] == "run")
+        why = f"the run was interrupted (SIGINT) {results['interrupted']}; {kept} finished "
+        return "interrupted", why + "demonstration(s) are kept" + (
+            f"; {unmeasured}" if unmeasured else ""
+        )
+    if results.get("error"):
+        lost = sum(1 for d in results["demos"].values() if d["status"] == "not measurable")
+        return "stopped early", (
+            f"a server stopped answering; {lost} demonstration(s) not measurable (see the "
+            "server line below)"
+        )
+    if missing:
+        return "incomplete", unmeasured
+    return "complete", "every required metric of the selected demonstrations was measured"
+
+
+def versions(loaded: LoadedModel) -> JSONObject:
+    """What the opening summary names: the CPU, ctxlab's version and commit, torch's."""
+    import subprocess
+
+    import torch
+
+    import ctxlab
+
+    commit = ""
+    root = Path(ctxlab.__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )  # fmt: skip
+        if done.returncode == 0:
+            dirty = subprocess.run(
+                ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=5, check=False,
+            )  # fmt: skip
+            commit = done.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout else "")
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return {
+        "cpu_model": _cpu_model(),
+        "ctxlab_version": getattr(ctxlab, "__version__", ""),
+        "git_commit": commit,
+        "torch_version": str(torch.__version__),
+        "engine": f"ctxlab engine {getattr(ctxlab, '__version__', '')}".strip(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _run_demos(
-    session: Session, only: set[int] | None, show: bool, through: Through | None = None
-) -> dict[str, DemoResult]:
-    """Each demonstration in order; through a server that stops answering, the one that
-    was running and every later one are "not measurable" with that sentence."""
+    session: Session, only: set[int] | None, show: bool, through: ServerRun | None
+) -> tuple[dict[str, DemoResult], str | None]:
+    """Each demonstration in order, and where the run was interrupted (None: it was not).
+    Through a server that stops answering, the one that was running and every later one are
+    "not measurable" with that sentence; on SIGINT, the one that was running and every later
+    one are "interrupted", and the finished ones are kept."""
     from ctxlab.probe.client import ServerGone
     from ctxlab.workshop.server_demos import not_measurable
 
     demos: dict[str, DemoResult] = {}
+    interrupted = None
     for demo in REGISTERED:
         if only is not None and demo.number not in only:
             demos[demo.key] = DemoResult.of(demo, "not selected", "")
-            continue
-        if through is not None and through.gone is not None:
-            demos[demo.key] = not_measurable(demo.key, f"not run: {through.gone}")
-            continue
-        try:
-            demos[demo.key] = _one_demo(session, demo, show, through)
-        except ServerGone as exc:
-            assert through is not None
-            through.gone = gone_sentence(session.server, f"in demonstration {demo.number}", exc)
-            demos[demo.key] = not_measurable(demo.key, through.gone)
-    return demos
+        elif interrupted is not None:
+            demos[demo.key] = _interrupted(demo, f"not run: the run was interrupted {interrupted}")
+        elif through is not None and through.gone is not None:
+            demos[demo.key] = not_measurable(demo, f"not run: {through.gone}")
+        else:
+            try:
+                demos[demo.key] = _one_demo(session, demo, show, through)
+            except ServerGone as exc:
+                assert through is not None
+                gone = through.stop(f"in demonstration {demo.number}", exc)
+                demos[demo.key] = not_measurable(demo, gone)
+            except KeyboardInterrupt:
+                interrupted = f"in demonstration {demo.number}"
+                why = "interrupted (SIGINT) while it ran; its partial numbers are discarded"
+                demos[demo.key] = _interrupted(demo, why.capitalize())
+    return demos, interrupted
 
 
-def _one_demo(
-    session: Session, demo: Demonstration[BaseModel], show: bool, through: Through | None
-) -> DemoResult:
-    if through is not None:
-        early = _server_variant(session, demo.key, through)
-        if early is not None:
-            return early
-    label = f"demonstration {demo.number}/{len(REGISTERED)}: {demo.title}"
-    session.use_server = through is not None and demo.key in THROUGH_SERVER
-    try:
-        with progress(label, demo.steps(session), enabled=show) as tracker, Timer() as t:
-            res = demo.run(session, tracker)
-    finally:
-        session.use_server = False
-    if through is not None and demo.key == "recurrent_vs_kv":
-        from ctxlab.workshop.server_demos import recurrent_rows
-
-        with progress(f"demonstration 7 on {session.server.label()}", enabled=show), Timer() as t2:
-            recurrent_rows(session, res)
-        t.wall_s, t.cpu_s = t.wall_s + t2.wall_s, t.cpu_s + t2.cpu_s
-    res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
-    if through is not None:
-        _name_the_server(res, demo.key, through.label)
-        if demo.key in ("compaction", "retrieval_depth"):
-            res.notes.append(
-                f"Every model call went to the chat API of {through.label} "
-                "(`/v1/chat/completions`: its own chat template and model); budgets were "
-                "counted with the local tokenizer, checked first against the server's count "
-                "of a test chat; reused tokens are the server's cached_tokens."
-            )
+def _interrupted(demo: Demonstration[BaseModel], why: str) -> DemoResult:
+    res = DemoResult.of(demo, "interrupted")
+    res.summary = why.rstrip(".") + "."
+    res.notes.append(res.summary)
     return res
 
 
-def _server_variant(session: Session, key: str, through: Through) -> DemoResult | None:
-    """The result for a demonstration that cannot run as written through a server."""
-    from ctxlab.workshop import server_demos
+def _one_demo(
+    session: Session, demo: Demonstration[BaseModel], show: bool, through: ServerRun | None
+) -> DemoResult:
+    """`demo` on the local engine, or through the run's server as its `ServerMode` says:
+    not measurable when the server lacks what it needs, its variant instead of `run`, its
+    extra after `run`; every table titled with where its numbers came from."""
+    from ctxlab.workshop.server_demos import not_measurable
 
-    if key in NEEDS_CACHED_TOKENS and not through.cached_reported:
-        return server_demos.not_measurable(
-            key, "the server does not report cached prompt tokens (vLLM needs "
-            "--enable-prompt-tokens-details, SGLang --enable-cache-report)",
-        )  # fmt: skip
-    if key in ("compaction", "retrieval_depth") and through.chat_reason is not None:
-        return server_demos.not_measurable(key, through.chat_reason)
-    if key == "page_size":
-        res = server_demos.page_size(session, through.staircase)
-        _name_the_server(res, key, through.label)
-        if len(through.summaries) > 1:
-            from ctxlab.workshop.server_compare import page_tables
+    mode = demo.server
+    label = f"demonstration {demo.number}/{len(REGISTERED)}: {demo.title}"
+    if through is not None:
+        why = through.cannot(demo)
+        if why is not None:
+            return not_measurable(demo, why)
+    if through is not None and mode.variant is not None:
+        with progress(f"{label} on {through.server.label()}", enabled=show), Timer() as t:
+            res = mode.variant(session, through)
+    else:
+        with progress(label, demo.steps(session), enabled=show) as tracker, Timer() as t:
+            res = demo.run(session, tracker)
+        if through is not None and mode.extra is not None:
+            where = f"{label} on {through.server.label()}"
+            with progress(where, enabled=show), Timer() as t2:
+                mode.extra(session, through, res)
+            t.wall_s, t.cpu_s = t.wall_s + t2.wall_s, t.cpu_s + t2.cpu_s
+    res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
+    if through is not None:
+        _name_the_server(res, demo, through.label)
+    if through is not None and mode.chat and res.status == "run":
+        res.notes.append(
+            f"Every model call went to the chat API of {through.label} "
+            "(`/v1/chat/completions`: its own chat template and model); budgets were "
+            "counted with the local tokenizer, checked first against the server's count "
+            "of a test chat; reused tokens are the server's cached_tokens."
+        )
+    return res
 
-            res.tables += page_tables(through.summaries, session.cfg.page_size.request_tokens)
-        return res
-    if key == "eviction":
-        from ctxlab.workshop import server_eviction
 
-        page = through.staircase.granularity.value
-        label = f"demonstration 4/{len(REGISTERED)}: eviction sized to {session.server.label()}"
-        with progress(label, enabled=through.show), Timer() as t:
-            res = server_eviction.run(session, page if isinstance(page, int) else None)
-        res.wall_s, res.cpu_s = t.wall_s, t.cpu_s
-        return res
-    return None
-
-
-def _name_the_server(res: DemoResult, key: str, label: str) -> None:
-    where = f"through {label}" if key in THROUGH_SERVER or key == "page_size" else (
-        "on the local engine, not the server"
-    )  # fmt: skip
+def _name_the_server(res: DemoResult, demo: Demonstration[BaseModel], label: str) -> None:
+    through = demo.server.uses_server
+    where = f"through {label}" if through else "on the local engine, not the server"
     for table in res.tables:
         if label not in table.title:
             table.title = f"{table.title} ({where})"
-        if key in THROUGH_SERVER and "read from the pool" in table.note:
+        if through and "read from the pool" in table.note:
             table.note += (
                 " (through a server: the planner's bytes per token for the local model; the "
                 "server's own pool is not visible through its API)"
@@ -446,3 +424,35 @@ def write_reports(results: JSONObject, out: Path) -> dict[str, Path]:
     paths["markdown"].write_text(render_markdown(blocks), encoding="utf-8")
     paths["html"].write_text(render_html(blocks, out), encoding="utf-8")
     return paths
+
+
+def mark_superseded(out: Path, started: float) -> bool:
+    """After a run interrupted before it wrote its report: mark the older report in `out`
+    (one this run did not write) as not this run's, so it is not read as the new one's.
+    Whether there was one to mark."""
+    from datetime import datetime as dt
+
+    when = dt.fromtimestamp(started, UTC).isoformat(timespec="seconds")
+    line = (
+        f"**Superseded**: a later run in this folder, started {when}, was interrupted "
+        "before it wrote its report; this report is from an earlier run."
+    )
+    marked = False
+    for name, head in (("report.md", f"> {line}\n\n"), ("report.html", f"<p>{line}</p>\n")):
+        path = out / name
+        try:
+            if path.stat().st_mtime >= started:
+                continue
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if "**Superseded**" in text[:1000]:
+            marked = True
+            continue
+        if name == "report.html" and "<body>" in text:
+            text = text.replace("<body>", "<body>\n" + head.replace("**", ""), 1)
+        else:
+            text = head + text
+        path.write_text(text, encoding="utf-8")
+        marked = True
+    return marked

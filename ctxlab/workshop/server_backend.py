@@ -15,9 +15,10 @@ demonstrations 5 and 6 use the server's own chat API instead (`server_chat.py`).
 
 Each answer is streamed: TTFT and every inter-token gap are the client's clock; reused
 tokens are the server's `cached_tokens` (or llama.cpp's `timings.cache_n`). What a server
-does not tell (the resident KV bytes of a request) is None, never a guess, and the
-demonstrations that need the engine's pool itself say "not measurable" instead (see
-`runner.py`).
+does not tell (the resident KV bytes of a request) is None, never a guess; a demonstration
+that needs the engine's pool itself runs on the local engine or declares a server variant
+(`demonstration.ServerMode`). It is one of the two request backends
+(`request_backend.ServerRequests`).
 """
 
 from __future__ import annotations
@@ -69,23 +70,14 @@ class ServerOutput:
 
 
 @dataclass
-class _Engine:
-    """What code that reads `llm.engine` may ask a server for."""
-
-    max_position: int
-
-
-@dataclass
 class ServerLLM:
     client: ProbeClient
     info: ServerInfo
     tokenizer: Tokenizer  # the local model's: chats are rendered to ids with it
     vocab_size: int
     rotation: int = field(init=False)  # in [1, ordinary ids): never the identity
-    engine: _Engine = field(init=False)
 
     def __post_init__(self) -> None:
-        self.engine = _Engine(self.info.max_model_len or 2048)
         span = self.vocab_size - min(LOW, self.vocab_size // 4)
         self.rotation = 1 + secrets.randbelow(max(1, span - 1))
 
@@ -101,11 +93,12 @@ class ServerLLM:
         client.model = info.model
         return cls(client, info, tokenizer, vocab_size)
 
-    def _rotate(self, t: int) -> int:
+    def relabel(self, ids: list[int]) -> list[int]:
+        """Token ids as this run sends them: the ordinary ones rotated (see the module)."""
         low = min(LOW, self.vocab_size // 4)
-        if t < low:
-            return t  # special and byte tokens keep their ids
-        return low + (t - low + self.rotation) % (self.vocab_size - low)
+        span, r = self.vocab_size - low, self.rotation
+        # special and byte tokens keep their ids
+        return [t if t < low else low + (t - low + r) % span for t in map(int, ids)]
 
     def label(self, code: bool = False) -> str:
         return self.info.label(code)
@@ -115,7 +108,7 @@ class ServerLLM:
             return list(self.tokenizer.encode(prompt))
         if prompt and isinstance(prompt[0], dict):
             return list(self.tokenizer.apply_chat(list(prompt), add_generation_prompt=True))
-        return [self._rotate(int(t)) for t in prompt]
+        return self.relabel(list(prompt))
 
     def generate(
         self, prompts: Any, params: Any = None, cache_salt: str | None = None

@@ -1,10 +1,14 @@
-"""What `ctxlab workshop --server` does for the demonstrations that need the engine itself.
+"""What `ctxlab workshop --server` measures for the demonstrations that need the engine
+itself (each declares these in its `ServerMode`; nothing here is chosen by key).
 
-- Demonstration 3 (page size): a server's page size cannot be changed from outside, so the
-  run measures it instead: the probe's divergence staircase (`ctxlab.probe.prefix`) gives
-  the server's reuse granularity, each divergence point's reused and recomputed tokens, and
-  the rounding waste the granularity implies for the config's request lengths.
-- Demonstration 4 (eviction) is sized to the server's probed cache instead of a pool
+- `page_size` (the page-size demonstration's variant): a server's page size cannot be changed
+  from outside, so the run measures it instead: the probe's divergence staircase
+  (`ctxlab.probe.prefix`) gives the server's reuse granularity, each divergence point's
+  reused and recomputed tokens, and the rounding waste the granularity implies for the
+  config's request lengths; with several servers, their pages side by side.
+- `workload_rows` (the recurrent demonstration's extra): its measured short and long
+  workloads sent to the server as well.
+- The eviction demonstration's variant is sized to the server's probed cache
   (`server_eviction.py`).
 """
 
@@ -12,22 +16,24 @@ from __future__ import annotations
 
 import math
 import secrets
+from typing import TYPE_CHECKING
 
 from ctxlab.probe import prefix
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
-from ctxlab.workshop.registry import BY_KEY
-from ctxlab.workshop.result import Column, DemoResult, Status, Table
+from ctxlab.workshop.result import Column, DemoResult, Table
 from ctxlab.workshop.server_backend import ServerLLM
 from ctxlab.workshop.session import Session
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-def new_result(key: str, status: Status, mode: str = "measured") -> DemoResult:
-    """An empty result for demonstration `key` (the server variants' one constructor)."""
-    return DemoResult.of(BY_KEY[key], status, mode)
+    from ctxlab.workshop.config import Workload
+    from ctxlab.workshop.demonstration import Demonstration
+    from ctxlab.workshop.server_run import ServerRun
 
 
-def not_measurable(key: str, reason: str) -> DemoResult:
-    res = new_result(key, "not measurable")
+def not_measurable(demo: Demonstration[BaseModel], reason: str) -> DemoResult:
+    res = DemoResult.of(demo, "not measurable")
     res.summary = f"Not measurable through the server: {reason}."
     res.notes.append(res.summary)
     return res
@@ -46,9 +52,12 @@ def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
     return prefix.measure(server.client, words, rule, longest, lambda _m: None)
 
 
-def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
-    server = session.server
-    demo = BY_KEY["page_size"]
+def page_size(
+    session: Session, run: ServerRun, demo: Demonstration[BaseModel], request_tokens: list[int]
+) -> DemoResult:
+    """`demo` (the page-size demonstration) through a server: its page measured instead."""
+    server, pre = run.server, run.staircase
+    assert pre is not None  # a run whose staircase failed ran no demonstration
     # Its predictions compare page sizes, which a server does not let a client choose: the
     # demonstration as configured is not measurable; what the server's page is, is.
     res = DemoResult.of(demo, "not measurable")
@@ -78,7 +87,7 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
             [Column("request tokens"), Column("slots allocated"), Column("waste %", 1)],
             note="slots = ceil(tokens / page) x page; the page size is the probed one",
         )  # fmt: skip
-        for n in session.cfg.page_size.request_tokens:
+        for n in request_tokens:
             slots = math.ceil(n / page) * page
             waste.add(n, slots, 100 * (slots - n) / slots)
         res.tables.append(waste)
@@ -91,24 +100,30 @@ def page_size(session: Session, pre: prefix.PrefixResult) -> DemoResult:
         + " (tables above, in the storage results)."
     )
     res.notes.append(res.summary)
+    if len(run.summaries) > 1:
+        from ctxlab.workshop.server_compare import page_tables
+
+        res.tables += page_tables(run.summaries, request_tokens)
     return res
 
 
-def recurrent_rows(session: Session, res: DemoResult) -> None:
-    """Demonstration 7's measured short and long workloads, sent to the server as well (the
-    modeled recurrent side needs no server): every request at once, fresh prompts."""
+def workload_rows(
+    session: Session, run: ServerRun, res: DemoResult, workloads: list[tuple[str, Workload]]
+) -> None:
+    """The recurrent demonstration's measured short and long workloads, sent to the server as
+    well (the modeled recurrent side needs no server): every request at once, fresh
+    prompts; a table of `res`'s number and key."""
     import time
     from concurrent.futures import ThreadPoolExecutor
 
     from ctxlab.workshop.measure import pct
 
-    server = session.server
-    cfg = session.cfg.recurrent_vs_kv
+    server = run.server
     label = server.label(code=True)
     why = "not measurable: a server does not say how many requests it ran at once"
     table = Table(
-        "recurrent_vs_kv_server", "serving",
-        f"Demonstration 7: the short and long workloads on {label}", "measured",
+        f"{res.key}_server", "serving",
+        f"Demonstration {res.number}: the short and long workloads on {label}", "measured",
         [Column("workload"), Column("requests"), Column("tokens per request"),
          Column("TTFT p50 ms", 1), Column("TTFT p99 ms", 1), Column("makespan s", 2),
          Column("concurrency reached")],
@@ -116,12 +131,12 @@ def recurrent_rows(session: Session, res: DemoResult) -> None:
         "common start; the resident bytes per request are not visible through the API",
     )  # fmt: skip
     f = res.figures
-    for name, w in (("short", cfg.engine_short), ("long", cfg.engine_long)):
+    for name, w in workloads:
         prompts = [session.text_ids(w.input_tokens) for _ in range(w.requests)]
         start = time.perf_counter()
 
         def one(ids: list[int], out: int = w.output_tokens, t0: float = start) -> tuple:
-            rotated = [server._rotate(t) for t in ids]
+            rotated = server.relabel(ids)
             a = server.client.complete(rotated, len(ids), max_tokens=out, ignore_eos=True)
             end = a.chunk_times[-1] if a.chunk_times else a.sent_at + a.ttft
             return (a.sent_at + a.ttft - t0) * 1e3, end - t0

@@ -38,16 +38,20 @@ from ctxlab.probe import capacity, steptime
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
+from ctxlab.workshop.eviction_workload import ORDERS
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ctxlab.workshop.demo_eviction import EvictionSection
+    from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.server_backend import ServerLLM
+    from ctxlab.workshop.server_run import ServerRun
 
 
-ORDERS = ("grouped", "interleaved")
 MAX_REQUESTS = 96  # requests one order may send; a larger cache is "not measurable" here
 CAPACITY_REQUESTS = 400  # the capacity section's budget (it sends until the cache evicts)
 NOT_REPORTED = (
@@ -155,7 +159,7 @@ def profile_design(ev: EvictionSection, prefix: int, slots: int | None) -> stept
 
 def sized_session(session: Session, s: Sizing, page: int) -> Session:
     """The session with the eviction section and page the server was sized to (the
-    simulator and the job builder of `demo_eviction` read them from there)."""
+    simulator and the job builder of `eviction_workload` read them from there)."""
     from dataclasses import replace
 
     session.text_ids(0)  # the text loads once, shared by the copy
@@ -167,20 +171,21 @@ def sized_session(session: Session, s: Sizing, page: int) -> Session:
     return replace(session, cfg=cfg)
 
 
-def run(session: Session, page: int | None) -> DemoResult:
-    from ctxlab.workshop import demo_eviction
-    from ctxlab.workshop.server_demos import new_result, not_measurable
+def run(session: Session, through: ServerRun, demo: Demonstration[BaseModel]) -> DemoResult:
+    """`demo` (the eviction demonstration) sized to the server's probed cache."""
+    from ctxlab.workshop import eviction_workload as workload
+    from ctxlab.workshop.server_demos import not_measurable
 
-    server = session.server
+    server, page = through.server, through.page
     if page is None:
         return not_measurable(
-            "eviction", "the server's cache granularity was not resolved (demonstration 3's "
+            demo, "the server's cache granularity was not resolved (demonstration 3's "
             "staircase), so neither the capacity nor the simulator's pages can be set",
         )  # fmt: skip
     info = server.info
     max_len = info.max_model_len or session.cfg.model.max_model_len
     ev = session.cfg.eviction
-    res = new_result("eviction", "run", "measured and modeled")
+    res = DemoResult.of(demo, "run", "measured and modeled")
     f = res.figures
     # 1. the cache's capacity, with its own budget
     cap_client = _client(server, CAPACITY_REQUESTS, 200 * max_len)
@@ -190,12 +195,12 @@ def run(session: Session, page: int | None) -> DemoResult:
             cap = capacity.measure(cap_client, words, rule, page, max_len, lambda _m: None)
         sent_cap = cap_client.budget.requests
     except BudgetSpent:
-        return not_measurable("eviction", "the capacity section's budget ran out")
+        return not_measurable(demo, "the capacity section's budget ran out")
     finally:
         cap_client.close()
     sizing = size(session, page, cap.capacity, max_len)
     if isinstance(sizing, str):
-        return not_measurable("eviction", sizing)
+        return not_measurable(demo, sizing)
     sized = sized_session(session, sizing, page)
     # 2. a step profile shaped like these requests
     design = profile_design(ev, sizing.prefix_tokens, info.slots)
@@ -203,7 +208,7 @@ def run(session: Session, page: int | None) -> DemoResult:
         prof = steptime.measure(server.client, words, rule, design, lambda _m: None, info.slots)
     if len(prof.steps) < 5:
         return not_measurable(
-            "eviction", f"the server gave {len(prof.steps)} usable profile steps, fewer than "
+            demo, f"the server gave {len(prof.steps)} usable profile steps, fewer than "
             "the simulator's 5 (" + "; ".join(prof.missing) + ")",
         )  # fmt: skip
     profile = session.out / "server-step-profile.json"
@@ -212,14 +217,16 @@ def run(session: Session, page: int | None) -> DemoResult:
     )
     profile.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     # 3. the prediction, written before any measured request
-    jobs = demo_eviction.build_jobs(sized)
-    session._cursor = sized._cursor  # later prompts stay distinct from these
+    sized_ev = sized.cfg.eviction
+    jobs = workload.build_jobs(sized, sized_ev, sized.cfg.engine.page_size)
     unique = sizing.groups * sizing.prefix_tokens + len(jobs) * ev.suffix_tokens
     runs: dict[str, dict[str, dict]] = {o: {} for o in ORDERS}
     for order in ORDERS:
-        listed = demo_eviction.ordered(jobs, order)
+        listed = workload.ordered(jobs, order)
         try:
-            sim = demo_eviction.run_simulator(sized, listed, sizing.sim_pool_tokens, profile)
+            sim = workload.run_simulator(
+                sized, sized_ev, listed, sizing.sim_pool_tokens, profile
+            ).as_dict(unique)
         except CtxlabError as exc:
             raise CtxlabError(f"demonstration 4's simulation failed: {exc}") from None
         runs[order]["simulator"] = sim
@@ -227,16 +234,17 @@ def run(session: Session, page: int | None) -> DemoResult:
     _write_prediction(session.out / "eviction-prediction.json", runs, sizing, predicted_at)
     # 4. the server, both orders
     for order in ORDERS:
-        runs[order]["server"] = send_all(server, demo_eviction.ordered(jobs, order), ev)
+        runs[order]["server"] = send_all(server, workload.ordered(jobs, order), ev)
     for order in ORDERS:
         for side in runs[order].values():
             side["computed"] = side["queried"] - side["reused"]
             side["recomputed"] = side["computed"] - unique
             for q in (50, 95, 99):
                 side[f"ttft_p{q}"] = pct(side["ttft_ms"], q)
-    _tables(session, res, runs, sizing, page, sent_cap, t_cap.wall_s, t_prof.wall_s)
+    label = through.label
+    _tables(session, res, runs, sizing, page, sent_cap, t_cap.wall_s, t_prof.wall_s, label)
     _observe(res, runs)
-    _explain(session, res, runs, sizing, unique)
+    _explain(session, res, runs, sizing, unique, label)
     lead_ms = 1e3 * (runs["grouped"]["server"]["started"] - predicted_at)
     res.notes.append(
         "The simulator's prediction was computed from the probed profile and written to "
@@ -266,7 +274,7 @@ def send_all(server: ServerLLM, jobs: list, ev: EvictionSection) -> dict:
     started = time.time()
 
     def one(job: Any) -> Any:
-        ids = [server._rotate(int(t)) for t in job.ids]
+        ids = server.relabel(job.ids)
         return server.client.complete(ids, len(ids), max_tokens=ev.output_tokens, ignore_eos=True)
 
     with ThreadPoolExecutor(ev.concurrency) as pool:
@@ -295,8 +303,8 @@ def _tables(
     sent_cap: int,
     cap_s: float,
     prof_s: float,
+    label: str,
 ) -> None:
-    label = session.server.label(code=True)
     ev = session.cfg.eviction
     f = res.figures
     n = len(runs["grouped"]["server"]["ttft_ms"])
@@ -363,11 +371,12 @@ def _observe(res: DemoResult, runs: dict) -> None:
     res.observe_latency("sim_vs_engine_ttft_p50_ms", i["ttft_ms"], si["ttft_ms"], 1)
 
 
-def _explain(session: Session, res: DemoResult, runs: dict, s: Sizing, unique: int) -> None:
+def _explain(
+    session: Session, res: DemoResult, runs: dict, s: Sizing, unique: int, label: str
+) -> None:
     f = res.figures
     g, i = runs["grouped"]["server"], runs["interleaved"]["server"]
     sg, si = runs["grouped"]["simulator"], runs["interleaved"]["simulator"]
-    label = session.server.label(code=True)
     res.summary = (
         f"Sized from the probed cache of {label}: {f.say('groups', s.groups)} prefix groups of "
         f"{f.say('prefix_tokens', s.prefix_tokens)} tokens, more than the cache keeps, so the "

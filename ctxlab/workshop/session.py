@@ -18,12 +18,19 @@ if TYPE_CHECKING:
     from ctxlab.arch.spec import ArchSpec
     from ctxlab.engine import LLM
     from ctxlab.model import LoadedModel
-    from ctxlab.workshop.memory_backend import WorkshopBackend
-    from ctxlab.workshop.server_backend import ServerLLM
-    from ctxlab.workshop.server_chat import ServerChatBackend
+    from ctxlab.workshop.request_backend import RequestBackend
 
 WARM_UP_TOKENS = 48
 TEXT_CHARS = 400_000  # about 100,000 tokens: far more than one run's prompts need
+
+
+@dataclass
+class TextStream:
+    """The shipped text as token ids, handed out in windows that never repeat in a run (one
+    stream per run, shared by every copy of the session)."""
+
+    ids: list[int] = field(default_factory=list)
+    cursor: int = 0
 
 
 @dataclass
@@ -32,29 +39,32 @@ class Session:
     loaded: LoadedModel
     out: Path
     quick: bool = False
-    _ids: list[int] = field(default_factory=list)
-    _cursor: int = 0
+    text: TextStream = field(default_factory=TextStream)
     resident_tokens: list[tuple[str, int]] = field(default_factory=list)
-    # `ctxlab workshop --server`: the server, and whether the running demonstration goes
-    # through it (the runner sets this per demonstration; the others use the local engine)
-    server: ServerLLM | None = None
-    use_server: bool = False
-    server_chat: ServerChatBackend | None = None  # demonstrations 5 and 6 through a server
+    # where the requests of a demonstration declared `ServerMode(through=True)` go: the
+    # local engine unless the runner chose a server for the whole run
+    requests: RequestBackend = field(init=False)
+
+    def __post_init__(self) -> None:
+        from ctxlab.workshop.request_backend import EngineRequests
+
+        self.requests = EngineRequests(self)
 
     # -- prompts --------------------------------------------------------------------------
     def text_ids(self, n: int) -> list[int]:
         """The next `n` token ids of natural text, never handed out before in this run."""
-        if not self._ids:
+        t = self.text
+        if not t.ids:
             from ctxlab.eval.vocab import essay_text
 
             text = essay_text()
             start = (self.cfg.model.seed * 7919) % (len(text) // 2)
-            self._ids = self.loaded.tokenizer.encode(text[start : start + TEXT_CHARS])
-            self._cursor = 0
-        if self._cursor + n > len(self._ids):
+            t.ids = self.loaded.tokenizer.encode(text[start : start + TEXT_CHARS])
+            t.cursor = 0
+        if t.cursor + n > len(t.ids):
             raise RuntimeError("the shipped text ran out of tokens for distinct prompts")
-        out = self._ids[self._cursor : self._cursor + n]
-        self._cursor += n
+        out = t.ids[t.cursor : t.cursor + n]
+        t.cursor += n
         return out
 
     def other_token(self, token: int) -> int:
@@ -72,14 +82,11 @@ class Session:
         max_num_batched_tokens: int | None = None,
         prefix_caching: bool = True,
         warm_up: bool = True,
-    ) -> LLM | ServerLLM:
+    ) -> LLM:
         """An engine over the shared model; `warm_up` runs one short untimed request first,
-        so the first measured request does not pay for lazy allocations. Through a server
-        (`use_server`) it is the server itself: its page size and pool are its own."""
+        so the first measured request does not pay for lazy allocations. Always the local
+        engine: requests that may go to a server go through `requests`."""
         from ctxlab.engine import LLM, SamplingParams
-
-        if self.use_server and self.server is not None:
-            return self.server
 
         e = self.cfg.engine
         llm = LLM(
@@ -96,36 +103,17 @@ class Session:
             llm.generate([ids], SamplingParams(max_tokens=2, ignore_eos=True), cache_salt="warm-up")
         return llm
 
-    def chat_backend(
-        self, pool_tokens: int, max_num_seqs: int
-    ) -> WorkshopBackend | ServerChatBackend:
-        """The memory and retrieval layers' backend: a fresh engine on the run's model with
-        `pool_tokens` (whole pages) and `max_num_seqs` sized by the demonstration for its
-        largest batch (a shared prefix is warmed when it fills at least one page), or,
-        through a server (`ctxlab workshop --server`), the server's chat API."""
-        from ctxlab.workshop.memory_backend import WorkshopBackend
-
-        if self.use_server and self.server_chat is not None:
-            return self.server_chat
-        page = self.cfg.engine.page_size
-        pool = -(-pool_tokens // page) * page
-        llm = self.llm(pool_tokens=pool, max_num_seqs=max_num_seqs)
-        return WorkshopBackend(llm, self.cfg.model.max_model_len, page)
-
-    def slot_bytes(self, llm: LLM | ServerLLM) -> int:
-        """Pool bytes of one token slot over every layer and KV head, read from the pool
-        (through a server: the planner's bytes per token of the local model's arch)."""
-        if llm is self.server and self.server is not None:
-            return self.arch().kv_bytes_per_token()
+    def slot_bytes(self, llm: LLM) -> int:
+        """Pool bytes of one token slot over every layer and KV head, read from the pool."""
         kv = llm.engine.kv
         return kv.pool.block_bytes * kv.n_lanes // kv.block_size
 
-    def note_resident(self, where: str, resident_bytes: int | None, llm: LLM | ServerLLM) -> None:
+    def note_resident(self, where: str, resident_bytes: int | None, slot_bytes: int) -> None:
         """Record one request's resident cache tokens (for the six context numbers); a
         server does not tell them (None), so nothing is recorded."""
         if resident_bytes is None:
             return
-        self.resident_tokens.append((where, resident_bytes // self.slot_bytes(llm)))
+        self.resident_tokens.append((where, resident_bytes // slot_bytes))
 
     # -- the planner's view of the same model ---------------------------------------------
     def arch(self) -> ArchSpec:
