@@ -219,3 +219,13 @@ def test_residency_records_are_bounded():
     assert len(r.timeline) == 10 and len(r.evictions) == 10 and len(r.lifetimes) == 10
     assert len(r._history) <= 10 and len(r._removed_at) <= 10
     assert r.stored_total == 100 and r.removed_total == 100
+
+
+def test_a_taken_port_is_one_sentence():
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    first = EventPublisher(ep)
+    try:
+        with pytest.raises(CtxlabError, match="cannot publish KV events"):
+            EventPublisher(ep)
+    finally:
+        first.close()
