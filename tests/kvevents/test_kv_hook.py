@@ -1,6 +1,8 @@
 """The prefix cache's event hook tells the truth: after any random operation sequence, the
 blocks stored and not removed are exactly the hash map's keys, and every stored block's
-token ids hash (with its parent and salt) to the hash it was stored under."""
+token ids hash (with its parent and salt) to the hash it was stored under. (These short
+random runs evict into the offload tier but seldom restore from it; a restore's store is
+checked through a real server in test_serve_events.py.)"""
 
 from __future__ import annotations
 
