@@ -1,7 +1,7 @@
 """`ctxlab simulate`: replay a trace on an architecture and device, print latency and reuse.
 
-Nothing here imports torch (`--calibrate` runs `ctxlab.engine.calibrate`, which does);
-matplotlib is imported only when plots are written.
+Nothing here imports torch (`--calibrate` runs `ctxlab.sim.calibration_run`, which loads the
+engine when called); matplotlib is imported only when plots are written.
 """
 
 from __future__ import annotations
@@ -335,7 +335,7 @@ def _calibrate(requests, seed, profile, model, threads, rate, out, as_json) -> N
         input_file(profile, "--profile", "step-profile JSON file")
     console = Console(stderr=as_json)
     folder = output_dir(out if out != Path("out/simulate") else Path("out/calibrate"))
-    from ctxlab.engine.calibrate import run_calibration
+    from ctxlab.sim.calibration_run import run_calibration
 
     payload = run_calibration(requests, seed, profile, model, threads, rate, folder, True)
     if as_json:

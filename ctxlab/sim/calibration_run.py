@@ -1,14 +1,19 @@
-"""The engine half of calibration (`ctxlab simulate --calibrate`): one generated trace through
-the real engine and through the simulator, compared request by request.
+"""Calibration (`ctxlab simulate --calibrate`): one generated trace through the real engine
+and through the simulator, compared request by request.
 
 Steps: load the model and build the engine (torch threads pinned); measure a step profile
 (or load the one given); size the arrival rate from it; replay the trace through the engine
 in real time; simulate the same trace with the profile and the engine's configuration;
 compare p50/p95 TTFT and TPOT. The profile's prediction of the replay's own measured steps is
 reported too: it separates "the step model was off" (e.g. the machine's load changed
-between the profile and the replay) from "the scheduling model was off". The arithmetic
-(trace, verdict, diagnosis) is `ctxlab.sim.calibrate`'s, torch-free; this file runs the
-engine.
+between the profile and the replay) from "the scheduling model was off".
+
+The arithmetic (trace, rate, verdict, diagnosis) is `ctxlab.sim.calibrate`'s and the
+torch-needing steps are the engine's (`ctxlab.engine.profile`: open the engine, measure a
+profile; `ctxlab.engine.replay`); this module only runs them in order. It is the one sim
+module that drives the engine, and it imports the engine inside `run_calibration` only, so
+importing it (or anything in `ctxlab/sim`) never loads torch; the engine may not import the
+simulator (it sits a layer below).
 """
 
 from __future__ import annotations
@@ -21,8 +26,6 @@ from typing import Any
 import numpy as np
 
 from ctxlab.arch import ArchSpec, resolve_arch
-from ctxlab.engine.profile import measure_profile, open_engine, warm_up
-from ctxlab.engine.replay import TimedRequest, replay
 from ctxlab.errors import CtxlabError
 from ctxlab.progress import progress
 from ctxlab.sim import calibrate as cal
@@ -60,6 +63,9 @@ def run_calibration(
         raise CtxlabError(f"--threads must be positive, got {threads}")
     if profile is not None:
         ProfileStepTime(profile)  # a bad file fails here, before the model loads
+    from ctxlab.engine.profile import measure_profile, open_engine, warm_up
+    from ctxlab.engine.replay import TimedRequest, replay
+
     settings = SETTINGS
     loaded, engine = open_engine(
         model,
