@@ -68,7 +68,12 @@ def grid(
     depths: int = typer.Option(None, "--depths", help="Number of needle depths from 0% to 100%."),
     samples: int = typer.Option(None, "--samples", help="Samples per cell."),
     seed: SeedOpt = 0,
-    backend: str = typer.Option("ctxlab", "--backend", help="ctxlab (this engine) or openai."),
+    backend: str = typer.Option(
+        "ctxlab",
+        "--backend",
+        help="ctxlab (this engine) or openai (a server: asks it for --model when it serves "
+        "that name, else for the one model it serves; --model's tokenizer sizes the prompts).",
+    ),
     base_url: str = typer.Option(
         None, "--base-url", help="OpenAI-compatible server for --backend openai (/v1 optional)."
     ),

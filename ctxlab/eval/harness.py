@@ -59,8 +59,8 @@ def run_eval(
         from ctxlab.peer.url import public, redact
 
         count = token_counter(load_tokenizer(str(resolve_model_path(model))))
-        remote = OpenAIBackend(str(base_url), api_key=api_key, timeout_s=timeout_s)
-        model_name = f"remote:{redact(public(remote.base_url))}"
+        remote = OpenAIBackend(str(base_url), api_key=api_key, timeout_s=timeout_s, prefer=model)
+        model_name = f"remote:{remote.served_model()}@{redact(public(remote.base_url))}"
 
         def backend_for(run: PolicyRun) -> Any:
             return remote

@@ -29,26 +29,53 @@ class Generation:
 
 @dataclass
 class OpenAIBackend:
+    """`model` is the name to ask the server for; `None` asks `/v1/models` once and takes
+    `prefer` when the server serves it, else the only model served (a server that serves
+    several and not `prefer` is one sentence listing them)."""
+
     base_url: str
-    model: str = "default"
+    model: str | None = None
     api_key: str | None = None
     timeout_s: float = 600.0  # total seconds per request
 
     name: str = "openai"
     http: httpx.Client = field(init=False, repr=False)
 
+    prefer: str | None = None
+
     def __post_init__(self) -> None:
         self.base_url = base_url(self.base_url, "--base-url")
         self.http = httpx.Client()
 
+    def served_model(self) -> str:
+        """The model every request names (read from `/v1/models` once when not given)."""
+        if self.model is None:
+            src = fields.Source(self.base_url, "GET /v1/models")
+            served = [name for name, _ in fields.model_cards(src, self._call("GET", "/v1/models"))]
+            if self.prefer in served:
+                self.model = self.prefer
+            elif len(served) == 1:
+                self.model = served[0]
+            else:
+                shown = redact(public(self.base_url))
+                names = ", ".join(served) if served else "none"
+                raise CtxlabError(
+                    f"{shown} serves {len(served)} models ({names}), none named "
+                    f"{self.prefer!r}: name the one to evaluate with --model"
+                )
+        return self.model
+
     def _post(self, path: str, body: dict[str, object]) -> object:
+        return self._call("POST", path, body)
+
+    def _call(self, method: str, path: str, body: dict[str, object] | None = None) -> object:
         shown = redact(public(self.base_url)) + path
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
             reply = request(
-                self.http, "POST", self.base_url + path, Deadline(self.timeout_s),
+                self.http, method, self.base_url + path, Deadline(self.timeout_s),
                 json=body, headers=headers,
             )  # fmt: skip
         except httpx.TimeoutException:
@@ -68,7 +95,7 @@ class OpenAIBackend:
         if reply.status_code != 200:
             detail = redact(reply.text[:200]).replace("\n", " ")
             raise CtxlabError(f"{shown} answered HTTP {reply.status_code}: {detail}")
-        return fields.parse(fields.Source(self.base_url, f"POST {path}"), reply.body)
+        return fields.parse(fields.Source(self.base_url, f"{method} {path}"), reply.body)
 
     def generate(self, samples: list[TaskSample]) -> list[Generation]:
         out = []
@@ -77,7 +104,7 @@ class OpenAIBackend:
             reply = self._post(
                 "/v1/chat/completions",
                 {
-                    "model": self.model,
+                    "model": self.served_model(),
                     "messages": [
                         {
                             "role": "user",

@@ -125,9 +125,6 @@ ROWS: tuple[Row, ...] = (
         "eval --suite quick --tasks niah_single_noise --lengths 256 --depths 1 --samples 1 "
         "--relative-threshold 0.9 --backend openai --base-url {url} --api-key k --timeout 120 "
         "--out {tmp}",
-        broken="eval's openai backend sends model 'default', which ctxlab serve (and vLLM) "
-        "refuse: OpenAIBackend gets no model name in ctxlab/eval/harness.py, and `eval` has "
-        "no option to give one",
     ),
     Row(
         "eval perplexity --tokens 96 --cache 48 --chunk 32 --segment 32 --model smollm2-135m "
