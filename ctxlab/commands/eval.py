@@ -28,6 +28,7 @@ from ctxlab.commands.options import (
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
 from ctxlab.json_output import dumps
+from ctxlab.outputs import write_text
 from ctxlab.peer.url import base_url as root_url
 
 eval_app = typer.Typer(
@@ -248,7 +249,7 @@ def perplexity(
         "runs": [r.__dict__ for r in results],
         "plot": str(png),
     }
-    (folder / "streaming_perplexity.json").write_text(json.dumps(doc, indent=2))
+    write_text(folder / "streaming_perplexity.json", json.dumps(doc, indent=2), "--out")
     if as_json:
         typer.echo(dumps(doc, indent=2))
         return

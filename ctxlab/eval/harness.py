@@ -27,6 +27,7 @@ from ctxlab.eval.summary import (
     plot_heatmaps,
     plot_score_vs_bytes,
 )
+from ctxlab.outputs import save_figure, write_text
 
 
 def pool_tokens_for(grid: Grid, batch_size: int) -> int:
@@ -154,7 +155,7 @@ def summarize_rows(
         "kv_bytes_measured": not no_bytes,
         "plots": [str(p) for p in plots],
     }
-    (out_dir / "summary.json").write_text(json.dumps(doc, indent=2))
+    write_text(out_dir / "summary.json", json.dumps(doc, indent=2))
     console.print(f"summary: {out_dir / 'summary.json'}; plots: {len(plots)} PNG in {out_dir}")
     return doc
 
@@ -235,7 +236,7 @@ def run_lost_in_middle(
                     }
                 )
             bar.advance(len(batch))
-    (out_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_text(out_dir / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     by_pos = [
         sum(r["score"] for r in rows if r["position"] == p) / samples for p in range(documents)
     ]
@@ -255,7 +256,7 @@ def run_lost_in_middle(
     ax.legend(fontsize=8)
     fig.tight_layout()
     png = out_dir / "lost_in_middle.png"
-    fig.savefig(png, dpi=110)
+    save_figure(fig, png, dpi=110)
     plt.close(fig)
     table = Table(title="score by gold-document position")
     table.add_column("position")

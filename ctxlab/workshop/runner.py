@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ctxlab.outputs import write_text
 from ctxlab.progress import progress
 from ctxlab.workshop import checklist
 from ctxlab.workshop.context_numbers import context_numbers
@@ -418,11 +419,11 @@ def write_reports(results: JSONObject, out: Path) -> dict[str, Path]:
         "html": out / "report.html",
     }
     results["files"] = {k: p.name for k, p in paths.items()}
-    paths["results"].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    write_text(paths["results"], json.dumps(results, indent=1) + "\n")  # whole or absent
     stored = json.loads(paths["results"].read_text(encoding="utf-8"))
     blocks = build_document(stored)
-    paths["markdown"].write_text(render_markdown(blocks), encoding="utf-8")
-    paths["html"].write_text(render_html(blocks, out), encoding="utf-8")
+    write_text(paths["markdown"], render_markdown(blocks))
+    write_text(paths["html"], render_html(blocks, out))
     return paths
 
 
@@ -453,6 +454,6 @@ def mark_superseded(out: Path, started: float) -> bool:
             text = text.replace("<body>", "<body>\n" + head.replace("**", ""), 1)
         else:
             text = head + text
-        path.write_text(text, encoding="utf-8")
+        write_text(path, text)
         marked = True
     return marked

@@ -230,3 +230,17 @@ def test_rag_ingest_on_a_full_disk_keeps_nothing_of_the_batch(cli, tmp_path, mon
     assert conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0] == 0
     assert conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == 0
     conn.close()
+
+
+def test_the_workshop_report_on_a_full_disk_keeps_the_older_report_whole(tmp_path, monkeypatch):
+    """The workshop writes results.json and the reports through the helper: a full disk
+    is one sentence, and an older run's report in the folder stays whole (not truncated)."""
+    from ctxlab.workshop.runner import write_reports
+
+    old = tmp_path / "results.json"
+    old.write_text('{"an": "older run"}\n')
+    _full_disk_after(monkeypatch, 5)
+    with pytest.raises(CtxlabError, match=r"results\.json cannot be written: No space left"):
+        write_reports({"status": "complete"}, tmp_path)
+    assert old.read_text() == '{"an": "older run"}\n'
+    assert _left(tmp_path) == ["results.json"]
