@@ -562,6 +562,7 @@ reused_tokens_vs_planner = { direction = "unchanged", tolerance = 0.0 }
 def check(ps: PageSizeSection, cfg: CommonConfig) -> None:
     fits(cfg, "page_size.pair_tokens", ps.pair_tokens + 1)
     fits(cfg, "page_size.request_tokens", max(ps.request_tokens) + 1)
+    fits(cfg, "page_size.page_sizes", max(ps.page_sizes))  # a page the context cannot fill
 
 
 def _guard_paging_bytes(f: FigureValues) -> tuple[str, str]:

@@ -48,6 +48,7 @@ def test_threads_of_a_billion_is_refused_before_the_model_loads(cli, monkeypatch
     [
         ("[engine]\nkv_pool_tokens = 1000000000000", "engine.kv_pool_tokens = 1000000000000"),
         ("[engine]\npage_size = 1000000000000", "engine.page_size = 1000000000000"),
+        ("[page_size]\npage_sizes = [1, 1000000000]", "page_size.page_sizes needs 1000000000"),
         ('[offload]\noffload_bytes = "1e400"', "is absurdly large; ctxlab accepts up to 1 EiB"),
         ("[offload]\noffload_bytes = 1e400", "holds 1e400, which is not a finite number"),
         ("[model]\nthreads = 1000000000", "threads 1,000,000,000 is more than"),
