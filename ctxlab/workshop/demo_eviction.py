@@ -26,15 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
-
-from pydantic import Field
+from typing import TYPE_CHECKING
 
 from ctxlab.errors import CtxlabError
 from ctxlab.progress import Tracker
 from ctxlab.workshop import eviction_workload as workload
 from ctxlab.workshop import latency_stats
-from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
+from ctxlab.workshop.config import CommonConfig, fits
 from ctxlab.workshop.demonstration import (
     Demonstration,
     FigureValues,
@@ -43,12 +41,12 @@ from ctxlab.workshop.demonstration import (
     Risk,
     ServerMode,
 )
-from ctxlab.workshop.eviction_workload import SideRun, StepProfile
+from ctxlab.workshop.eviction_workload import EvictionSection, SideRun, StepProfile
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
 
 
 ORDERS = workload.ORDERS
@@ -395,17 +393,6 @@ def draw(ttft: dict[str, dict[str, list[float]]], path: Path) -> Path:
 
 
 # -- declarations ---------------------------------------------------------------------------
-
-
-class EvictionSection(Section):
-    groups: Annotated[int, Field(ge=2)]
-    requests_per_group: Annotated[int, Field(ge=2)]
-    prefix_tokens: Pos
-    suffix_tokens: Pos
-    output_tokens: Pos
-    pool_share: Annotated[float, Field(gt=0, lt=1)]
-    concurrency: Pos
-    profile: str = Field(min_length=1)
 
 
 _GROUPED, _INTERLEAVED = "grouped arrivals (engine)", "interleaved arrivals (engine)"

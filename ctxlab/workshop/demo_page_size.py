@@ -44,7 +44,7 @@ from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
 
 
 def steps(session: Session) -> int:

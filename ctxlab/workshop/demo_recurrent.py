@@ -55,7 +55,7 @@ from ctxlab.workshop.result import Column, DemoResult, Gain, JSONObject, Table, 
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
 
 
 GIB = 2**30

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:  # the session and the progress tracker only appear in signatures
     from ctxlab.progress import Tracker
     from ctxlab.workshop.result import DemoResult, JSONValue, Layer
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
     from ctxlab.workshop.session import Session
 
 

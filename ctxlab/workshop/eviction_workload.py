@@ -16,19 +16,34 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
+from pydantic import Field
+
+from ctxlab.workshop.config import Pos, Section
 from ctxlab.workshop.measure import Timer, pct
 
 if TYPE_CHECKING:
     from ctxlab.engine import LLMEngine
     from ctxlab.engine.profile import Design
-    from ctxlab.workshop.demo_eviction import EvictionSection
     from ctxlab.workshop.result import Figures
     from ctxlab.workshop.session import Session
 
 
 ORDERS = ("grouped", "interleaved")
+
+
+class EvictionSection(Section):
+    """The workload's `[eviction]` table (demonstration 4's section, read by 8 as well)."""
+
+    groups: Annotated[int, Field(ge=2)]
+    requests_per_group: Annotated[int, Field(ge=2)]
+    prefix_tokens: Pos
+    suffix_tokens: Pos
+    output_tokens: Pos
+    pool_share: Annotated[float, Field(gt=0, lt=1)]
+    concurrency: Pos
+    profile: str = Field(min_length=1)
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ctxlab.arch.spec import ArchSpec
     from ctxlab.engine import LLM, SamplingParams
     from ctxlab.engine.metrics import RequestMetrics
     from ctxlab.memory.backend import Chat, Reply
+    from ctxlab.workshop.config import CommonConfig
     from ctxlab.workshop.memory_backend import CallLog
     from ctxlab.workshop.server_backend import ServerLLM, ServerMetrics
     from ctxlab.workshop.server_chat import ServerChatBackend
-    from ctxlab.workshop.session import Session
 
 
 class Output(Protocol):
@@ -59,6 +60,25 @@ class ChatBackend(Protocol):
     def generate(self, chats: Sequence[Chat], max_tokens: int) -> list[Reply]: ...
 
 
+class LocalEngines(Protocol):
+    """What the backends need of the run's session (`Session` answers it): engines over the
+    shared model, a pool's bytes per token slot, and the planner's view of the model."""
+
+    cfg: CommonConfig
+
+    def llm(
+        self,
+        page_size: int | None = None,
+        pool_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        prefix_caching: bool = True,
+        warm_up: bool = True,
+    ) -> LLM: ...
+    def slot_bytes(self, llm: LLM) -> int: ...
+    def arch(self) -> ArchSpec: ...
+
+
 class RequestBackend(Protocol):
     label: str  # where the requests went, for table titles ("" on the local engine)
 
@@ -71,7 +91,7 @@ class RequestBackend(Protocol):
 class EngineRequests:
     """The local engine: a fresh one per call, on the run's shared model."""
 
-    session: Session
+    session: LocalEngines
     label: str = ""
 
     def generator(self) -> LLM:
@@ -98,7 +118,7 @@ class ServerRequests:
     """A user's server: token-id prompts to `/v1/completions`, chats to its chat API (set
     only once its token counts matched the local tokenizer's)."""
 
-    session: Session
+    session: LocalEngines
     server: ServerLLM
     chat_api: ServerChatBackend | None
     label: str = ""

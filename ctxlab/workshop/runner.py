@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ctxlab.model import LoadedModel
     from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.server_backend import ServerLLM
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
 
 SCHEMA = "ctxlab.workshop/1"
 COST_UNIT_REQUESTS = 1000  # cost tables price this many requests
@@ -274,7 +274,7 @@ def _one_demo(
     mode = demo.server
     label = f"demonstration {demo.number}/{len(REGISTERED)}: {demo.title}"
     if through is not None:
-        why = through.cannot(demo)
+        why = through.cannot(demo.server)
         if why is not None:
             return not_measurable(demo, why)
     if through is not None and mode.variant is not None:

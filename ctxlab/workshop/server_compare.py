@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxlab.probe import isolation, prefix
 from ctxlab.probe.figures import Figure
+from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.probe.runner import kind_of_cache
 from ctxlab.workshop.result import Column, Table
 
@@ -54,15 +55,26 @@ class Summary:
         }
 
 
+def calibrate(server: ServerLLM) -> tuple[Words, TokenRule]:
+    """Fresh words and the server's token rule for them (`ctxlab.probe.prompts`)."""
+    words = Words(secrets.randbits(32))
+    counts = {n: server.client.complete(text(words.take(n)), n).prompt_tokens for n in (48, 112)}
+    return words, check_rule(counts, None)
+
+
+def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
+    """The server's divergence staircase (`ctxlab probe`'s prefix section)."""
+    words, rule = calibrate(server)
+    return prefix.measure(server.client, words, rule, longest, lambda _m: None)
+
+
 def summarize(
     name: str, server: ServerLLM, longest: int, staircase: prefix.PrefixResult | None = None
 ) -> Summary:
     """The cheap probe sections on one server (the staircase reused when already measured)."""
-    from ctxlab.workshop import server_demos
-
     cached = server.reports_cached()
-    pre = staircase or server_demos.probe_page(server, longest)
-    words, rule = server_demos.calibrate(server)
+    pre = staircase or probe_page(server, longest)
+    words, rule = calibrate(server)
     iso = isolation.measure(server.client, words, rule, secrets.randbits(32), lambda _m: None)
     return Summary(name, server, cached, pre, iso.isolates)
 

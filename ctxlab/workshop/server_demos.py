@@ -15,13 +15,9 @@ itself (each declares these in its `ServerMode`; nothing here is chosen by key).
 from __future__ import annotations
 
 import math
-import secrets
 from typing import TYPE_CHECKING
 
-from ctxlab.probe import prefix
-from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.workshop.result import Column, DemoResult, Table
-from ctxlab.workshop.server_backend import ServerLLM
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
@@ -29,7 +25,7 @@ if TYPE_CHECKING:
 
     from ctxlab.workshop.config import Workload
     from ctxlab.workshop.demonstration import Demonstration
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
 
 
 def not_measurable(demo: Demonstration[BaseModel], reason: str) -> DemoResult:
@@ -37,19 +33,6 @@ def not_measurable(demo: Demonstration[BaseModel], reason: str) -> DemoResult:
     res.summary = f"Not measurable through the server: {reason}."
     res.notes.append(res.summary)
     return res
-
-
-def calibrate(server: ServerLLM) -> tuple[Words, TokenRule]:
-    """Fresh words and the server's token rule for them (`ctxlab.probe.prompts`)."""
-    words = Words(secrets.randbits(32))
-    counts = {n: server.client.complete(text(words.take(n)), n).prompt_tokens for n in (48, 112)}
-    return words, check_rule(counts, None)
-
-
-def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:
-    """The server's divergence staircase (`ctxlab probe`'s prefix section)."""
-    words, rule = calibrate(server)
-    return prefix.measure(server.client, words, rule, longest, lambda _m: None)
 
 
 def page_size(

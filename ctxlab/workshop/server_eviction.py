@@ -38,7 +38,7 @@ from ctxlab.probe import capacity, steptime
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
-from ctxlab.workshop.eviction_workload import ORDERS
+from ctxlab.workshop.eviction_workload import ORDERS, EvictionSection
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
 from ctxlab.workshop.session import Session
@@ -46,10 +46,9 @@ from ctxlab.workshop.session import Session
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ctxlab.workshop.demo_eviction import EvictionSection
     from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.server_backend import ServerLLM
-    from ctxlab.workshop.server_run import ServerRun
+    from ctxlab.workshop.server_findings import ServerRun
 
 
 MAX_REQUESTS = 96  # requests one order may send; a larger cache is "not measurable" here

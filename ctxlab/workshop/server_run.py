@@ -10,56 +10,15 @@ the config gets the probe summary, the same staircase positions on each.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ctxlab.progress import progress
+from ctxlab.workshop.server_findings import ServerRun
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
-    from ctxlab.probe.prefix import PrefixResult
-    from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.result import JSONObject
     from ctxlab.workshop.server_backend import ServerLLM
-    from ctxlab.workshop.server_compare import Summary
     from ctxlab.workshop.session import Session
-
-
-@dataclass
-class ServerRun:
-    """What `--server` decided before the demonstrations ran."""
-
-    server: ServerLLM
-    label: str
-    staircase: PrefixResult | None  # None when the server died first
-    cached_reported: bool
-    show: bool = True
-    chat_reason: str | None = None  # why a demonstration cannot use its chat API
-    gone: str | None = None  # the server stopped answering: the sentence, and no more demos
-    summaries: list[Summary] = field(default_factory=list)  # the first server first
-
-    @property
-    def page(self) -> int | None:
-        """The server's reuse granularity in tokens, when the staircase resolved it."""
-        value = self.staircase.granularity.value if self.staircase is not None else None
-        return value if isinstance(value, int) else None
-
-    def cannot(self, demo: Demonstration[BaseModel]) -> str | None:
-        """Why `demo` is not measurable through this server, or None."""
-        mode = demo.server
-        if mode.needs_cached_tokens and not self.cached_reported:
-            return (
-                "the server does not report cached prompt tokens (vLLM needs "
-                "--enable-prompt-tokens-details, SGLang --enable-cache-report)"
-            )
-        if mode.chat and self.chat_reason is not None:
-            return self.chat_reason
-        return None
-
-    def stop(self, when: str, exc: Exception, server: ServerLLM | None = None) -> str:
-        self.gone = gone_sentence(server or self.server, when, exc)
-        return self.gone
 
 
 def start(
@@ -74,9 +33,9 @@ def start(
     (a selected demonstration needs it), point `session.requests` at it and probe every
     server side by side."""
     from ctxlab.probe.client import ServerGone
-    from ctxlab.workshop import server_demos
     from ctxlab.workshop.request_backend import ServerRequests
     from ctxlab.workshop.server_chat import ServerChatBackend
+    from ctxlab.workshop.server_compare import probe_page
 
     label = server.label(code=True)
     chat_api = None
@@ -84,7 +43,7 @@ def start(
         with progress(f"measuring {server.label()}", enabled=show):
             cached = server.reports_cached()
             longest = staircase_tokens(session)
-            pre = server_demos.probe_page(server, longest)
+            pre = probe_page(server, longest)
             chat_reason = None
             if chat:
                 page = pre.granularity.value
@@ -137,10 +96,3 @@ def summaries(results: JSONObject, run: ServerRun) -> None:
         return
     results["servers"] = [s.as_dict() for s in run.summaries]
     results["servers_table"] = asdict(probe_table(run.summaries))
-
-
-def gone_sentence(server: ServerLLM, when: str, exc: Exception) -> str:
-    return (
-        f"the server at {server.info.url} stopped answering {when} ({exc}); what was measured "
-        "before it is kept in the report"
-    )

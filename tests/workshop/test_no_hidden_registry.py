@@ -21,6 +21,7 @@ FILES = [
     "ctxlab/workshop/context_numbers.py",
     "ctxlab/workshop/plots.py",
     "ctxlab/workshop/server_run.py",
+    "ctxlab/workshop/server_findings.py",
     "ctxlab/workshop/request_backend.py",
     "ctxlab/workshop/session.py",
     "ctxlab/workshop/checklist.py",
