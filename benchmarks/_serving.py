@@ -108,9 +108,12 @@ VLLM_ENV = Path(
 
 
 @contextlib.contextmanager
-def vllm_server(folder: str, name: str, dtype: str, threads: int) -> Iterator[str]:
-    """vLLM's CPU build (`make vllm`) on a Hugging Face folder (`ctxlab export-hf`), eager
-    (a compiled vLLM recompiles for each new batch shape), prefix caching on, a 1 GiB pool."""
+def vllm_server(
+    folder: str, name: str, dtype: str, threads: int, eager: bool = True
+) -> Iterator[str]:
+    """vLLM's CPU build (`make vllm`) on a Hugging Face folder (`ctxlab export-hf`), prefix
+    caching on, a 1 GiB pool; eager starts in under a minute on a quiet machine, compiled
+    (`eager=False`) takes minutes to start but prefilled ~13x faster (docs/deployment.md)."""
     python = VLLM_ENV / "bin" / "python"
     if not (VLLM_ENV / ".installed").is_file():
         raise RuntimeError(f"vLLM's CPU build is not installed in {VLLM_ENV}: run `make vllm`")
@@ -125,8 +128,9 @@ def vllm_server(folder: str, name: str, dtype: str, threads: int) -> Iterator[st
     cmd = [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", dtype, "--max-model-len", "4096", "--enforce-eager",
+        "--dtype", dtype, "--max-model-len", "4096",
         "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        *(["--enforce-eager"] if eager else []),
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"

@@ -8,9 +8,9 @@ every server's figures and its ratio to vLLM bf16 (the engine users deploy).
     .venv/bin/python benchmarks/serve_vs_vllm.py --num-prompts 8  # quick
 
 Every server gets one thread, runs alone (never side by side on the shared cores) and is
-warmed up by a short run of the same command first. vLLM runs eager (`--enforce-eager`: the
-compiled CPU build recompiles for each new batch shape, which a short benchmark would time)
-from the Hugging Face folder `ctxlab export-hf` writes (float32 weights dequantized from the
+warmed up by a short run of the same command first. vLLM runs compiled (its default: eager
+prefilled about 13x slower here, docs/deployment.md; `--eager` for a quick run that starts
+faster) from the Hugging Face folder `ctxlab export-hf` writes (float32 weights dequantized from the
 Q4_1 GGUF, cast to `--dtype`); ctxlab serve reads the GGUF itself.
 """
 
@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--max-concurrency", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--eager", action="store_true", help="vLLM --enforce-eager")
     a = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ctxlab.hf.export import export_folder
@@ -57,8 +58,8 @@ def main() -> None:
             f"ctxlab serve {w}": (lambda w=w: ctxlab_server("--threads", t, "--weights", w))
             for w in ("fp32", "bf16", "int8", "int4")
         },
-        "vLLM fp32": lambda: vllm_server(folder, MODEL, "float32", a.threads),
-        "vLLM bf16": lambda: vllm_server(folder, MODEL, "bfloat16", a.threads),
+        "vLLM fp32": lambda: vllm_server(folder, MODEL, "float32", a.threads, a.eager),
+        "vLLM bf16": lambda: vllm_server(folder, MODEL, "bfloat16", a.threads, a.eager),
     }
     docs = {}
     print("command: ctxlab bench serve --base-url URL " + " ".join(run_args))
