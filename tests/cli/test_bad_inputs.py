@@ -121,7 +121,8 @@ CASES = [
     ("two-sources-plan", ["plan", "llama-3.1-8b", "--config", "kv7.json"], "exactly one"),
     ("two-sources-sim", ["simulate", SYN, "llama-3.1-8b", "--gguf", "good.gguf"], "exactly one"),
     # weights that an explicit device count cannot hold name the count that would
-    ("gpus-too-few-plan", ["plan", "llama-3.1-405b", "--gpus", "2"], "11 x h100 would hold"),
+    # the planner rounds the GPUs it names up to a tensor-parallel size vLLM accepts (11 -> 16)
+    ("gpus-too-few-plan", ["plan", "llama-3.1-405b", "--gpus", "2"], "16 x h100 would hold"),
     ("gpus-too-few-sim", ["simulate", SYN, "llama-3.1-405b", "--gpus", "1"], "11 x h100"),
     # early checks of the engine commands
     ("policy-unknown-eval", ["eval", "--policy", "nope"], "policy 'nope' is unknown"),

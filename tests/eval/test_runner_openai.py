@@ -17,10 +17,21 @@ from ctxlab.eval.summary import read_rows
 class _Reader(BaseHTTPRequestHandler):
     """Finds the needles for the asked keys in the prompt, as a perfect reader would."""
 
+    def do_GET(self):
+        if self.path != "/v1/models":
+            self.send_error(404)
+            return
+        data = json.dumps({"object": "list", "data": [{"id": "reader", "object": "model"}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data.encode())
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path != "/v1/chat/completions":
-            self.send_error(404)
+        if self.path != "/v1/chat/completions" or body.get("model") != "reader":
+            self.send_error(404)  # the model name must be the one /v1/models serves
             return
         prompt = body["messages"][0]["content"]
         asked = re.search(r"for (.+) mentioned in the text above\?", prompt).group(1)
