@@ -28,6 +28,40 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
+# Session fixtures that cost a minute or more: every module that asks for one runs on the
+# same pytest-xdist worker, or both workers would build it (measured: the tiny workshop run
+# twice, 80 s each).
+COSTLY_SESSION_FIXTURES = {"tiny_run": "tiny-workshop"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Schedule by module under `--dist loadgroup`: xdist sends a test without an
+    `xdist_group` to any worker on its own, so a module-scoped fixture (a minute of
+    transformers greedy, a workshop run through servers) would be built once per worker.
+    Runs before xdist's own hook, which turns the marks into scheduling groups."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        fixtures = getattr(item, "fixturenames", ())
+        shared = next((g for f, g in COSTLY_SESSION_FIXTURES.items() if f in fixtures), None)
+        item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail a worker whose groups pytest-xdist did not apply (it marks a grouped test's id
+    with `@group`; pytest 9.2 dropped the attribute xdist renames, and nothing said so)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items if "@" not in i.nodeid.rsplit("]", 1)[-1]]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist ignored the xdist_group of {len(lost)} test(s) (e.g. {lost[0]}): "
+            "this pytest and pytest-xdist do not work together; see pyproject.toml's pin"
+        )
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """One torch thread for a module's engine work: on a shared 2-core machine more threads

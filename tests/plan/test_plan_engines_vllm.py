@@ -1,5 +1,5 @@
 """The planner's vLLM prediction against vLLM itself: the session's live server
-(`vllm_server`: SmolLM2-135M, `VLLM_CPU_KVCACHE_SPACE=1`, `--max-model-len 2048`,
+(`vllm_server`: SmolLM2-135M in float32, `VLLM_CPU_KVCACHE_SPACE=1`, `--max-model-len 2048`,
 `--num-gpu-blocks-override 48`), and vLLM's own KV cache functions run in its environment.
 
 vLLM logs what it would have allocated before the override ("Overriding num_gpu_blocks=N
@@ -22,9 +22,11 @@ import pytest
 from ctxlab.arch import get_preset
 from ctxlab.arch.spec import ArchSpec, LayerSpec, interleaved_layers
 from ctxlab.plan.engines import predict_engine_pool
+from ctxlab.plan.memory import with_cache_dtype
 from tests.vllm_server import (
     VLLM,
     VLLM_BLOCKS,
+    VLLM_DTYPE,
     VLLM_MAX_LEN,
     VLLM_MODEL,
     VllmServer,
@@ -55,7 +57,7 @@ def _log_match(server: VllmServer, pattern: re.Pattern[str]) -> re.Match[str]:
 def test_the_prediction_is_what_the_live_vllm_reports(vllm_server: VllmServer):
     if vllm_server.log == Path(os.devnull):
         pytest.skip("a server started by hand (CTXLAB_VLLM_URL): its start-up log is not here")
-    spec = get_preset(VLLM_MODEL)
+    spec = with_cache_dtype(get_preset(VLLM_MODEL), VLLM_DTYPE)  # vLLM's cache: the model's dtype
     full = predict_engine_pool(
         spec, "vllm", platform="cpu", kv_cache_bytes=GIB, max_model_len=VLLM_MAX_LEN
     )
