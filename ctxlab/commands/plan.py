@@ -36,7 +36,9 @@ from ctxlab.errors import CtxlabError
 from ctxlab.json_output import dumps
 
 if TYPE_CHECKING:
+    from ctxlab.plan.cost import HostedPrices
     from ctxlab.plan.engines.section import EngineRequest
+    from ctxlab.plan.rate_card import RateCard
 
 
 def print_catalogue() -> None:
@@ -124,6 +126,36 @@ def plan(
     ),
     cpu_seconds: float = typer.Option(0.0, "--cpu-seconds", help="Measured CPU seconds."),
     successes: int = typer.Option(1, "--successes", help="Successful requests in that time."),
+    failed: int = typer.Option(
+        0, "--failed", help="Requests that failed in that time (their work is still billed)."
+    ),
+    cancelled: int = typer.Option(
+        0, "--cancelled", help="Requests cancelled in that time (their work is still billed)."
+    ),
+    network_bytes: str | None = typer.Option(
+        None,
+        "--network-bytes",
+        help="KV bytes moved in that time (disaggregation, offload), e.g. 2GB; priced at the "
+        "rate card's self_hosted.network_per_gb.",
+    ),
+    storage_byte_seconds: float = typer.Option(
+        0.0,
+        "--storage-byte-seconds",
+        help="The offload tier's bytes held times seconds held in that time; priced at the "
+        "rate card's self_hosted.storage_per_gb_month.",
+    ),
+    idle_reserve: float = typer.Option(
+        0.0,
+        "--idle-reserve",
+        help="Share of provisioned device time kept idle for bursts, 0 <= r < 1 (billed at "
+        "the GPU rate).",
+    ),
+    rate_card: str | None = typer.Option(
+        None,
+        "--rate-card",
+        help="Hosted prices with length tiers, dated: a TOML file, or 'default' for the "
+        "shipped card (docs/cost.md).",
+    ),
     as_json: JsonOpt = False,
     plot: Path | None = typer.Option(
         None, "--plot", help="Write a PNG of KV bytes against context, e.g. kv.png."
@@ -177,7 +209,8 @@ def plan(
     if list_:
         print_catalogue()
         return
-    from ctxlab.plan.cost import HostedPrices, SelfHostedRates
+    from ctxlab.plan.cost import SelfHostedRates
+    from ctxlab.plan.rate_card import RateCard
     from ctxlab.plan.report import build_plan
     from ctxlab.plan.units import parse_bytes, parse_token_list
 
@@ -202,20 +235,44 @@ def plan(
             "(ctxlab plan --list shows the presets)"
         )
     specs = one_source(arch, config, gguf, many=True)
-    prices = None
-    if price_input is not None or price_output is not None:
-        if price_input is None or price_output is None:
-            raise CtxlabError("hosted cost needs both --price-input and --price-output")
-        prices = HostedPrices(
-            price_input, price_output, price_cache_write, price_cache_read, price_unit
-        )
-    elif price_cache_write is not None or price_cache_read is not None:
-        raise CtxlabError("cache prices need --price-input and --price-output as well")
+    flags = (price_input, price_output, price_cache_write, price_cache_read, price_unit)
+    prices = _hosted_prices(ctx, rate_card, currency, *flags)
+    card = prices if isinstance(prices, RateCard) else None
+    if card is not None and gpu_hourly is None:
+        gpu_hourly = card.self_hosted.device_hourly
+    if card is not None and gpu_hourly is not None and cpu_hourly is None:
+        cpu_hourly = card.self_hosted.cpu_hourly
     rates = None
+    run = {
+        "--failed": failed != 0,
+        "--cancelled": cancelled != 0,
+        "--network-bytes": network_bytes is not None,
+        "--storage-byte-seconds": storage_byte_seconds != 0,
+        "--idle-reserve": idle_reserve != 0,
+    }
     if gpu_hourly is not None:
-        rates = SelfHostedRates(gpu_hourly, cpu_hourly, gpu_seconds, cpu_seconds, successes)
-    elif gpu_seconds is not None or cpu_hourly is not None:
-        raise CtxlabError("self-hosted cost needs --gpu-hourly")
+        rates = SelfHostedRates(
+            gpu_hourly,
+            cpu_hourly,
+            gpu_seconds,
+            cpu_seconds,
+            successes,
+            failed=failed,
+            cancelled=cancelled,
+            network_bytes=0
+            if network_bytes is None
+            else parse_bytes(network_bytes, "--network-bytes"),
+            storage_byte_seconds=storage_byte_seconds,
+            idle_reserve=idle_reserve,
+            network_per_gb=None if card is None else card.self_hosted.network_per_gb,
+            storage_per_gb_month=None if card is None else card.self_hosted.storage_per_gb_month,
+        )
+    elif gpu_seconds is not None or cpu_hourly is not None or any(run.values()):
+        extra = [flag for flag, on in run.items() if on]
+        raise CtxlabError(
+            f"self-hosted cost{' (' + ', '.join(extra) + ')' if extra else ''} needs "
+            "--gpu-hourly (or device_hourly in the rate card's [self_hosted] table)"
+        )
     engine_request = _engine_request(
         engine,
         platform,
@@ -280,6 +337,51 @@ def plan(
         print_plan(p, console)
     if plot_file is not None:
         console.print(f"plot written to {plot_file}")
+
+
+def _hosted_prices(
+    ctx: typer.Context,
+    rate_card: str | None,
+    currency: str,
+    price_input: float | None,
+    price_output: float | None,
+    price_cache_write: float | None,
+    price_cache_read: float | None,
+    price_unit: int,
+) -> HostedPrices | RateCard | None:
+    """A `RateCard` from --rate-card, flat `HostedPrices` from --price-*, or None; giving
+    both is a mistake, and so is a --currency that would relabel the card's prices."""
+    from ctxlab.plan.cost import HostedPrices
+    from ctxlab.plan.rate_card import load_rate_card
+
+    flat = [price_input, price_output, price_cache_write, price_cache_read]
+    if rate_card is not None:
+        if any(p is not None for p in flat) or _typed(ctx, "price_unit"):
+            raise CtxlabError(
+                "give hosted prices one way: --rate-card, or --price-input and --price-output"
+            )
+        card = load_rate_card(rate_card)
+        if _typed(ctx, "currency") and currency != card.currency:
+            raise CtxlabError(
+                f"the rate card prices in {card.currency}; --currency {currency} would "
+                "relabel its prices without converting them (leave --currency out)"
+            )
+        return card
+    if price_input is not None or price_output is not None:
+        if price_input is None or price_output is None:
+            raise CtxlabError("hosted cost needs both --price-input and --price-output")
+        return HostedPrices(
+            price_input, price_output, price_cache_write, price_cache_read, price_unit
+        )
+    if price_cache_write is not None or price_cache_read is not None:
+        raise CtxlabError("cache prices need --price-input and --price-output as well")
+    return None
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the user typed the option (not its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 def _given(ctx: typer.Context, name: str, value: int) -> int | None:

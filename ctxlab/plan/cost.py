@@ -2,9 +2,10 @@
 self-hosted.
 
 Hosted APIs bill four token streams at different prices: uncached input, tokens written to
-the provider's prompt cache, tokens read back from it, and output. Self-hosting bills
-machine time, and only successful requests deliver value, so failed or retried work is
-spread over the successes.
+the provider's prompt cache, tokens read back from it, and output (`rate_card.py` adds
+length tiers, dates and regions on top). Self-hosting bills machine time, and only
+successful requests deliver value, so failed or retried work is spread over the successes
+(`self_hosted.py` holds every term of that bill).
 """
 
 from __future__ import annotations
@@ -124,9 +125,12 @@ def self_hosted_cost(
 
 @dataclass(frozen=True)
 class SelfHostedRates:
-    """Hourly rates and, optionally, measured machine time of a run and its success count.
+    """Rates and, optionally, what a measured run used and how its requests ended.
 
-    Without `gpu_seconds` the planner prices each context length at its roofline time.
+    Without `gpu_seconds` the planner prices each context length at its roofline time, every
+    request (succeeded, failed or cancelled) at that time. The other terms of the self-hosted
+    bill (`ctxlab.plan.self_hosted`) are run totals: network bytes moved, the far tier's
+    storage byte-seconds, and the idle reserve (share of provisioned device time held idle).
     """
 
     gpu_hourly: float
@@ -134,6 +138,13 @@ class SelfHostedRates:
     gpu_seconds: float | None = None
     cpu_seconds: float = 0.0
     successes: int = 1
+    failed: int = 0
+    cancelled: int = 0
+    network_bytes: int = 0
+    storage_byte_seconds: float = 0.0
+    idle_reserve: float = 0.0
+    network_per_gb: float | None = None
+    storage_per_gb_month: float | None = None
 
     def __post_init__(self) -> None:
         require_positive(self.gpu_hourly, "the GPU hourly rate")
@@ -145,4 +156,13 @@ class SelfHostedRates:
         if self.successes <= 0:
             raise CtxlabError(
                 f"the number of successful requests must be positive, got {self.successes}"
+            )
+        require_non_negative(self.failed, "failed requests")
+        require_non_negative(self.cancelled, "cancelled requests")
+        require_non_negative(self.network_bytes, "network bytes")
+        require_non_negative(self.storage_byte_seconds, "storage byte-seconds")
+        if not 0 <= self.idle_reserve < 1:
+            raise CtxlabError(
+                "the idle reserve is a share of provisioned device time, 0 <= r < 1, got "
+                f"{self.idle_reserve}"
             )

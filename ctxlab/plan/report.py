@@ -12,7 +12,10 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
 - `inputs`: {contexts [tokens], concurrency, page_size, shared_prefix_tokens,
   output_tokens, gpus, gpus_source ("given", or why that count was chosen), cache_dtype
   (name or null), weights_bytes, weights_source, reserve_bytes, reserve_source, prices
-  (dict or null), self_hosted (dict or null), currency}.
+  (dict or null: the flat prices given, null when a rate card was), rate_card (null, or
+  `RateCard.to_dict()`: name, date, currency, region, tier, source, unit_tokens, prices [one
+  per length tier: above_tokens, input, output, cache_write, cache_read], self_hosted rates),
+  self_hosted (dict or null), currency (the rate card's when one is given)}.
 - `kv_bytes_per_token`: int, logical bytes one more token costs over all growing layers.
 - `contexts`: the context lengths, in the order given.
 - `sections`: {name: {`layer`, `title`, `summary` {...}, `rows` [one dict per context]}},
@@ -40,11 +43,16 @@ call `build_plan`, so a figure can never differ between them. The dict is JSON-r
     attention_flops_share, decode_weight_bytes_per_step, decode_cache_bytes_per_step,
     decode_bytes_per_step, decode_seconds_per_token, decode_batch_seconds_per_step}.
   - `cost` (cost), present only when prices or rates are given: summary {prices,
-    self_hosted, currency}; rows {context_tokens, hosted_cold_cost, hosted_warm_cost (cold: the
-    shared prefix is written to the provider cache; warm: it is read back; both bill
-    context - prefix uncached input and `output_tokens` output), self_hosted_gpu_seconds,
-    self_hosted_gpu_seconds_source, self_hosted_cost_per_success}; cost keys are null
-    when their prices are not given.
+    rate_card, self_hosted, currency}; rows {context_tokens, hosted_cold_cost,
+    hosted_warm_cost (cold: the shared prefix is written to the provider cache; warm: it is
+    read back; both bill context - prefix uncached input and `output_tokens` output),
+    hosted_tier (the length tier the whole prompt falls in: "base" or "> N tokens"),
+    self_hosted_gpu_seconds (per request at roofline, or the run's given total),
+    self_hosted_gpu_seconds_source, self_hosted_requests {succeeded, failed, cancelled},
+    self_hosted_cost_terms {device, cpu, network, storage, idle_reserve} (the run's bill,
+    term by term: `ctxlab.plan.self_hosted`), self_hosted_total_cost,
+    self_hosted_cost_per_success, self_hosted_cost_per_token (per token processed by any
+    request, failed ones included)}; cost keys are null when their prices are not given.
 - `per_context`: one dict per context length merging every section's row (keys are
   unique across sections), e.g. `plan["per_context"][1]["kv_bytes_per_request"]`.
 - `engine` (allocation by a real engine): null, or with `engine=EngineRequest(...)` the
@@ -70,6 +78,8 @@ from ctxlab.arch.spec import ArchSpec
 from ctxlab.plan import capacity, compute, cost, inputs, memory, paging, sharing
 from ctxlab.plan.devices import Device, get_device
 from ctxlab.plan.engines.section import EngineRequest, engine_section
+from ctxlab.plan.rate_card import RateCard
+from ctxlab.plan.self_hosted import SelfHostedPrices, Usage, self_hosted_bill
 
 SCHEMA = "ctxlab.plan/1"
 
@@ -112,7 +122,7 @@ def build_plan(
     weights_bytes: int | None = None,
     reserve_bytes: int | None = None,
     output_tokens: int = DEFAULT_OUTPUT_TOKENS,
-    prices: cost.HostedPrices | None = None,
+    prices: cost.HostedPrices | RateCard | None = None,
     self_hosted: cost.SelfHostedRates | None = None,
     gpus: int | None = 1,
     currency: str = "USD",
@@ -122,10 +132,17 @@ def build_plan(
 
     `gpus=None` plans on the fewest devices that hold the weights plus the reserve and says
     so in `inputs.gpus_source`; a given count that cannot hold them is one sentence naming
-    the count that would."""
+    the count that would. `prices` is a dated `RateCard` (length tiers; its currency wins)
+    or flat `HostedPrices`, priced as a one-tier card."""
     arch, one_device = _resolve(arch, device)
     arch = memory.with_cache_dtype(arch, cache_dtype)
     contexts = [int(c) for c in contexts]
+    card = prices if isinstance(prices, RateCard) else None
+    if isinstance(prices, cost.HostedPrices):
+        card = RateCard.flat(prices, currency)
+    flat = asdict(prices) if isinstance(prices, cost.HostedPrices) else None
+    if isinstance(prices, RateCard):
+        currency = prices.currency
     inputs.check_inputs(contexts, concurrency, page_size, shared_prefix, output_tokens, gpus)
 
     notes: list[str] = []
@@ -208,7 +225,7 @@ def build_plan(
                 "decode_batch_seconds_per_step": dec.batch_seconds_per_step,
             }
         )
-        if prices is not None or self_hosted is not None:
+        if card is not None or self_hosted is not None:
             cost_rows.append(
                 _cost_row(
                     context,
@@ -217,7 +234,7 @@ def build_plan(
                     concurrency,
                     pre,
                     dec,
-                    prices,
+                    card,
                     self_hosted,
                 )
             )
@@ -263,7 +280,8 @@ def build_plan(
         sections["cost"] = _section(
             "cost",
             {
-                "prices": asdict(prices) if prices else None,
+                "prices": flat,
+                "rate_card": card.to_dict() if card else None,
                 "self_hosted": asdict(self_hosted) if self_hosted else None,
                 "currency": currency,
             },
@@ -365,7 +383,8 @@ def build_plan(
             "weights_source": weights_source,
             "reserve_bytes": reserve,
             "reserve_source": reserve_source,
-            "prices": asdict(prices) if prices else None,
+            "prices": flat,
+            "rate_card": card.to_dict() if card else None,
             "self_hosted": asdict(self_hosted) if self_hosted else None,
             "currency": currency,
         },
@@ -385,41 +404,72 @@ def _cost_row(
     concurrency: int,
     pre: compute.Prefill,
     dec: compute.Decode,
-    prices: cost.HostedPrices | None,
+    card: RateCard | None,
     rates: cost.SelfHostedRates | None,
 ) -> dict[str, Any]:
-    """Hosted cold/warm cost and self-hosted cost per success at one context length."""
+    """Hosted cold/warm cost and the self-hosted bill at one context length."""
     prefix = min(shared_prefix, context)
     row: dict[str, Any] = {
         "context_tokens": context,
         "hosted_cold_cost": None,
         "hosted_warm_cost": None,
+        "hosted_tier": None,
         "self_hosted_gpu_seconds": None,
         "self_hosted_gpu_seconds_source": None,
+        "self_hosted_requests": None,
+        "self_hosted_cost_terms": None,
+        "self_hosted_total_cost": None,
         "self_hosted_cost_per_success": None,
+        "self_hosted_cost_per_token": None,
     }
-    if prices is not None:
+    if card is not None:
         uncached = context - prefix
-        row["hosted_cold_cost"] = cost.hosted_cost(
-            prices, uncached, output_tokens, cache_write_tokens=prefix
+        row["hosted_cold_cost"] = card.cost(
+            uncached, output_tokens, cache_write_tokens=prefix
         ).total
-        row["hosted_warm_cost"] = cost.hosted_cost(
-            prices, uncached, output_tokens, cache_read_tokens=prefix
-        ).total
+        row["hosted_warm_cost"] = card.cost(uncached, output_tokens, cache_read_tokens=prefix).total
+        row["hosted_tier"] = card.tier_label(context)
     if rates is not None:
+        requests = rates.successes + rates.failed + rates.cancelled
         if rates.gpu_seconds is not None:
             gpu_seconds, source = rates.gpu_seconds, "given"
+            device_seconds = gpu_seconds
         else:
             # One request's share of a batch of `concurrency`: its own prefill, then decode
-            # steps whose weight reads are shared by the batch.
+            # steps whose weight reads are shared by the batch; every request of the run,
+            # failed or cancelled ones too, at that time.
             gpu_seconds = pre.seconds + output_tokens * dec.batch_seconds_per_step / concurrency
             source = (
                 f"roofline (prefill + {output_tokens} decode steps in a batch of {concurrency})"
             )
-        priced = cost.self_hosted_cost(
-            gpu_seconds, rates.gpu_hourly, rates.successes, rates.cpu_seconds, rates.cpu_hourly
+            device_seconds = gpu_seconds * requests
+        usage = Usage(
+            device_seconds=device_seconds,
+            succeeded=rates.successes,
+            failed=rates.failed,
+            cancelled=rates.cancelled,
+            cpu_seconds=rates.cpu_seconds,
+            network_bytes=rates.network_bytes,
+            storage_byte_seconds=rates.storage_byte_seconds,
+            idle_reserve=rates.idle_reserve,
+            tokens=(context + output_tokens) * requests,
         )
+        prices = SelfHostedPrices(
+            device_hourly=rates.gpu_hourly,
+            cpu_hourly=rates.cpu_hourly,
+            network_per_gb=rates.network_per_gb,
+            storage_per_gb_month=rates.storage_per_gb_month,
+        )
+        bill = self_hosted_bill(usage, prices)
         row["self_hosted_gpu_seconds"] = gpu_seconds
         row["self_hosted_gpu_seconds_source"] = source
-        row["self_hosted_cost_per_success"] = priced.per_success
+        row["self_hosted_requests"] = {
+            "succeeded": rates.successes,
+            "failed": rates.failed,
+            "cancelled": rates.cancelled,
+        }
+        row["self_hosted_cost_terms"] = bill.terms()
+        row["self_hosted_total_cost"] = bill.total
+        row["self_hosted_cost_per_success"] = bill.per_success
+        row["self_hosted_cost_per_token"] = bill.per_token
     return row

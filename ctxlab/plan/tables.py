@@ -196,28 +196,72 @@ def section_tables(plan: dict[str, Any]) -> list[Table]:
     tables.append(t)
 
     if "cost" in plan["sections"]:
-        c = plan["sections"]["cost"]
-        cur = c["summary"].get("currency", "USD")
-        t = _table(
-            plan,
-            "cost",
-            ["context", "hosted (cold)", "hosted (warm)", "self-hosted GPU time", "per success"],
+        tables += _cost_tables(plan)
+    return tables
+
+
+def _cost_tables(plan: dict[str, Any]) -> list[Table]:
+    """Hosted cost per request at its length tier, then the self-hosted bill term by term."""
+    c = plan["sections"]["cost"]
+    cur = c["summary"].get("currency", "USD")
+    card = c["summary"].get("rate_card")
+    t = _table(
+        plan,
+        "cost",
+        [
+            "context",
+            "tier",
+            "hosted (cold)",
+            "hosted (warm)",
+            "self-hosted GPU time",
+            "per success",
+            "per 1M tokens",
+        ],
+    )
+    t.caption = (
+        "per request, in "
+        f"{cur}; tier: the length tier the whole prompt falls in; cold: the shared prefix is "
+        "written to the provider cache; warm: it is read back; per success: self-hosted cost "
+        "of one successful request; per 1M tokens: per token any request processed"
+    )
+    if card and card["date"] != "not given":
+        t.caption += (
+            f"; rate card {card['name']}, {card['date']}, {card['region']}, tier "
+            f"{card['tier']} ({card['source']})"
         )
-        t.caption = (
-            "per request, in "
-            f"{cur}; cold: the shared prefix is written to the provider cache; warm: it is "
-            "read back; per success: self-hosted cost of one successful request"
+    for i, r in enumerate(c["rows"]):
+        gpu = r["self_hosted_gpu_seconds"]
+        per_token = r["self_hosted_cost_per_token"]
+        t.add_row(
+            _context(plan, i),
+            (r["hosted_tier"] or "-").removesuffix(" tokens"),
+            _money(r["hosted_cold_cost"], cur),
+            _money(r["hosted_warm_cost"], cur),
+            "-" if gpu is None else fmt_seconds(gpu),
+            _money(r["self_hosted_cost_per_success"], cur),
+            _money(None if per_token is None else per_token * 1e6, cur),
         )
-        for i, r in enumerate(c["rows"]):
-            gpu = r["self_hosted_gpu_seconds"]
-            t.add_row(
-                _context(plan, i),
-                _money(r["hosted_cold_cost"], cur),
-                _money(r["hosted_warm_cost"], cur),
-                "-" if gpu is None else fmt_seconds(gpu),
-                _money(r["self_hosted_cost_per_success"], cur),
-            )
-        tables.append(t)
+    tables = [t]
+    if c["summary"].get("self_hosted") is None:
+        return tables
+    t = Table(title="Self-hosted bill of the run  [dim](layer: cost)[/dim]", title_justify="left")
+    columns = ["context", "device", "CPU", "network", "storage", "idle reserve", "total"]
+    for i, col in enumerate([*columns, "ok / failed / cancelled"]):
+        t.add_column(col, justify="left" if i == 0 else "right")
+    for i, r in enumerate(c["rows"]):
+        terms, n = r["self_hosted_cost_terms"], r["self_hosted_requests"]
+        t.add_row(
+            _context(plan, i),
+            *(_money(terms[k], cur) for k in ("device", "cpu", "network", "storage")),
+            _money(terms["idle_reserve"], cur),
+            _money(r["self_hosted_total_cost"], cur),
+            f"{n['succeeded']:,}/{n['failed']:,}/{n['cancelled']:,}",
+        )
+    t.caption = (
+        "every term of the storage formula, over every request of the run, failed and "
+        "cancelled ones included; divided by the successes it is the cost per success"
+    )
+    tables.append(t)
     return tables
 
 

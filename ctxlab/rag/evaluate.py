@@ -24,7 +24,8 @@ from ctxlab.memory.embed import Embedder, WordLlamaEmbedder
 from ctxlab.memory.scoring import answer_match, normalize
 from ctxlab.memory.search import RETRIEVERS, check_retriever
 from ctxlab.memory.store import Store, open_store
-from ctxlab.plan.cost import HostedPrices, hosted_cost
+from ctxlab.plan.cost import HostedPrices
+from ctxlab.plan.rate_card import RateCard, price
 from ctxlab.progress import progress
 from ctxlab.rag.answer import Answer, answer_chat, answer_questions, check_metadata
 from ctxlab.rag.chunking import check_sizes
@@ -109,7 +110,7 @@ class EvalOptions:
     order: str = "relevance"  # or "edges" (against lost-in-the-middle)
     answer_tokens: int = 16
     cost_samples: int = 4  # questions whose prefill is timed, per k
-    prices: HostedPrices = EXAMPLE_PRICES
+    prices: HostedPrices | RateCard = EXAMPLE_PRICES
     seed: int = 0
     chunk_tokens: int = 64
     overlap_tokens: int = 8
@@ -316,7 +317,7 @@ class _Run:
                         if t is not None:
                             times.append(t)
                 avg = mean(tokens)
-                dollars = hosted_cost(o.prices, round(avg), round(output_tokens)).total * 1000
+                dollars = price(o.prices, round(avg), round(output_tokens)).total * 1000
                 self.report.cost.append(
                     CostRow(name, k, avg, mean(times) if times else None, len(times), dollars)
                 )

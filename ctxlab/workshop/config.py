@@ -11,7 +11,7 @@ demonstration. Reading a file, merging it over the default and turning an error 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -20,6 +20,10 @@ from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import SEED_MAX, check_threads
 from ctxlab.workshop.config_servers import ServerList
+
+if TYPE_CHECKING:
+    from ctxlab.plan.rate_card import RateCard
+    from ctxlab.plan.self_hosted import SelfHostedPrices
 
 Pos = Annotated[int, Field(ge=1)]
 NonNeg = Annotated[int, Field(ge=0)]
@@ -109,12 +113,63 @@ class EngineSection(Section):
 
 
 class CostSection(Section):
+    """Prices the cost tables use: inline hosted prices, or a dated rate card that replaces
+    them (`rate_card`: "default" for the shipped card, or a TOML file's path), and the
+    self-hosted rates (a card's `[self_hosted]` rates, where it has them, win)."""
+
     currency: str = Field(min_length=1)
     input_per_mtok: PosFloat
     cache_write_per_mtok: PosFloat
     cache_read_per_mtok: PosFloat
     output_per_mtok: PosFloat
     cpu_hourly: PosFloat
+    rate_card: str = ""
+    network_per_gb: Annotated[float, Field(ge=0)] = 0.0
+    storage_per_gb_month: Annotated[float, Field(ge=0)] = 0.08
+
+    @model_validator(mode="after")
+    def _card(self) -> CostSection:
+        if self.rate_card:
+            # a bad card stops the run before anything loads
+            card = self.card()
+            if card.currency != self.currency:
+                raise ValueError(
+                    f"cost.currency {self.currency!r} differs from the rate card's "
+                    f"{card.currency!r}; set cost.currency = {card.currency!r} (nothing is "
+                    "converted)"
+                )
+        return self
+
+    def card(self) -> RateCard:
+        """The rate card every hosted figure is priced with."""
+        from ctxlab.plan.cost import HostedPrices
+        from ctxlab.plan.rate_card import RateCard, load_rate_card
+
+        if self.rate_card:
+            return load_rate_card(self.rate_card)
+        prices = HostedPrices(
+            input=self.input_per_mtok,
+            output=self.output_per_mtok,
+            cache_write=self.cache_write_per_mtok,
+            cache_read=self.cache_read_per_mtok,
+        )
+        return RateCard.flat(prices, self.currency)
+
+    def self_hosted_prices(self) -> SelfHostedPrices:
+        """CPU time at `cpu_hourly`, transfers and storage at the card's rates or these."""
+        from ctxlab.plan.self_hosted import SelfHostedPrices
+
+        own = self.card().self_hosted if self.rate_card else SelfHostedPrices()
+
+        def pick(card_rate: float | None, rate: float) -> float:
+            return rate if card_rate is None else card_rate
+
+        return SelfHostedPrices(
+            device_hourly=own.device_hourly,
+            cpu_hourly=pick(own.cpu_hourly, self.cpu_hourly),
+            network_per_gb=pick(own.network_per_gb, self.network_per_gb),
+            storage_per_gb_month=pick(own.storage_per_gb_month, self.storage_per_gb_month),
+        )
 
 
 class Workload(Section):

@@ -43,6 +43,13 @@ cache_write_per_mtok = 3.75   # input written to the provider's prompt cache
 cache_read_per_mtok = 0.30    # input read back from it
 output_per_mtok = 15.0
 cpu_hourly = 0.10             # what one hour of this machine's CPU time costs (self-hosted)
+network_per_gb = 0.0          # KV bytes moved (disaggregation, offload), per decimal GB: 0
+                              # here, where they move inside one machine (a cross-zone
+                              # cloud transfer is about 0.02)
+storage_per_gb_month = 0.08   # the offload tier's bytes held, per decimal GB for 730 hours
+rate_card = ""                # "" prices hosted requests with the four rates above; "default"
+                              # takes the shipped, dated card with length tiers, or give a
+                              # rate card file (docs/cost.md); a card replaces those rates
 
 """
 

@@ -342,11 +342,8 @@ def _tables(
 
 
 def _hosted(session: Session, prompt_tokens: float, output_tokens: float) -> float:
-    from ctxlab.plan.cost import HostedPrices, hosted_cost
-
-    c = session.cfg.cost
-    prices = HostedPrices(input=c.input_per_mtok, output=c.output_per_mtok)
-    return hosted_cost(prices, round(prompt_tokens), round(output_tokens)).total
+    card = session.cfg.cost.card()
+    return card.cost(round(prompt_tokens), round(output_tokens)).total
 
 
 def _explain(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field, model_validator
 
+from ctxlab.plan.self_hosted import Usage, self_hosted_bill
 from ctxlab.progress import Tracker
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
 from ctxlab.workshop.demonstration import Demonstration, FigureValues, Metric, Risk
@@ -323,6 +324,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         "dis_cpu_s": td.cpu_s + child1["cpu_s"] - child0["cpu_s"],
         "weights": weights,
         "kv_bytes": pct([t["bytes"] for t in long_tr], 50),
+        "kv_bytes_all": sum(t["bytes"] for t in transfers),  # as the decode side recorded
         "kv_pages": pct([t["pages"] for t in long_tr], 50),
         "kv_ms": pct([t["transfer_s"] * 1e3 for t in long_tr], 50),
         "kv_n": len(long_tr),
@@ -415,6 +417,7 @@ def _tables(session: Session, res: DemoResult, m: dict, plan: list[Planned]) -> 
     s = m["sim"]["ttft_ms"]
     serving.add("disaggregated (simulated)", pct(s, 50), pct(s, 99), None, None,
                 m["sim"]["itl_p99_ms"], f"{len(s)} / -", None)  # fmt: skip
+    prices = cost.self_hosted_prices()
     cost_t = Table(
         "disagg_cost",
         "cost",
@@ -423,17 +426,23 @@ def _tables(session: Session, res: DemoResult, m: dict, plan: list[Planned]) -> 
         [
             Column("setup"),
             Column("CPU s"),
+            Column("KV MiB moved", 1),
             Column(f"{cost.currency} per 1,000 such runs", 4),
             Column("resident MiB beyond one process", 1),
         ],
-        note=f"CPU seconds of every process during the run at {cost.cpu_hourly} "
-        f"{cost.currency} per CPU hour; memory is not priced here but is what a second "
-        "instance costs first",
+        note=f"CPU seconds of every process during the run at {prices.cpu_hourly} "
+        f"{cost.currency} per CPU hour and the KV bytes the decode process received (what "
+        f"its kv_transfer_bytes counts) at {prices.network_per_gb} {cost.currency}/GB (0: "
+        "they cross between two processes of one machine); memory is not priced here but is "
+        "what a second instance costs first",
     )
-    price = cost.cpu_hourly / 3600 * 1000
-    cost_t.add("colocated", round(m["colo_cpu_s"], 2), m["colo_cpu_s"] * price, 0.0)
-    cost_t.add("disaggregated", round(m["dis_cpu_s"], 2), m["dis_cpu_s"] * price,
-               m["child_rss"] / MIB)  # fmt: skip
+    for name, cpu_s, moved, rss in (
+        ("colocated", m["colo_cpu_s"], 0, 0.0),
+        ("disaggregated", m["dis_cpu_s"], m["kv_bytes_all"], m["child_rss"] / MIB),
+    ):
+        usage = Usage(device_seconds=0.0, succeeded=1, cpu_seconds=cpu_s, network_bytes=moved)
+        run_cost = self_hosted_bill(usage, prices).total
+        cost_t.add(name, round(cpu_s, 2), moved / MIB, run_cost * 1000, rss)
     res.tables += [storage, serving, cost_t]
     _ = plan
 

@@ -291,7 +291,18 @@ def _tables(
             else (None, None, None)
         )
         serving.add(name, r["ttft_p50"], r["ttft_p95"], r["ttft_p99"], r["makespan_s"], *waits)
-    rate = session.cfg.cost.cpu_hourly
+    cost = _cost_table(session, runs, fail)
+    res.tables += [storage, serving, cost]
+
+
+def _cost_table(session: Session, runs: dict[str, dict], fail: dict) -> Table:
+    """The self-hosted bill of each engine run, every term of the storage formula
+    (`ctxlab.plan.self_hosted`), and the tier run again with its damaged restores counted as
+    failed requests: the same machine work over fewer answers."""
+    from ctxlab.plan.self_hosted import Usage, self_hosted_bill
+
+    cur = session.cfg.cost.currency
+    prices = session.cfg.cost.self_hosted_prices()
     cost = Table(
         "offload_cost",
         "cost",
@@ -299,21 +310,67 @@ def _tables(
         "measured",
         [
             Column("run"),
+            Column("requests ok/failed"),
             Column("computed prompt tokens"),
             Column("CPU seconds", 2),
-            Column(f"{session.cfg.cost.currency} per 1,000 requests", 4),
+            Column("KV bytes moved MiB", 1),
             Column("tier memory held MiB", 1),
+            Column(f"{cur} per 1,000 requests", 4),
+            Column(f"{cur} per 1,000 successes", 4),
+            Column(f"{cur} per 1M tokens", 4),
         ],
-        note="the run's measured CPU seconds at the configured hourly rate, over its requests; "
-        "the tier's host memory is priced at nothing here (it is the machine's own RAM)",
+        note=f"every term of the storage formula: CPU seconds at {prices.cpu_hourly} {cur}/h, "
+        f"KV bytes moved to and from the tier (the engine's kv_offload_store_bytes and "
+        f"kv_offload_load_bytes) at {prices.network_per_gb} {cur}/GB (0: they move inside this "
+        f"machine), the tier's memory held "
+        f"over the run's makespan at {prices.storage_per_gb_month} {cur}/GB-month; no device "
+        "and no idle reserve on this CPU machine. Per 1M tokens: every prompt and output token "
+        "processed. The last row is the tier run's measured work with the requests whose "
+        "restore was damaged in the failure run counted as failed (accounting, not a run: "
+        "ctxlab recomputes them instead)",
     )
-    for name in ("engine, no tier", "engine, tier"):
-        r = runs[name]
-        r["cost_per_1000"] = r["cpu_s"] * rate / 3600 / len(r["ttft_ms"]) * 1000
+    failed = sum(fail["offload"].restore_failures.values())
+    rows = [("engine, no tier", 0), ("engine, tier", 0)]
+    if failed:
+        rows.append((f"engine, tier, {failed} restores failed their requests", failed))
+    for name, nfail in rows:
+        r = runs["engine, tier" if nfail else name]
+        n = len(r["ttft_ms"])
+        nfail = min(nfail, n - 1)
         st = r.get("offload")
-        held = None if st is None else st.host_used_bytes / MIB
-        cost.add(name, r["computed"], r["cpu_s"], r["cost_per_1000"], held)
-    res.tables += [storage, serving, cost]
+        moved = 0 if st is None else st.kv_offload_store_bytes + st.kv_offload_load_bytes
+        held = 0 if st is None else st.host_used_bytes
+        usage = Usage(
+            device_seconds=0.0,
+            succeeded=n - nfail,
+            failed=nfail,
+            cpu_seconds=r["cpu_s"],
+            network_bytes=moved,
+            storage_byte_seconds=held * r["makespan_s"],
+            tokens=r["queried"] + sum(map(len, r["tokens"])),
+        )
+        bill = self_hosted_bill(usage, prices)
+        per_token = bill.per_token or 0.0
+        side = "billed_failures" if nfail else "billed"
+        r[side] = {
+            "failed": nfail,
+            "per_1000": bill.per_success * 1000,
+            "per_mtok": per_token * 1e6,
+        }
+        if not nfail:
+            r["cost_per_1000"] = bill.per_success * 1000
+        cost.add(
+            name,
+            f"{n - nfail}/{nfail}",
+            r["computed"],
+            r["cpu_s"],
+            moved / MIB,
+            None if st is None else held / MIB,
+            bill.per_request * 1000,
+            bill.per_success * 1000,
+            per_token * 1e6,
+        )
+    return cost
 
 
 def _explain(
@@ -354,7 +411,7 @@ def _explain(
             f"{f.say('ttft_p99_tier', tier['ttft_p99'], 1)} ms; the list cost "
             f"{f.say('cost_no_tier', base['cost_per_1000'], 4)} against "
             f"{f.say('cost_tier', tier['cost_per_1000'], 4)} {session.cfg.cost.currency} per "
-            "1,000 requests in CPU time; each restore waited "
+            "1,000 requests (CPU time, KV bytes moved, tier memory held); each restore waited "
             f"{f.say('restore_wait_p50_ms', st.load_wait_p50_s * 1e3, 2)} ms (p50) and "
             f"{f.say('restore_wait_p99_ms', st.load_wait_p99_s * 1e3, 2)} ms (p99) in the "
             "transfer queue",
@@ -376,6 +433,23 @@ def _explain(
             "without a tier: a failure costs that request its prefill time, never its answer",
         )
     )
+    billed = tier.get("billed_failures")
+    if billed:
+        ok = tier["billed"]
+        cur = session.cfg.cost.currency
+        res.gains.append(
+            Gain(
+                "a failed request, billed",
+                f"counting the {f.say('billed_failed_requests', billed['failed'])} requests whose "
+                "restore was damaged as failed, the tier run's measured work (CPU seconds, KV "
+                "bytes moved, tier memory held) is unchanged and answers fewer requests",
+                f"cost per 1,000 successes {f.say('cost_per_1000_ok', ok['per_1000'], 4)} -> "
+                f"{f.say('cost_per_1000_failed', billed['per_1000'], 4)} {cur}, while cost per "
+                f"1M tokens stays {f.say('cost_per_mtok_ok', ok['per_mtok'], 4)} -> "
+                f"{f.say('cost_per_mtok_failed', billed['per_mtok'], 4)} {cur}: failures are "
+                "paid for by the answers that succeed",
+            )
+        )
     hp = transfer["host"]
     f.say("host_latency_ms", hp.latency_s * 1e3, 3)
     f.say("host_gib_s", hp.bandwidth_bytes_per_s / 2**30, 2)
@@ -514,6 +588,22 @@ offload_bytes = "32MiB"
 """
 
 
+def _guard_pricing(f: FigureValues) -> tuple[str, str]:
+    if f.get("billed_failed_requests") is None:
+        return "partly guarded", (
+            f"demonstration {DEMO.number} bills CPU seconds, KV bytes moved and tier memory "
+            "held, but no restore failed in this run, so no failure was billed"
+        )
+    return "partly guarded", (
+        f"demonstration {DEMO.number} bills every term it measures (CPU seconds, KV bytes "
+        f"moved, tier memory held) and, counting {fmt(f['billed_failed_requests'])} requests "
+        f"with damaged restores as failed, cost per 1,000 successes rises "
+        f"{fmt(f['cost_per_1000_ok'], 4)} -> {fmt(f['cost_per_1000_failed'], 4)} while cost "
+        f"per 1M tokens stays {fmt(f['cost_per_mtok_failed'], 4)}; idle reserve is priced by "
+        "`ctxlab plan --idle-reserve`, not measured here"
+    )
+
+
 def _guard_offload(f: FigureValues) -> tuple[str, str]:
     return "guarded", (
         f"demonstration {DEMO.number} ran the prefix cache's tier "
@@ -540,6 +630,6 @@ DEMO = Demonstration(
     toml=TOML,
     predictions_toml=PREDICTIONS_TOML,
     quick_toml=QUICK_TOML,
-    guards=((Risk.OFFLOAD, _guard_offload),),
+    guards=((Risk.OFFLOAD, _guard_offload), (Risk.PRICING, _guard_pricing)),
     required=("restored_tokens", "wrong_tokens_under_failure"),
 )

@@ -84,7 +84,6 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.memory.embed import WordLlamaEmbedder
     from ctxlab.memory.engine_backend import EngineBackend
     from ctxlab.memory.store import open_store
-    from ctxlab.plan.cost import HostedPrices
     from ctxlab.rag import (
         CorpusFixture,
         CorpusRetriever,
@@ -101,7 +100,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     fx = corpus_fixture(c.fixture_seed)
     asked = fx.questions[: c.questions]
     answered = subset(asked, c.answer_questions, c.fixture_seed)
-    prices = HostedPrices(input=cost.input_per_mtok, output=cost.output_per_mtok)
+    prices = cost.card()
     embedder = WordLlamaEmbedder()
     depths: dict[int, Depth] = {}
     with (

@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from ctxlab.plan.cost import HostedPrices, hosted_cost
+from ctxlab.plan.rate_card import RateCard
 from ctxlab.progress import Tracker
 from ctxlab.stats import median_interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
@@ -36,14 +36,8 @@ def steps(session: Session) -> int:
     return 1 + 2 * DEMO.config(session.cfg).repeats
 
 
-def prices(session: Session) -> HostedPrices:
-    c = session.cfg.cost
-    return HostedPrices(
-        input=c.input_per_mtok,
-        output=c.output_per_mtok,
-        cache_write=c.cache_write_per_mtok,
-        cache_read=c.cache_read_per_mtok,
-    )
+def prices(session: Session) -> RateCard:
+    return session.cfg.cost.card()
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
@@ -188,8 +182,7 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
             s["itl_gaps"],
         )
         prefix, suffix = cfg.prefix_tokens, s["prompt"] - cfg.prefix_tokens
-        hosted = hosted_cost(
-            p,
+        hosted = p.cost(
             suffix,
             cfg.output_tokens,
             cache_write_tokens=prefix if side == "cold" else 0,
