@@ -5,8 +5,10 @@ Nothing here imports torch: the probe runs where no model is installed, against 
 SGLang, llama.cpp's server or `ctxlab serve`. Exit codes: 0 done (a section the budget
 could not pay for is listed as not run), 2 a user mistake or a server that refused the
 probe before it measured anything (unreachable, wrong key, not OpenAI-compatible, unknown
-model), 3 the server stopped answering mid-run (the report with the finished sections is
-still written).
+model), 3 the server stopped answering, or answered something the probe cannot use (a
+malformed stream, a field of the wrong type, an HTTP error), after the calibration: the
+report with the finished sections, and the failing one marked with the reason, is still
+written.
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ def _tables(console, doc: dict, out: Path) -> None:
 
             table.add_row(f["name"], Figure(**f).shown(), f["how"], f["note"])
         console.print(table)
+    for section, why in doc["failed"].items():
+        console.print(f"failed: {section}: {why}", markup=False)
     for section, why in doc["not_run"].items():
         console.print(f"not run: {section}: {why}")
     missing = doc["details"].get("profile missing") or []

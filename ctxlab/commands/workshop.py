@@ -85,6 +85,13 @@ def register(app: typer.Typer) -> None:
         server_model: str = typer.Option(
             None, "--server-model", help="Model name --server expects (default: its only one)."
         ),
+        server_timeout: float = typer.Option(
+            None,
+            "--server-timeout",
+            help="Seconds one request to a server may take in total (default 600; overrides "
+            "each \\[\\[servers]] entry's timeout).",
+            metavar="SECONDS",
+        ),
         print_config: bool = typer.Option(
             False, "--print-config", help="Print the default config, commented, and exit."
         ),
@@ -105,6 +112,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(DEFAULT_TOML, nl=False)
             return
         picked = parse_only(only)
+        timeout = check_timeout(server_timeout)
         if config is not None:
             input_file(config, "the workshop config", "TOML file")
         cfg = load_config(config, quick=quick)
@@ -113,7 +121,9 @@ def register(app: typer.Typer) -> None:
         label = str(config) if config is not None else "the embedded default config"
         started = time.time()
         try:
-            results = _run(cfg, folder, quick, picked, label, server, api_key, server_model)
+            results = _run(
+                cfg, folder, quick, picked, label, (server, api_key, server_model, timeout)
+            )
         except KeyboardInterrupt:
             from ctxlab.workshop.runner import mark_superseded
 
@@ -154,22 +164,40 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
+def check_timeout(seconds: float | None) -> float | None:
+    """--server-timeout as given (None: each server's own, else 600 s), or one sentence."""
+    from ctxlab.inputs.numbers import check_positive
+    from ctxlab.workshop.config_servers import timeout_error
+
+    if seconds is None:
+        return None
+    check_positive(seconds, "--server-timeout")  # nan, inf, 0: the sentence every option gives
+    try:
+        return timeout_error(seconds)
+    except ValueError as exc:
+        raise CtxlabError(f"--server-timeout {seconds:.12g}: {exc}.") from None
+
+
 def _run(
     cfg: Any,
     folder: Path,
     quick: bool,
     picked: set[int] | None,
     label: str,
-    server: str | None,
-    api_key: str | None,
-    server_model: str | None,
+    flags: tuple[str | None, str | None, str | None, float | None],
 ) -> dict:
-    """The run itself: on the local engine, or through `--server` / the config's servers."""
+    """The run itself: on the local engine, or through `--server` / the config's servers.
+    `flags`: --server, --api-key, --server-model, --server-timeout."""
+    from ctxlab.workshop.config_servers import DEFAULT_TIMEOUT
     from ctxlab.workshop.runner import run_workshop
 
-    listed = [("server", server, api_key, server_model)] if server is not None else [
-        (s.label, s.url, s.api_key, s.model) for s in cfg.servers
-    ]  # fmt: skip
+    server, api_key, server_model, timeout = flags
+    listed: Listed = [  # --server replaces the config's list; --server-timeout every timeout
+        (s.label, s.url, s.api_key, s.model, timeout or s.timeout or DEFAULT_TIMEOUT)
+        for s in cfg.servers
+    ]
+    if server is not None:
+        listed = [("server", server, api_key, server_model, timeout or DEFAULT_TIMEOUT)]
     if listed:
         from ctxlab.workshop.runner import load_default_model
 
@@ -187,16 +215,16 @@ def _run(
     return run_workshop(cfg, folder, quick=quick, only=picked, config_label=label)
 
 
-Listed = list[tuple[str, str, str | None, str | None]]  # label, url, api key, model
+Listed = list[tuple[str, str, str | None, str | None, float]]  # label, url, key, model, timeout
 
 
 def _each(listed: Listed, do: Any) -> list:
-    """`do(url, key, model)` for every server; a failure is one sentence naming the server's
-    label (`[[servers]]`) or none (`--server`)."""
+    """`do(url, key, model, timeout)` for every server; a failure is one sentence naming the
+    server's label (`[[servers]]`) or none (`--server`)."""
     out = []
-    for name, url, key, model in listed:
+    for name, url, key, model, timeout in listed:
         try:
-            out.append((name, do(url, key, model)))
+            out.append((name, do(url, key, model, timeout)))
         except CtxlabError as exc:
             if len(listed) == 1 and name == "server":
                 raise
@@ -204,12 +232,13 @@ def _each(listed: Listed, do: Any) -> list:
     return out
 
 
-def _check_server(url: str, key: str | None, model: str | None) -> None:
+def _check_server(url: str, key: str | None, model: str | None, timeout: float) -> None:
     """Reach the server and read its model list (the checks `ServerLLM.connect` repeats)."""
     from ctxlab.probe.client import Budget, ProbeClient
     from ctxlab.probe.identify import check_url, identify
 
-    client = ProbeClient(check_url(url), model or "", key, Budget(1, 1), timeout=30.0)
+    seconds = min(30.0, timeout)
+    client = ProbeClient(check_url(url), model or "", key, Budget(1, 1), timeout=seconds)
     try:
         identify(client, model)
     finally:
@@ -221,7 +250,10 @@ def _connect(listed: Listed, loaded: Any) -> list:
     from ctxlab.workshop.server_backend import ServerLLM
 
     tok, vocab = loaded.tokenizer, loaded.config.vocab_size
-    return _each(listed, lambda url, key, model: ServerLLM.connect(url, key, model, tok, vocab))
+    return _each(
+        listed,
+        lambda url, key, model, timeout: ServerLLM.connect(url, key, model, tok, vocab, timeout),
+    )
 
 
 def _print_summary(results: dict, folder: Path) -> None:

@@ -1,5 +1,6 @@
 """The probe's report: the server it measured, each section's figures (measured or
-inferred), what was not run and why, and the plan it announced. One JSON document; the CLI
+inferred), the section that failed and why, what was not run and why, and the plan it
+announced. One JSON document; the CLI
 prints it as tables."""
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class ProbeReport:
     sections: dict[str, list[Figure]] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
     not_run: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # the section the run ended in: why
+    running: str = ""  # the section being measured (not written): where a failure happened
     sent: dict[str, int] = field(default_factory=dict)
     error: str = ""
     profile_file: str = ""
@@ -46,7 +49,8 @@ class ProbeReport:
             "sections": {k: [f.as_dict() for f in v] for k, v in self.sections.items()},
             "details": self.details,
             "not_run": self.not_run,
+            "failed": self.failed,
             "profile_file": self.profile_file,
-            "complete": not self.error and not self.not_run,
+            "complete": not self.error and not self.not_run and not self.failed,
             "error": self.error,
         }

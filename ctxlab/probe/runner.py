@@ -1,8 +1,12 @@
 """One probe run: identify the server, check the token rule, then the sections in order
 (prefix caching, isolation, capacity, step-time profile), each bounded by the run's budget.
 
-A section the budget cannot pay for is skipped with the reason; a server that dies mid-run
-ends the run with the sections done so far kept in the report (the caller writes it).
+A section the budget cannot pay for is skipped with the reason. A server that dies mid-run,
+or answers something the probe cannot use (a malformed stream, a field of the wrong type, an
+HTTP error) after the calibration, ends the run: the sections done so far are kept, the
+failing one is listed under `failed` with the one-sentence reason, the later ones under
+`not_run`, and `report.error` says what happened (the caller writes the report and exits
+non-zero). A failure before anything was measured (identification, calibration) raises.
 """
 
 from __future__ import annotations
@@ -118,12 +122,33 @@ def run(
                 f"the server at {info.url} stopped answering during the probe ({exc}); the "
                 "sections finished before it are kept"
             )
+            _stopped(cfg, report, f"the server stopped answering: {exc}")
+        except CtxlabError as exc:
+            if not report.running:
+                raise  # nothing measured yet: one sentence, exit 2, no report
+            why = str(exc).rstrip(".")
+            report.error = (
+                f"the {report.running} section failed ({why}); the sections finished before "
+                "it are kept"
+            )
+            _stopped(cfg, report, why)
         except BudgetSpent:
             report.not_run.setdefault("calibration", "the budget is smaller than the calibration")
         report.sent = {"requests": budget.requests, "prompt tokens": budget.tokens}
         return report
     finally:
         client.close()
+
+
+def _stopped(cfg: ProbeConfig, report: ProbeReport, why: str) -> None:
+    """The section that was running when the run ended, marked with `why`; every later
+    selected section listed as not run."""
+    if not report.running:
+        return
+    report.failed[report.running] = why
+    later = cfg.sections[cfg.sections.index(report.running) + 1 :]
+    for name in later:
+        report.not_run[name] = f"the run ended in the {report.running} section, before it"
 
 
 def _calibrate(client: ProbeClient, info: ServerInfo, words: Words) -> TokenRule:
@@ -149,6 +174,7 @@ def _sections(
 ) -> None:
     page: int | None = None
     if "prefix" in cfg.sections:
+        report.running = "prefix"
         try:
             pre = prefix.measure(client, words, rule, cfg.longest, say)
             figures = pre.figures()
@@ -164,6 +190,7 @@ def _sections(
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
     if "isolation" in cfg.sections:
+        report.running = "isolation"
         try:
             iso = isolation.measure(client, words, rule, cfg.nonce, say, page)
             figures = iso.figures()
@@ -175,6 +202,7 @@ def _sections(
             report.not_run["isolation"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
+    report.running = "capacity" if "capacity" in cfg.sections else report.running
     samples = scrape(client) if info.has_metrics else None
     if "capacity" in cfg.sections:
         pub = published_capacity(samples)
@@ -214,6 +242,7 @@ def _sections(
         figures.append(usage_gauge(scrape(client) if info.has_metrics else None))
         report.add("capacity", figures)
     if "profile" in cfg.sections:
+        report.running = "profile"
         try:
             prof = steptime.measure(client, words, rule, cfg.design(), say, info.slots)
             report.add("step times", prof.figures())

@@ -185,7 +185,7 @@ async def _answer(request: Request, loop: EngineLoop, settings: ServeSettings, c
         raise APIError(400, str(exc), param="prompt") from None
     except QueueFull as exc:
         raise APIError(429, str(exc), code="queue_full", headers={"Retry-After": "1"}) from None
-    reply = Reply(req.model, chat, req.include_usage)
+    reply = Reply(req.model, chat, req.include_usage, req.continuous_usage)
     texts = [""] * len(tickets)
     try:
         pending = await _admit(queue, tickets, request)
@@ -317,7 +317,8 @@ async def _stream(
                 return
             i = upd.index
             if upd.kind == "token":
-                yield reply.chunk(i, upd.text, first[i])
+                counts = (tickets[i].prompt_tokens, upd.completion_tokens)
+                yield reply.chunk(i, upd.text, first[i], counts=counts)
                 first[i] = False
                 continue
             if upd.kind not in ("done", "timeout"):
@@ -328,7 +329,9 @@ async def _stream(
                 yield DONE
                 return
             assert upd.output is not None
-            yield reply.chunk(i, upd.text, first[i], finish_reason(upd.output))
+            m = upd.output.metrics
+            counts = (m.prompt_tokens, m.output_tokens)
+            yield reply.chunk(i, upd.text, first[i], finish_reason(upd.output), counts)
             outputs[i] = upd.output
             left -= 1
         if reply.include_usage:

@@ -50,6 +50,7 @@ class Update:
     output: RequestOutput | None = None  # done, timeout
     message: str = ""  # refused
     user_fault: bool = True  # refused: a 400 (True) or a 500 (False)
+    completion_tokens: int = 0  # token: the prompt's output tokens so far (continuous usage)
 
 
 @dataclass(eq=False)
@@ -65,6 +66,7 @@ class Ticket:
     arrival: float  # perf_counter when the handler submitted it
     deadline: float
     rid: int | None = None  # set by the engine thread at admission
+    prompt_tokens: int = 0  # set by the engine thread at admission
     finished: bool = False  # set by the engine thread
 
 
@@ -260,6 +262,7 @@ class EngineLoop:
         # (after the step that was running): TTFT and latency count that wait, as vLLM does.
         engine.seqs[rid].metrics.arrival_time = t.arrival
         t.rid = rid
+        t.prompt_tokens = len(ids)
         self._tickets[rid] = t
         self.metrics.prompt_tokens.inc(len(ids))
         out.append((t, Update("admitted", t.index)))
@@ -272,7 +275,11 @@ class EngineLoop:
             self.metrics.generation_tokens.inc()
         if not ev.finished:
             if ev.text_delta:
-                out.append((t, Update("token", t.index, text=ev.text_delta)))
+                seq = self.engine.seqs.get(ev.request_id)
+                made = seq.num_tokens - seq.num_prompt if seq is not None else 0
+                out.append(
+                    (t, Update("token", t.index, text=ev.text_delta, completion_tokens=made))
+                )
             return
         self._finish(t, ev.output, ev.text_delta, "done", out)
 

@@ -27,21 +27,13 @@ PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class StreamOptions(BaseModel):
+    """`include_usage`: one chunk with the usage before [DONE] (OpenAI). vLLM's
+    `continuous_usage_stats`, with `include_usage` (alone it adds nothing, as in vLLM):
+    every chunk also carries the running usage of its prompt (`responses.Reply`)."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
     continuous_usage_stats: bool = False
-
-    @field_validator("continuous_usage_stats")
-    @classmethod
-    def _no_continuous(cls, v: bool) -> bool:
-        # Accepting it and sending usage only at the end would mislead a client that reads
-        # usage per chunk (vLLM's meaning), so it is refused until it is implemented.
-        if v:
-            raise ValueError(
-                "continuous_usage_stats is not supported by this server; include_usage gives "
-                "the usage in one chunk before [DONE]"
-            )
-        return v
 
 
 # Temperatures below this sample greedily, as vLLM's `_SAMPLING_EPS`: dividing logits by a
@@ -97,6 +89,13 @@ class _Common(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        """Usage on every chunk: vLLM's rule (`should_include_usage`), both options set."""
+        return self.include_usage and bool(
+            self.stream_options and self.stream_options.continuous_usage_stats
+        )
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())

@@ -5,6 +5,12 @@ cache served at admission. A streamed answer is `data: {chunk}` lines, then (wit
 `stream_options.include_usage`) one chunk with empty `choices` and the usage, then
 `data: [DONE]`. The first chat chunk carries the role together with the first text, so the
 first chunk a client sees is also its first content.
+
+With vLLM's `stream_options.continuous_usage_stats` (and `include_usage`) every text chunk
+carries the running usage of its prompt as vLLM fills it: `prompt_tokens` (that prompt's),
+`completion_tokens` (its output tokens so far, the finishing chunk's being the final count)
+and `total_tokens`; no `prompt_tokens_details` (vLLM's per-chunk usage has none), which the
+last usage chunk still carries.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Reply:
     model: str
     chat: bool
     include_usage: bool = False
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (with include_usage)
     id: str = field(default="")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -71,7 +78,16 @@ class Reply:
         return {**self._head("text_completion"), "choices": choices, "usage": usage(outputs)}
 
     # -- stream chunks --------------------------------------------------------------------
-    def chunk(self, index: int, text: str, first: bool, reason: str | None = None) -> str:
+    def chunk(
+        self,
+        index: int,
+        text: str,
+        first: bool,
+        reason: str | None = None,
+        counts: tuple[int, int] = (0, 0),
+    ) -> str:
+        """One text chunk; `counts`: its prompt's (prompt, output tokens so far), written
+        when the client asked for continuous usage."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if first else {}
             if text or first:
@@ -81,7 +97,14 @@ class Reply:
         else:
             choice = {"index": index, "text": text, "logprobs": None, "finish_reason": reason}
             doc = {**self._head("text_completion"), "choices": [choice]}
-        if self.include_usage:
+        if self.continuous_usage:
+            prompt, completion = counts
+            doc["usage"] = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+        elif self.include_usage:
             doc["usage"] = None
         return sse(doc)
 

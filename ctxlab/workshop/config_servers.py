@@ -6,6 +6,8 @@ OpenAI API (`ctxlab workshop` with no `--server`; `--server URL` replaces the li
     url = "http://gpu-box:8000"       # the server root (a trailing /v1 is dropped)
     api_key = "..."                   # optional; sent as a Bearer key, never written out
     model = "meta-llama/Llama-3.1-8B" # optional: the model to use when it serves several
+    timeout = 120                     # optional: seconds one request may take in total
+                                      # (default 600; `--server-timeout` overrides it)
 
 The first server carries every demonstration a server can run; every listed server gets
 the probe summary and demonstration 3 side by side (`server_compare.py`).
@@ -13,6 +15,7 @@ the probe summary and demonstration 3 side by side (`server_compare.py`).
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_serializer, field_validator
@@ -27,6 +30,12 @@ class ServerEntry(BaseModel):
     url: str = Field(min_length=1)
     api_key: str | None = Field(default=None, exclude=True, repr=False)  # never written out
     model: str | None = None
+    timeout: float | None = None  # seconds per request in total; None: DEFAULT_TIMEOUT
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        return None if value is None else timeout_error(value)
 
     @field_validator("url")
     @classmethod
@@ -45,6 +54,18 @@ class ServerEntry(BaseModel):
         from ctxlab.peer.url import redact
 
         return redact(url)
+
+
+DEFAULT_TIMEOUT = 600.0  # seconds one request to a server may take in total
+MAX_TIMEOUT = 86_400.0  # a day: longer is a typo, and overflows some waits
+
+
+def timeout_error(value: float) -> float:
+    """`value` if it is a usable request timeout in seconds; else ValueError saying what is
+    allowed (the caller names the key or the option)."""
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT):
+        raise ValueError(f"must be more than 0 and at most {MAX_TIMEOUT:g} seconds (a day)")
+    return float(value)
 
 
 def _distinct(servers: list[ServerEntry]) -> list[ServerEntry]:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ctxlab.errors import CtxlabError
 from ctxlab.probe.client import Answer, Budget, ProbeClient
 from ctxlab.probe.identify import ServerInfo, check_url, identify
+from ctxlab.workshop.config_servers import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from ctxlab.model.tokenizer import Tokenizer
@@ -83,14 +84,25 @@ class ServerLLM:
 
     @classmethod
     def connect(
-        cls, url: str, api_key: str | None, model: str | None, tokenizer: Tokenizer, vocab_size: int
+        cls,
+        url: str,
+        api_key: str | None,
+        model: str | None,
+        tokenizer: Tokenizer,
+        vocab_size: int,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> ServerLLM:
-        """Check the server (one sentence on a bad URL, key or model) and wrap it."""
+        """Check the server (one sentence on a bad URL, key or model) and wrap it. `timeout`:
+        seconds one request may take in total (`--server-timeout`, `[[servers]] timeout`);
+        every client the run makes for this server takes it from `client.timeout`."""
         check_url(url)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
-        client = ProbeClient(url, model or "", api_key, Budget(10**9, 10**12), timeout=600.0)
+        client = ProbeClient(url, model or "", api_key, Budget(10**9, 10**12), timeout=timeout)
         info = identify(client, model)
         client.model = info.model
+        # it answered: a request that later gets no answer in time means it stopped answering
+        # mid-run (exit 3, the report kept), not that it was never reachable
+        client.answered += 1
         return cls(client, info, tokenizer, vocab_size)
 
     def relabel(self, ids: list[int]) -> list[int]:

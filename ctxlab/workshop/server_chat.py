@@ -62,7 +62,7 @@ class ServerChatBackend(OpenAIChatBackend):
         self.tokenizer = tokenizer
         self.min_shared_tokens = min_shared_tokens
         self.log = CallLog()
-        self.answered = 0
+        self.answered = c.answered  # the server answered before: silence now means it stopped
         self.label = server.label(code=True)
 
     def _post(self, path: str, body: dict[str, Any], quiet_404: bool = False) -> dict[str, Any]:
@@ -70,9 +70,12 @@ class ServerChatBackend(OpenAIChatBackend):
             out = super()._post(path, body, quiet_404)
         except CtxlabError as exc:
             gone = ("cannot reach", "HTTP 5", "no complete answer")
-            if self.answered and any(w in str(exc) for w in gone):
-                raise ServerGone(str(exc)) from None
-            raise
+            said = str(exc).replace("(--timeout)", "(--server-timeout)")  # the workshop's name
+            if self.answered and any(w in said for w in gone):
+                raise ServerGone(said) from None
+            if said == str(exc):
+                raise
+            raise CtxlabError(said) from None
         self.answered += 1
         return out
 

@@ -72,9 +72,12 @@ class Sizing:
 
 
 def _client(server: ServerLLM, requests: int, tokens: int) -> ProbeClient:
-    """A client of the server with its own budget (the capacity section must stop)."""
+    """A client of the server with its own budget (the capacity section must stop) and the
+    run's timeout for it; the server answered before, so silence now means it stopped."""
     c = server.client
-    return ProbeClient(c.base_url, c.model, c.api_key, Budget(requests, tokens), timeout=600.0)
+    client = ProbeClient(c.base_url, c.model, c.api_key, Budget(requests, tokens), c.timeout)
+    client.answered = c.answered
+    return client
 
 
 def calibrate(client: ProbeClient, nonce: int) -> tuple[Words, TokenRule]:

@@ -65,6 +65,7 @@ class Script:
     props: object | None = None
     metrics: str | None = None
     status: int = 200  # for every POST (an error body when not 200)
+    status_for: Callable[[dict[str, Any]], int] | None = None  # a completion's status by body
     fail_after: int | None = None  # answer HTTP 500 after this many POSTs
     key: str | None = None  # the Bearer key it requires (401 otherwise)
     hang: str | None = None  # silent, silent-body, trickle, keepalive
@@ -127,8 +128,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, "<html>not found</html>", "text/html")
             return
         failing = s.fail_after is not None and len(s.posts) > s.fail_after
-        if s.status != 200 or failing:
-            status = s.status if s.status != 200 else 500
+        chosen = s.status_for(body) if s.status_for is not None else 200
+        if s.status != 200 or failing or chosen != 200:
+            status = next((c for c in (s.status, chosen) if c != 200), 500)
             self._send(status, {"error": {"message": "scripted failure", "code": status}})
             return
         if s.hang is not None and len(s.posts) > s.hang_after:

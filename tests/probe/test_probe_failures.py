@@ -6,6 +6,10 @@ the installed `ctxlab` script in its own process, as a user's shell does."""
 
 from __future__ import annotations
 
+import pytest
+
+from tests.peers.hostile import Script as Hostile
+from tests.peers.hostile import good_events, hostile
 from tests.probe.conftest import Script, free_port, probe_cli, report, stand_in
 
 
@@ -75,3 +79,49 @@ def test_budget_caps_are_announced_and_kept(cli, tmp_path):
     doc = report(out)
     assert doc["sent"]["requests"] <= 10
     assert "prefix" in doc["not_run"]
+
+
+def _salted(garbage):
+    """Answers well until the isolation section (its requests carry a cache_salt)."""
+    return lambda body: garbage(body) if "cache_salt" in body else good_events(body)
+
+
+def _usage_list(body):
+    return [*good_events(body)[:2], {"choices": [], "usage": [1, 2]}]
+
+
+HOSTILE_MID_RUN = {
+    "data a list": (Hostile(events=_salted(lambda b: [[1, 2]])), "not a JSON object"),
+    "usage a list": (Hostile(events=_salted(_usage_list)), "usage"),
+    "HTTP 400": (
+        Hostile(status_for=lambda b: 400 if "cache_salt" in b else 200),
+        "refused a probe request (HTTP 400: scripted failure)",
+    ),
+    "HTTP 500": (
+        Hostile(status_for=lambda b: 500 if "cache_salt" in b else 200),
+        "stopped answering",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(HOSTILE_MID_RUN))
+def test_a_hostile_answer_mid_run_keeps_the_sections_before_it(cli, tmp_path, mode):
+    """The calibration and the prefix section are answered; the isolation section gets
+    garbage or an HTTP error: the report keeps the prefix section, marks isolation as failed
+    with the reason, lists capacity as not run, and the run exits 3 with one sentence."""
+    script, phrase = HOSTILE_MID_RUN[mode]
+    out = tmp_path / "p.json"
+    with hostile(script) as (url, _):
+        res = cli("probe", "--server", url, "--sections", "prefix,isolation,capacity",
+                  "--longest", "40", "--yes", "--out", str(out))  # fmt: skip
+    assert res.code == 3, res.err
+    assert "Traceback" not in res.err
+    last = res.err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and phrase in last and str(out) in last, last
+    doc = report(out)
+    assert doc["complete"] is False and phrase in doc["error"]
+    assert [f["name"] for f in doc["sections"]["prefix caching"]]  # measured before it
+    assert "isolation" not in doc["sections"]
+    assert list(doc["failed"]) == ["isolation"] and phrase in doc["failed"]["isolation"]
+    assert doc["not_run"] == {"capacity": "the run ended in the isolation section, before it"}
+    assert doc["token_rule"].startswith("prompt tokens = words + 0")

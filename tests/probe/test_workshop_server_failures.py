@@ -8,11 +8,13 @@ the installed `ctxlab` script in its own process, as a user's shell does."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.cli.conftest import Result
+from tests.peers import hostile
 from tests.probe.conftest import Script, free_port, installed, stand_in
 
 
@@ -66,8 +68,12 @@ def _config(tmp_path: Path, body: str) -> str:
         ('[[servers]]\nlabel = "a"\n', "key 'servers[0].url' is missing."),
         ('[[servers]]\nlabel = "a"\nurl = "127.0.0.1:8000"\napi_key = "sk-x"\n',
          "servers[0].url = '127.0.0.1:8000': '127.0.0.1:8000' must be an http(s) URL"),
+        ('[[servers]]\nlabel = "a"\nurl = "http://127.0.0.1:1"\ntimeout = 0\n',
+         "servers[0].timeout = 0: must be more than 0 and at most 86400 seconds (a day)."),
+        ('[[servers]]\nlabel = "a"\nurl = "http://127.0.0.1:1"\ntimeout = 1e9\n',
+         "servers[0].timeout = 1000000000.0: must be more than 0 and at most 86400 seconds"),
     ],
-    ids=["duplicate-label", "missing-url", "bad-url"],
+    ids=["duplicate-label", "missing-url", "bad-url", "timeout-0", "timeout-1e9"],
 )  # fmt: skip
 def test_bad_servers_list(cli, tmp_path, body, expected):
     path = _config(tmp_path, body)
@@ -105,3 +111,61 @@ def test_server_that_dies_mid_run_keeps_the_report(cli, tmp_path, keep_torch_thr
     # what was measured before it died is kept: the server's probe summary
     assert results["servers"][0]["info"]["url"] == url
     assert "stopped early" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.model
+def test_server_that_hangs_ends_at_server_timeout(cli, tmp_path, keep_torch_threads):
+    """A server that lists its model and then accepts every completion and never answers:
+    --server-timeout bounds each request, and the run stops early (exit 3) with its report."""
+    with hostile.hostile(hostile.Script(hang="silent")) as (url, script):
+        start = time.monotonic()
+        res = cli("workshop", "--server", url, "--server-timeout", "2", "--quick", "--only", "1",
+                  "--out", str(tmp_path))  # fmt: skip
+        took = time.monotonic() - start
+    assert took < 60, took  # the model loads once per session; the wait is the 2 s
+    line = one_sentence(res, 3)
+    assert line.startswith(f"error: the server at {url} stopped answering before")
+    assert "within 2 s" in line
+    assert script.posts.count("/v1/completions") == 1  # nothing after the first silence
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "stopped early" and "stopped answering" in results["error"]
+    assert results["demos"]["prefix_miss"]["status"] == "not measurable"
+    assert "stopped answering" in (tmp_path / "report.md").read_text()
+
+
+def test_server_timeout_reaches_every_client(tmp_path):
+    """--server-timeout, else `[[servers]] timeout`, else 600 s, for each client of the run."""
+    from ctxlab.commands.workshop import _run
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.server_chat import ServerChatBackend
+    from ctxlab.workshop.server_eviction import _client
+
+    with hostile.hostile() as (url, _):
+        path = _config(tmp_path, f'[[servers]]\nlabel = "a"\nurl = "{url}"\ntimeout = 7.5\n'
+                       f'[[servers]]\nlabel = "b"\nurl = "{url}"\n')  # fmt: skip
+        cfg = load_config(Path(path))
+        seen: list[tuple[str, float, float, float]] = []
+
+        def run_workshop(*_a, servers, **_k):
+            for name, s in servers:
+                chat = ServerChatBackend(s, None, 2048, 16)
+                seen.append((name, s.client.timeout, _client(s, 1, 1).timeout, chat.timeout_s))
+                chat.close()
+            return {}
+
+        import ctxlab.workshop.runner as runner
+
+        loaded = type(
+            "Loaded", (), {"tokenizer": None, "config": type("C", (), {"vocab_size": 49152})}
+        )
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(runner, "run_workshop", run_workshop)
+            mp.setattr(runner, "load_default_model", lambda _cfg: loaded)
+            _run(cfg, tmp_path, True, {1}, "x", (None, None, None, None))
+            assert seen == [("a", 7.5, 7.5, 7.5), ("b", 600.0, 600.0, 600.0)]
+            seen.clear()
+            _run(cfg, tmp_path, True, {1}, "x", (None, None, None, 3.0))
+            assert seen == [("a", 3.0, 3.0, 3.0), ("b", 3.0, 3.0, 3.0)]
+            seen.clear()
+            _run(cfg, tmp_path, True, {1}, "x", (url, None, None, 2.0))
+            assert seen == [("server", 2.0, 2.0, 2.0)]

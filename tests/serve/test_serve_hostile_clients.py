@@ -1,7 +1,8 @@
 """What a production client sends that the server must survive: a ratio budget over a short
-chat, a denormal temperature, a stream option the server does not implement. Each is served
-as meant or refused with a 400 naming the field, never a 500. Over real HTTP to the app in a
-thread of this process (`in_process`)."""
+chat, a denormal temperature, a client that closes mid-body. Each is served as meant or
+refused with a 400 naming the field, never a 500. Over real HTTP to the app in a thread of
+this process (`in_process`). (vLLM's `continuous_usage_stats`, once refused here, is served:
+tests/serve/test_serve_openai.py.)"""
 
 from __future__ import annotations
 
@@ -46,22 +47,6 @@ def test_a_denormal_temperature_samples_greedily(loaded, temperature):
         tiny = _post(url, {"messages": CHAT, "max_tokens": 6, "temperature": temperature})
         assert tiny.status_code == 200, tiny.text
         assert tiny.json()["choices"][0]["message"] == greedy.json()["choices"][0]["message"]
-
-
-def test_continuous_usage_stats_is_refused_naming_the_field(loaded):
-    llm = LLM(loaded, kv_pool_tokens=1024)
-    with in_process(llm.engine) as url:
-        body = {
-            "messages": CHAT,
-            "max_tokens": 2,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        }
-        r = _post(url, body)
-        assert r.status_code == 400, r.text
-        assert "continuous_usage_stats" in r.json()["error"]["message"]
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": False}
-        assert _post(url, body).status_code == 200
 
 
 def test_a_client_that_closes_mid_body_leaves_no_traceback(loaded, caplog, capfd):

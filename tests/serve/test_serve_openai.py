@@ -104,6 +104,52 @@ def test_streaming_sdk_with_usage(url, reference):
     assert "".join(p.choices[0].text for p in parts) == reference(PROMPTS[1], 8)[0]
 
 
+def _sse(url: str, path: str, body: dict) -> list[dict]:
+    """Every `data:` document of a streamed answer, raw (the SDK would hide unknown keys)."""
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    with httpx.stream("POST", url + path, json=body, headers=headers, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        data = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def test_continuous_usage_stats_gives_running_counts(url, reference):
+    """vLLM's `stream_options.continuous_usage_stats`: each text chunk carries its prompt's
+    usage so far; the last usage chunk is unchanged; without include_usage it adds nothing
+    (vLLM's `should_include_usage`)."""
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 6, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": both}  # fmt: skip
+    *chunks, last = _sse(url, "/v1/chat/completions", body)
+    n_prompt = last["usage"]["prompt_tokens"]  # the reference's (test_sync_sdk_...)
+    made = [c["usage"]["completion_tokens"] for c in chunks]
+    assert made == sorted(made) and made[0] >= 1 and made[-1] == 6, made
+    for c in chunks:
+        u = c["usage"]
+        assert set(u) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+        assert u["prompt_tokens"] == n_prompt
+        assert u["total_tokens"] == n_prompt + u["completion_tokens"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 6
+    assert "cached_tokens" in last["usage"]["prompt_tokens_details"]
+    # completions of two prompts: each chunk counts its own prompt
+    prompts = PROMPTS[:2]
+    body = {"model": MODEL, "prompt": prompts, "max_tokens": 4, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": both}  # fmt: skip
+    *chunks, last = _sse(url, "/v1/completions", body)
+    for i, prompt in enumerate(prompts):
+        mine = [c["usage"] for c in chunks if c["choices"][0]["index"] == i]
+        assert {u["prompt_tokens"] for u in mine} == {reference(prompt, 1)[1]}
+        made = [u["completion_tokens"] for u in mine]
+        assert made == sorted(made) and made[-1] == 4, made
+    assert last["usage"]["completion_tokens"] == 8
+    # continuous_usage_stats alone: no usage anywhere, as vLLM
+    body["stream_options"] = {"continuous_usage_stats": True}
+    docs = _sse(url, "/v1/completions", body)
+    assert all("usage" not in d for d in docs) and all(d["choices"] for d in docs)
+
+
 def test_async_sdk_concurrent_requests(url, reference):
     async def run() -> list:
         c = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=ALICE, max_retries=0)
