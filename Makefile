@@ -50,7 +50,7 @@ run: install
 
 # Two pytest-xdist workers, one torch thread each; tests that share a real server carry one
 # xdist_group and run on one worker (docs/development.md has the measured -n 2 vs -n 0).
-PYTEST_PAR := -n 2 --dist loadgroup
+PYTEST_PAR := -n 2 --dist loadgroup --no-loadscope-reorder
 
 # `make test` runs the vLLM tests against one session-scoped vLLM server, so it installs
 # vLLM's CPU build first (once: the folder under the user's cache is reused).

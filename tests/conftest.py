@@ -40,12 +40,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     `xdist_group` to any worker on its own, so a module-scoped fixture (a minute of
     transformers greedy, a workshop run through servers) would be built once per worker.
     Runs before xdist's own hook, which turns the marks into scheduling groups."""
+    groups: dict[str, str] = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name"))
             continue
         fixtures = getattr(item, "fixturenames", ())
         shared = next((g for f, g in COSTLY_SESSION_FIXTURES.items() if f in fixtures), None)
-        item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
+        groups[item.nodeid] = shared or item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    # Longest first (the Makefile turns off xdist's own order, most tests first): the groups
+    # around a shared real server run for minutes, then other server tests, the model's, the
+    # rest; a long group started last would leave the other worker idle at the end.
+    weight: dict[str, int] = {}
+    for item in items:
+        group = groups[item.nodeid]
+        w = 1 if item.get_closest_marker("server") else 2 if item.get_closest_marker("model") else 3
+        if w == 1 and not group.endswith(".py"):
+            w = 0  # a session server shared by several modules: the longest groups
+        weight[group] = min(weight.get(group, 3), w)
+    items.sort(key=lambda i: weight[groups[i.nodeid]])  # stable: modules stay in order
 
 
 @pytest.hookimpl(tryfirst=True)

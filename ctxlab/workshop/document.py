@@ -48,6 +48,7 @@ def build_document(res: JSONObject) -> list[Block]:
     doc += _context(res)
     doc += _layers(res)
     doc += _demos(res)
+    doc += _peers(res)
     doc += _checklist(res)
     doc += _files(res)
     return doc
@@ -167,9 +168,18 @@ def _server_lines(res: JSONObject) -> list[str]:
                 *(f"demonstration {d.number}" for d in REGISTERED if d.server.instead),
             ]
         )
+        measured = sorted(
+            {d["number"] for p in (res.get("peers") or {}).values() for d in p["demos"].values()}
+        )
         lines.append(
             f"also probed side by side ({sides}): "
             + "; ".join(f"{s['name']}: {s['label']}" for s in others)
+            + (
+                f"; each also measured through demonstrations {', '.join(map(str, measured))}"
+                " (their tables follow the first server's)"
+                if measured
+                else ""
+            )
         )
     if res.get("error"):
         lines.append(f"stopped early: {res['error']}")
@@ -303,6 +313,33 @@ def _demos(res: JSONObject) -> list[Block]:
     return out
 
 
+def _peers(res: JSONObject) -> list[Block]:
+    """Each further server's own pass: its tables beside the first server's, no verdicts."""
+    peers = res.get("peers") or {}
+    if not peers:
+        return []
+    out = [
+        Block("h2", "The same demonstrations through the other servers"),
+        Block(
+            "p",
+            "Each further server of the config ran the demonstrations that send a server "
+            "requests, with its own page and its own request backend. The predictions were "
+            "written for the run's server, so none is judged here; read these tables beside "
+            "the first server's.",
+        ),
+    ]
+    for name, peer in peers.items():
+        out.append(Block("h3", f"{name}: {peer['label']}"))
+        if peer["error"]:
+            out.append(Block("p", f"Stopped early: {peer['error']}."))
+        for d in peer["demos"].values():
+            head = f"{d['number']}. {d['title']}"
+            line = d["summary"] or f"It was {d['status']}."
+            out.append(Block("p", f"**{head}** ({d['status']}): {line}"))
+            out += [_stored_table(t) for t in d["tables"]]
+    return out
+
+
 def _checklist(res: JSONObject) -> list[Block]:
     rows = [[c["risk"], c["status"], c["how"]] for c in res["checklist"]]
     return [
@@ -321,4 +358,6 @@ def _files(res: JSONObject) -> list[Block]:
         files.append(res["useful_context"]["rows_file"])
     for d in res["demos"].values():
         files += d["plots"]
+    for peer in (res.get("peers") or {}).values():
+        files += [p for d in peer["demos"].values() for p in d["plots"]]
     return [Block("h2", "Files"), Block("list", items=[f"`{f}`" for f in files])]

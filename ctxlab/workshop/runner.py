@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,6 +103,12 @@ def run_workshop(
             through = server_run.start(session, server, chat, show_progress, name, others)
         demos, interrupted = _run_demos(session, only, show_progress, through)
         gone = through.gone if through is not None else None
+        peers: dict[str, JSONObject] = {}
+        if server is not None and gone is None and not interrupted:
+            try:
+                peers = _peer_passes(cfg, session, server, servers or [], only, show_progress)
+            except KeyboardInterrupt:
+                interrupted = "while a further server was measured"
         useful = None
         if cfg.useful_context.enabled and only is None and gone is None and not interrupted:
             try:
@@ -122,6 +129,8 @@ def run_workshop(
             results["error"] = gone or ""
             if through is not None:
                 server_run.summaries(results, through)
+            if peers:
+                results["peers"] = peers
         results["interrupted"] = interrupted or ""
         results["context_numbers"] = context_numbers(session, demo_json, useful)
         verdicts = _verdicts(cfg, demos)
@@ -147,6 +156,7 @@ def run_workshop(
         "torch_threads": torch.get_num_threads(),
         "platform": platform.platform(),
         "cost_unit_requests": COST_UNIT_REQUESTS,
+        "rate_card": cfg.cost.card().to_dict(),  # what every hosted figure was priced with
         **versions(loaded),
     }
     write_reports(results, out)
@@ -224,7 +234,11 @@ def _cpu_model() -> str:
 
 
 def _run_demos(
-    session: Session, only: set[int] | None, show: bool, through: ServerRun | None
+    session: Session,
+    only: set[int] | None,
+    show: bool,
+    through: ServerRun | None,
+    server_part_only: bool = False,
 ) -> tuple[dict[str, DemoResult], str | None]:
     """Each demonstration in order, and where the run was interrupted (None: it was not).
     Through a server that stops answering, the one that was running and every later one are
@@ -244,7 +258,7 @@ def _run_demos(
             demos[demo.key] = not_measurable(demo, f"not run: {through.gone}")
         else:
             try:
-                demos[demo.key] = _one_demo(session, demo, show, through)
+                demos[demo.key] = _one_demo(session, demo, show, through, server_part_only)
             except ServerGone as exc:
                 assert through is not None
                 gone = through.stop(f"in demonstration {demo.number}", exc)
@@ -256,6 +270,52 @@ def _run_demos(
     return demos, interrupted
 
 
+def _peer_passes(
+    cfg: WorkshopConfig,
+    session: Session,
+    first: ServerLLM,
+    servers: list[tuple[str, ServerLLM]],
+    only: set[int] | None,
+    show: bool,
+) -> dict[str, JSONObject]:
+    """Each further server of a `[[servers]]` list through the demonstrations that send it
+    requests, so that every listed server is measured, not only probed. Each pass has a
+    session of its own (the server's own page, its request backend, its files under
+    `peers/<label>/`); its tables sit beside the first server's in the report and no
+    prediction is judged on them (the predictions were written for the run's server).
+    A demonstration whose server variant already compares every server side by side
+    (`ServerMode.instead`) is not repeated. A server that stops answering ends its own pass
+    with that sentence; the run goes on."""
+    from ctxlab.workshop import server_run
+
+    chosen = {
+        d.number
+        for d in REGISTERED
+        if (only is None or d.number in only)
+        and (d.server.uses_server or d.server.extra is not None)
+        and not d.server.instead
+    }
+    peers: dict[str, JSONObject] = {}
+    for i, (name, other) in enumerate(servers):
+        if other is first or not chosen:
+            continue
+        folder = session.out / "peers" / f"{i + 1}-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        mine = Session(cfg, session.loaded, folder, quick=session.quick)
+        chat = any(d.server.chat for d in REGISTERED if d.number in chosen)
+        through = server_run.start(mine, other, chat, show, name, summarize=False)
+        demos: dict[str, DemoResult] = {}
+        if through.gone is None:
+            demos, _ = _run_demos(mine, chosen, show, through, server_part_only=True)
+        peers[name] = {
+            "label": other.label(code=True),
+            "engine": other.info.engine,
+            "error": through.gone or "",
+            "demos": {k: d.to_json(session.out) for k, d in demos.items() if d.number in chosen},
+        }
+    return peers
+
+
 def _interrupted(demo: Demonstration[BaseModel], why: str) -> DemoResult:
     res = DemoResult.of(demo, "interrupted")
     res.summary = why.rstrip(".") + "."
@@ -264,11 +324,17 @@ def _interrupted(demo: Demonstration[BaseModel], why: str) -> DemoResult:
 
 
 def _one_demo(
-    session: Session, demo: Demonstration[BaseModel], show: bool, through: ServerRun | None
+    session: Session,
+    demo: Demonstration[BaseModel],
+    show: bool,
+    through: ServerRun | None,
+    server_part_only: bool = False,
 ) -> DemoResult:
     """`demo` on the local engine, or through the run's server as its `ServerMode` says:
     not measurable when the server lacks what it needs, its variant instead of `run`, its
-    extra after `run`; every table titled with where its numbers came from."""
+    extra after `run` (`server_part_only`: the extra alone, for a further server's pass:
+    the local part is the first pass's); every table titled with where its numbers came
+    from."""
     from ctxlab.workshop.server_demos import not_measurable
 
     mode = demo.server
@@ -280,6 +346,10 @@ def _one_demo(
     if through is not None and mode.variant is not None:
         with progress(f"{label} on {through.server.label()}", enabled=show), Timer() as t:
             res = mode.variant(session, through)
+    elif through is not None and mode.extra is not None and server_part_only:
+        with progress(f"{label} on {through.server.label()}", enabled=show), Timer() as t:
+            res = DemoResult.of(demo)
+            mode.extra(session, through, res)
     else:
         with progress(label, demo.steps(session), enabled=show) as tracker, Timer() as t:
             res = demo.run(session, tracker)

@@ -28,10 +28,13 @@ def start(
     show: bool,
     name: str = "server",
     others: list[tuple[str, ServerLLM]] | None = None,
+    *,
+    summarize: bool = True,
 ) -> ServerRun:
     """Measure the server's page and cached-token report, check its chat API when `chat`
-    (a selected demonstration needs it), point `session.requests` at it and probe every
-    server side by side."""
+    (a selected demonstration needs it), point `session.requests` at it and, when
+    `summarize`, probe every server side by side (a further server's own pass, which the
+    first run's summary already covers, does not)."""
     from ctxlab.probe.client import ServerGone
     from ctxlab.workshop.request_backend import ServerRequests
     from ctxlab.workshop.server_chat import ServerChatBackend
@@ -62,12 +65,12 @@ def start(
     if run.page is not None:
         engine = session.cfg.engine.model_copy(update=dict(page_size=run.page))
         session.cfg = session.cfg.model_copy(update={"engine": engine})
-    from ctxlab.workshop.server_compare import summarize
+    from ctxlab.workshop.server_compare import summarize as summary
 
-    for n, s in [(name, server), *(others or [])]:
+    for n, s in [(name, server), *(others or [])] if summarize else []:
         try:
             with progress(f"probe summary of {s.label()}", enabled=show):
-                run.summaries.append(summarize(n, s, longest, pre if s is server else None))
+                run.summaries.append(summary(n, s, longest, pre if s is server else None))
         except ServerGone as exc:
             run.stop("during its probe summary", exc, s)
             break

@@ -61,6 +61,11 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("plan --config {hf_config} --block-size 16 --json", '"max_concurrent_requests"'),
     Row(
+        "plan llama-3.1-8b -c 8K --rate-card default --gpu-hourly 2 --failed 1 --cancelled 1 "
+        "--network-bytes 1GB --storage-byte-seconds 1e12 --idle-reserve 0.1 --json",
+        '"self_hosted_cost_terms"',
+    ),
+    Row(
         "plan --gguf {gguf} --device custom --device-flops 1e14 --device-bandwidth 1e12 "
         "--device-memory 24GiB -c 2048",
         "custom",
@@ -272,7 +277,7 @@ ROWS: tuple[Row, ...] = (
     Row("workshop {workshop_toml} --only 1 --out {tmp} --json", '"status"'),
     Row(
         "workshop {workshop_toml} --quick --only 1 --out {tmp} --server {url} --api-key k "
-        "--server-model smollm2-135m",
+        "--server-model smollm2-135m --server-timeout 120",
     ),
 )
 

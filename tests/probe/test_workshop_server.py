@@ -1,16 +1,14 @@
 """`ctxlab workshop --quick` through real servers: llama.cpp's server (a cache nobody here
 wrote: one prompt per slot) and `ctxlab serve` (shared pages of 32 tokens), every
-demonstration, the servers named in the report, side by side where a config lists both,
-and what a server cannot show reported as not measurable with the reason.
+demonstration, the servers named in the report, side by side, and what a server cannot show
+reported as not measurable with the reason.
 
-The workshop runs in this process through the CLI's own entry point, against the session's
-shared servers (tests/servers.py), and each run is read by several tests. The `[[servers]]`
-run lists both peers: llama.cpp first (it carries every demonstration a server can run) and
-`ctxlab serve` beside it (its probe summary and demonstration 3 side by side). The first
-server of a list is the only one that carries demonstrations 1, 4, 5, 6 and 7, so what they
-show through `ctxlab serve`'s pages needs a second run with it first; that run is held to
-the demonstrations its tests read (2 and 3 through a server, 8 and 9 on the local engine
-are the first run's and the in-process workshop tests')."""
+The workshop runs once, in this process through the CLI's own entry point, against the
+session's shared servers (tests/servers.py), with a `[[servers]]` list naming both: llama.cpp
+first (the run's server: every demonstration, the predictions judged on it) and `ctxlab
+serve` second (the probe summary and demonstration 3 side by side, then its own pass through
+every demonstration that sends a server requests, under results["peers"]). Every test reads
+that one run."""
 
 from __future__ import annotations
 
@@ -76,7 +74,7 @@ def workshop(out: Path, *args: str) -> Run:
 
 @pytest.fixture(scope="module")
 def through_both(llamacpp_server, ctxlab_server, tmp_path_factory) -> Run:
-    """Every demonstration through llama.cpp's server, `ctxlab serve` beside it."""
+    """Every demonstration through llama.cpp's server, then through `ctxlab serve`."""
     tmp = tmp_path_factory.mktemp("workshop-servers")
     config = tmp / "servers.toml"
     config.write_text(
@@ -86,11 +84,9 @@ def through_both(llamacpp_server, ctxlab_server, tmp_path_factory) -> Run:
     return workshop(tmp / "out", str(config))
 
 
-@pytest.fixture(scope="module")
-def through_ctxlab(ctxlab_server, tmp_path_factory) -> Run:
-    """Demonstrations 1, 4, 5, 6 and 7 through `ctxlab serve` (it carries them)."""
-    out = tmp_path_factory.mktemp("workshop-ctxlab") / "out"
-    return workshop(out, "--server", ctxlab_server, "--only", "1,4,5,6,7")
+def paged(run: Run) -> dict:
+    """`ctxlab serve`'s own pass of the run (the second server of the list)."""
+    return run.results["peers"]["paged"]
 
 
 def completed(run: Run) -> dict:
@@ -103,13 +99,15 @@ def completed(run: Run) -> dict:
 
 
 def server_part(results: dict) -> str:
-    """The report without the tables the local engine made (demonstration 7's own and the
-    eval's: their numbers are the in-process workshop tests' business)."""
+    """The report without the tables the local engine made (demonstration 7's own, on every
+    server's pass, and the eval's: their numbers are the in-process workshop tests'
+    business)."""
     from ctxlab.workshop.document import build_document
     from ctxlab.workshop.report_markdown import render_markdown
 
     doc = copy.deepcopy(results)
-    for d in doc["demos"].values():
+    peers = [d for p in doc.get("peers", {}).values() for d in p["demos"].values()]
+    for d in [*doc["demos"].values(), *peers]:
         d["tables"] = [t for t in d["tables"] if "on the local engine" not in t["title"]]
     doc["useful_context"] = None
     return render_markdown(build_document(doc))
@@ -201,24 +199,41 @@ def test_both_report_names_the_servers(through_both):
 # ------------------------------------------------------------- through ctxlab serve
 
 
-def test_ctxlab_run_completes_on_ctxlab(through_ctxlab):
-    results = completed(through_ctxlab)
-    assert results["server"]["engine"] == "ctxlab"
+def test_ctxlab_pass_completes_on_ctxlab(through_both):
+    results = completed(through_both)
+    peer = paged(through_both)
+    assert peer["engine"] == "ctxlab" and peer["error"] == ""
+    # every demonstration that sends a server requests ran through it, except 3 (its side
+    # by side already covers both servers) and what cannot go through a server
+    ran = {d["number"] for d in peer["demos"].values() if d["status"] == "run"}
+    assert {1, 2, 4, 5, 6, 7} <= ran and 3 not in ran
+    # every table names the server it came from; 7's local part is the first pass's
+    assert all(peer["label"] in t["title"] for d in peer["demos"].values() for t in d["tables"])
+    report = (through_both.out / "report.md").read_text()
+    assert "The same demonstrations through the other servers" in report
+    assert "each also measured through demonstrations" in report
+    assert results["verdicts"] and all(v["key"] in results["demos"] for v in results["verdicts"])
 
 
-def test_ctxlab_prefix_miss_reuses_whole_pages(through_ctxlab):
-    results = through_ctxlab.results
-    rows = {r[0]: r for r in results["demos"]["prefix_miss"]["tables"][0]["rows"]}
-    prompt = results["config"]["prefix_miss"]["prompt_tokens"]
+def test_ctxlab_prefix_miss_reuses_whole_pages(through_both):
+    demos = paged(through_both)["demos"]
+    rows = {r[0]: r for r in demos["prefix_miss"]["tables"][0]["rows"]}
+    prompt = through_both.results["config"]["prefix_miss"]["prompt_tokens"]
     whole = (prompt - 1) // PAGE * PAGE
     assert rows["exact resend"][2] == whole and rows["other tenant"][2] == 0
 
 
-def test_ctxlab_eviction_measured_to_the_page(through_ctxlab):
+def measured(obs: dict) -> bool:
+    """An observation with both values and the sample size its interval comes from."""
+    return all(isinstance(obs[k], int | float) for k in ("baseline", "observed")) and bool(
+        obs["samples"]
+    )
+
+
+def test_ctxlab_eviction_measured_to_the_page(through_both):
     # 4: the cache measured to the page, prefixes sized past it, the interleaved order
     # evicting: it reuses less than the grouped one
-    results = through_ctxlab.results
-    four = results["demos"]["eviction"]
+    four = paged(through_both)["demos"]["eviction"]
     assert four["status"] == "run"
     assert abs(four["figures"]["capacity_kept"] - POOL) <= PAGE
     working = four["figures"]["groups"] * four["figures"]["prefix_tokens"]
@@ -226,11 +241,12 @@ def test_ctxlab_eviction_measured_to_the_page(through_ctxlab):
     obs = four["observations"]["reused_tokens"]
     assert obs["observed"] < obs["baseline"]
     assert four["figures"]["prediction_lead_ms"] >= 0  # written before the first request
-    ttft = verdicts(results, 4)["sim_vs_engine_ttft_p50_ms"]
-    assert ttft["verdict"] in ("held", "failed", "within noise") and ttft["samples"]
+    assert measured(four["observations"]["sim_vs_engine_ttft_p50_ms"])
+    peer_files = list((through_both.out / "peers").glob("*/eviction-prediction.json"))
+    assert len(peer_files) == 1  # its own prediction, beside the first server's
 
 
-def test_ctxlab_chat_and_seven_on_ctxlab(through_ctxlab):
-    results = through_ctxlab.results
-    through_chat(results, "ctxlab")
-    seven_on_the_server(results)
+def test_ctxlab_chat_and_seven_on_ctxlab(through_both):
+    demos = paged(through_both)["demos"]
+    through_chat({"demos": demos}, "ctxlab")
+    seven_on_the_server({"demos": demos})
