@@ -425,7 +425,8 @@ def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list[Verdict
         for metric, p in predictions.items():
             if demo.status == "not measurable":
                 out.append(judge(demo.number, key, metric, p, None, demo.summary))
-            elif demo.status != "run":
+                continue
+            if demo.status != "run":
                 why = f"demonstration {demo.number} was {demo.status}"
                 out.append(judge(demo.number, key, metric, p, None, why))
                 continue

@@ -47,6 +47,11 @@ def start(
             cached = server.reports_cached()
             longest = staircase_tokens(session)
             pre = probe_page(server, longest)
+            if not isinstance(pre.granularity.value, int):
+                # pages longer than the --quick staircase (vLLM's 128 on CPU): once more,
+                # long enough for two whole pages of up to 128 tokens and a tail
+                longest = LONGEST_STAIRCASE
+                pre = probe_page(server, longest)
             chat_reason = None
             if chat:
                 page = pre.granularity.value
@@ -80,13 +85,16 @@ def start(
 def staircase_tokens(session: Session) -> int:
     """How far the server's divergence staircase reaches: 64 tokens at --quick sizes, else
     the longest prompt a demonstration's variant asks of it (`ServerMode.staircase`), within
-    64 to 300 tokens."""
+    64 to 300 tokens. Where 64 leaves the page unresolved, `start` measures again at 300."""
     from ctxlab.workshop.registry import REGISTERED
 
     if session.quick:
         return 64
     asked = [d.server.staircase(d.config(session.cfg)) for d in REGISTERED if d.server.staircase]
-    return max(64, min(300, max(asked, default=64)))
+    return max(64, min(LONGEST_STAIRCASE, max(asked, default=64)))
+
+
+LONGEST_STAIRCASE = 300  # tokens: two whole 128-token pages and a tail
 
 
 def summaries(results: JSONObject, run: ServerRun) -> None:

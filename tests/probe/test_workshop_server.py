@@ -139,6 +139,8 @@ def seven_on_the_server(results: dict) -> None:
 def test_both_run_completes_on_llamacpp_and_keeps_the_key_out(through_both):
     results = completed(through_both)
     assert results["server"]["engine"] == "llama.cpp"
+    judged = [(v["demo"], v["metric"]) for v in results["verdicts"]]
+    assert len(set(judged)) == len(judged)  # one verdict per prediction, also when not measurable
     assert "sk-not-needed" not in (through_both.out / "results.json").read_text()
 
 
