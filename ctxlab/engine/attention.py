@@ -88,7 +88,7 @@ class PagedAttention:
         if asked.keep_queries is not None:
             self._readback.queries[layer_idx] = q.index_select(0, asked.keep_queries)
         if asked.record_keys:
-            self._readback.keys[layer_idx] = (plan.rows[layer_idx], k)
+            self._readback.keys[layer_idx] = (plan.rows[layer_idx], k, v)
         T = q.shape[0]
         lanes = self.layout.lanes_of_layer(layer_idx)
         if plan.decode_idx is not None and not plan.prefills and plan.decode_idx.numel() == T:
@@ -124,7 +124,7 @@ class PagedAttention:
             if r.path == "kernel":
                 o, probs = run_kernel(qr, self.pool, r.table, r.mask, r.length), None
             else:
-                extra = None
+                extra = r.extra  # the page reader's rows (DSA's tokens, NSA's mean rows)
                 if r.far:  # recall's far rows for this layer's query
                     assert self.far is not None
                     extra = self.far.rows(layer, q)
@@ -148,10 +148,13 @@ class PagedAttention:
         narrowed = self.pages.narrow(layer, qg, read.table, read.mask)
         if narrowed is None:
             return self.plan.unnarrowed[layer]
-        table, mask = narrowed
+        table, mask, extra = narrowed
         if read.own_width:
             table, mask = own_width(table, mask, self.layout.block_size)
-        return (replace(read, table=table, mask=mask, pages=False),)
+        if extra is None:
+            return (replace(read, table=table, mask=mask, pages=False),)
+        # the compiled kernel takes no extra rows
+        return (replace(read, path="gather", table=table, mask=mask, pages=False, extra=extra),)
 
     # -- prefill --------------------------------------------------------------------------
     def _fresh(

@@ -37,7 +37,9 @@ def attend(
     """Decode queries `q [B, n_kv, g, d]` over dense keys and values `[B, n_kv, L, d]`.
 
     `mask [B, n_kv, 1, L]` marks the keys (None: all); `extra` adds K/V rows `[B, n_kv, E,
-    d]` with their mask `[B, n_kv, E]` to the same softmax (recall's far blocks). Returns
+    d]` with their mask `[B, n_kv, E]` to the same softmax (recall's far blocks; a float
+    mask is an additive logit bias, -inf for a row that does not count: a page reader's
+    single tokens and mean-pooled rows). Returns
     the output `[B, n_kv, g, dv]` and, with `want_probs`, the probabilities `[B, n_kv, g, L]`
     over the L keys (extra rows excluded from their denominator: what a lane's tokens
     received among the lane), else None. `scale` defaults to 1/sqrt(d); `softcap` is
@@ -51,9 +53,15 @@ def attend(
         own = (
             mask[:, :, 0]
             if mask is not None
-            else torch.ones_like(em[..., :1]).expand(*em.shape[:2], n_own)
+            else torch.ones_like(em[..., :1], dtype=torch.bool).expand(*em.shape[:2], n_own)
         )
-        mask = torch.cat((own, em), 2).unsqueeze(2)
+        if em.is_floating_point():  # an additive bias: the lane's own keys get 0 or -inf
+            own = torch.zeros(own.shape, dtype=em.dtype, device=em.device).masked_fill(
+                ~own, float("-inf")
+            )
+            mask = torch.cat((own, em), 2).unsqueeze(2).to(kk.dtype)
+        else:
+            mask = torch.cat((own, em), 2).unsqueeze(2)
     if not want_probs and softcap is None:
         o = F.scaled_dot_product_attention(q.to(kk.dtype), kk, vv, attn_mask=mask, scale=scale)
         return o, None
@@ -61,7 +69,9 @@ def attend(
     logits = torch.matmul(q, kk.transpose(-1, -2)).float() * (d**-0.5 if scale is None else scale)
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
-    if mask is not None:
+    if mask is not None and mask.is_floating_point():
+        logits = logits + mask.float()
+    elif mask is not None:
         logits = logits.masked_fill(~mask, float("-inf"))
     p = torch.softmax(logits, dim=-1)
     o = torch.matmul(p.to(vv.dtype), vv)

@@ -24,7 +24,8 @@ import torch
 
 from ctxlab.engine.lane_runs import RowRuns
 
-# Extra rows of a decode step: K and V `[B, n_kv, E, d]` and their mask `[B, n_kv, E]`.
+# Extra rows of a decode step: K and V `[B, n_kv, E, d]` and their mask `[B, n_kv, E]`:
+# bool (which rows count), or float (an additive logit bias, -inf for a row that does not).
 ExtraRows = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 # How a decode read reaches the pool: the compiled paged kernel (kernels/paged_decode.py),
@@ -37,7 +38,7 @@ class PageReader(Protocol):
 
     def narrow(
         self, layer: int, q: torch.Tensor, table: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor] | None: ...
+    ) -> tuple[torch.Tensor, torch.Tensor, ExtraRows | None] | None: ...
 
 
 class ExtraReader(Protocol):
@@ -70,6 +71,7 @@ class DecodeRead:
     pages: bool = False  # narrowed first by the page reader for this layer's query (Quest)
     own_width: bool = False  # after narrowing, cut to this layer's longest lane
     far: bool = False  # the far reader's rows for this layer's query join the softmax
+    extra: ExtraRows | None = None  # rows the page reader chose (single tokens, mean rows)
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,12 @@ class StepPlan:
 class StepReadback:
     """What attention hands back after a step's forward, per layer: the queries of the
     plan's `keep_queries` rows `[R, H, d]`, with `want_probs` the decode probabilities
-    `[B, n_kv, g, L]`, and with `record_keys` the pool rows and keys written `([T, Hkv],
-    [T, Hkv, d])` (None where a layer produced none)."""
+    `[B, n_kv, g, L]`, and with `record_keys` the pool rows, keys and values written
+    `([T, Hkv], [T, Hkv, d], [T, Hkv, dv])` (None where a layer produced none)."""
 
     queries: list[torch.Tensor | None]
     probs: list[torch.Tensor | None]
-    keys: list[tuple[torch.Tensor, torch.Tensor] | None]
+    keys: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]
 
     @classmethod
     def empty(cls, n_layers: int) -> StepReadback:

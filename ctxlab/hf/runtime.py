@@ -23,6 +23,7 @@ import torch
 
 from ctxlab.engine.decode_attention import attend as attend_rows
 from ctxlab.engine.far_reads import FarReads
+from ctxlab.engine.step_plan import ExtraRows
 from ctxlab.hf.attention import AttnOptions, sdpa
 from ctxlab.hf.cache import PolicyLayer
 from ctxlab.kv.layout import KVLayout
@@ -83,10 +84,13 @@ class HFRuntime:
             allowed &= key_pos > q_pos - window
         decode = T == 1 and st.prefilled
         qg = q.reshape(B, n_kv, g, T, d)
-        if decode and "pages" in self.needs:
-            allowed &= self._pages(qg[:, :, :, 0], st)[:, :, None, :]
-        mask = allowed[:, :, None].expand(B, n_kv, g, T, -1).reshape(B, n_kv, g * T, -1)
         extra = None
+        if decode and "pages" in self.needs:
+            slots, extra = self._pages(qg[:, :, :, 0], st)
+            allowed &= slots[:, :, None, :]
+            if window is not None:  # mean rows of pages behind the window: not read
+                extra = None
+        mask = allowed[:, :, None].expand(B, n_kv, g, T, -1).reshape(B, n_kv, g * T, -1)
         if decode and self.far is not None:
             self.far.step_rows = [(b, st.step) for b in range(B)]
             extra = self.far.rows(layer, q[:, :, 0])
@@ -96,28 +100,49 @@ class HFRuntime:
         out = o.reshape(B, n_kv, g, T, -1).reshape(B, H, T, -1).transpose(1, 2)
         return out, probs
 
-    def _pages(self, qd: torch.Tensor, st: PolicyLayer) -> torch.Tensor:
-        """Quest: `[B, n_kv, L]` the slots of the pages each lane reads at this step."""
+    def _pages(self, qd: torch.Tensor, st: PolicyLayer) -> tuple[torch.Tensor, ExtraRows | None]:
+        """A page selector's reads at this step: `[B, n_kv, L]` the slots each lane reads
+        (whole pages and single tokens) and the extra mean rows of compressed pages (NSA)."""
         keys = st.keys.float()
         B, n_kv, L, d = keys.shape
         p = self.page
         nb = -(-L // p)
         pad = torch.nn.functional.pad(keys, (0, 0, 0, nb * p - L)).view(B, n_kv, nb, p, d)
         real = (torch.arange(nb * p, device=keys.device) < L).view(1, 1, nb, p, 1)
-        kmin = pad.masked_fill(~real, float("inf")).amin(3)
-        kmax = pad.masked_fill(~real, float("-inf")).amax(3)
         have = torch.full((B, n_kv), nb, dtype=torch.int64, device=keys.device)
         n_pages = self.policy.pages_per_step(self.prompt_len, p)  # type: ignore[attr-defined]
         per_row = torch.full((B,), n_pages, dtype=torch.int64, device=keys.device)
         self.pages_total += B * n_kv * nb
         if nb <= int(per_row.min()):
             self.pages_read += B * n_kv * nb
-            return torch.ones(B, n_kv, L, dtype=torch.bool, device=keys.device)
-        top, ok = self.policy.choose_pages(PageObs(qd.float(), kmin, kmax, have, per_row))  # type: ignore[attr-defined]
-        self.pages_read += int(ok.sum())
+            return torch.ones(B, n_kv, L, dtype=torch.bool, device=keys.device), None
+        obs = PageObs(qd.float(), None, None, have, per_row, page=p)
+        if "page_bounds" in self.needs:
+            obs.kmin = pad.masked_fill(~real, float("inf")).amin(3)
+            obs.kmax = pad.masked_fill(~real, float("-inf")).amax(3)
+        cnt = real.view(1, 1, nb, p).sum(-1).to(keys.dtype).expand(B, n_kv, nb)
+        if "page_means" in self.needs:
+            obs.kmean = pad.sum(3) / cnt[..., None]
+        if "index_keys" in self.needs:
+            ik = self.policy.index_keys(keys)  # type: ignore[attr-defined]
+            obs.ikeys = torch.nn.functional.pad(ik, (0, 0, 0, nb * p - L))
+            obs.lens = torch.full((B, n_kv), L, dtype=torch.int64, device=keys.device)
+        choice = self.policy.choose_pages(obs)  # type: ignore[attr-defined]
+        self.pages_read += int(choice.ok.sum())
         chosen = torch.zeros(B, n_kv, nb, dtype=torch.bool, device=keys.device)
-        chosen.scatter_(-1, top, ok)
-        return chosen[..., torch.arange(L, device=keys.device) // p]
+        chosen.scatter_(-1, choice.pages, choice.ok)
+        slots = chosen[..., torch.arange(L, device=keys.device) // p]
+        if choice.tokens is not None:
+            read = torch.zeros(B, n_kv, nb * p, dtype=torch.bool, device=keys.device)
+            read.scatter_(-1, choice.tokens, choice.tokens_ok)
+            slots |= read[..., :L]
+        if choice.compressed is None:
+            return slots, None
+        vals = st.values.float()
+        vpad = torch.nn.functional.pad(vals, (0, 0, 0, nb * p - L)).view(B, n_kv, nb, p, -1)
+        assert obs.kmean is not None
+        bias = cnt.log().float().masked_fill(~choice.compressed, float("-inf"))
+        return slots, (obs.kmean, vpad.sum(3) / cnt[..., None], bias)
 
     # -- hooks ----------------------------------------------------------------------------
     def _after(

@@ -14,8 +14,14 @@ lanes; real slots are sorted ascending).
 - `acc_attn`: attention accumulated over decode steps (H2O), kept by the engine;
 - `keys`: the lane's keys as stored (rotated);
 - `query`: the current decode query;
-- `pages`: per-page key summaries kept beside the pool; the policy picks the pages each
-  decode step reads (`choose_pages`, Quest);
+- `pages`: the policy picks the pages each decode step reads (`choose_pages`), answering
+  with a `PageChoice`, from per-page summaries the engine keeps beside the pool as keys
+  are written (so choosing never reads the keys), only those named below:
+- `page_bounds`: each page's per-channel key minimum and maximum (Quest's bound);
+- `page_means`: each page's mean key and mean value (MoBA's block score,
+  NSA's compressed rows);
+- `index_keys`: every token's indexer key (the policy's `index_keys`
+  of the key as written; DSA-style token selection);
 - `far`: evicted blocks kept in a far tier; the policy picks which come back
   (`choose_far`, recall).
 """
@@ -30,7 +36,8 @@ from typing import Protocol
 import torch
 
 LAYER_NEEDS = ("obs_attn", "step_attn", "acc_attn", "keys", "query")  # seen in a LayerView
-NEEDS = (*LAYER_NEEDS, "pages", "far")
+PAGE_NEEDS = ("page_bounds", "page_means", "index_keys")  # summaries a `pages` policy reads
+NEEDS = (*LAYER_NEEDS, "pages", *PAGE_NEEDS, "far")
 
 
 class LayerView(Protocol):
@@ -101,15 +108,44 @@ class LayerObs:
 class PageObs:
     """One layer of a decode step's sequences, for a page-selection policy.
 
-    A page is one block of the pool; `kmin`/`kmax` are its keys' per-channel minimum and
-    maximum (kept by the engine as keys are written, so choosing never reads the keys).
+    A page is one block of the pool. Only the summaries the policy's `needs` name are
+    filled: `page_bounds`: `kmin`/`kmax`, its keys' per-channel minimum and maximum;
+    `page_means`: `kmean`, its mean key; `index_keys`: `ikeys`, every slot's indexer key,
+    and `lens`, each lane's tokens.
     """
 
     query: torch.Tensor  # [B, n_kv, g, d] float32: each decode row's query heads by KV head
-    kmin: torch.Tensor  # [B, n_kv, nb, d] per-page channel minimum
-    kmax: torch.Tensor  # [B, n_kv, nb, d] per-page channel maximum
+    kmin: torch.Tensor | None  # [B, n_kv, nb, d] per-page channel minimum (`page_bounds`)
+    kmax: torch.Tensor | None  # [B, n_kv, nb, d] per-page channel maximum (`page_bounds`)
     have: torch.Tensor  # [B, n_kv] pages each lane holds (the last one is the current page)
     pages: torch.Tensor  # [B] pages each row may read (from the policy's own budget)
+    page: int = 0  # tokens per page (0: not given; Quest does not need it)
+    kmean: torch.Tensor | None = None  # [B, n_kv, nb, d] per-page mean key (`page_means`)
+    ikeys: torch.Tensor | None = None  # [B, n_kv, nb * page, r] indexer keys (`index_keys`)
+    lens: torch.Tensor | None = None  # [B, n_kv] tokens each lane holds (`index_keys`)
+
+    def need(self, name: str) -> torch.Tensor:
+        t = getattr(self, name)
+        if t is None:
+            raise RuntimeError(f"the engine did not provide {name!r} to this policy")
+        return t
+
+
+@dataclass
+class PageChoice:
+    """What a page-selection policy answers for one layer of a decode step.
+
+    `pages`/`ok`: the pages each lane reads in full (Quest's whole answer). A token
+    selector adds `tokens`, lane slots read one by one beside those pages; NSA adds
+    `compressed`, the pages read as one mean-pooled key/value row each (its logit raised by
+    log of the page's token count, so the row stands for that many keys).
+    """
+
+    pages: torch.Tensor  # [B, n_kv, P] page indices, sorted
+    ok: torch.Tensor  # [B, n_kv, P] the slot is a real page the row reads
+    tokens: torch.Tensor | None = None  # [B, n_kv, K] lane slot indices read one by one
+    tokens_ok: torch.Tensor | None = None  # [B, n_kv, K]
+    compressed: torch.Tensor | None = None  # [B, n_kv, nb] pages read as one mean row
 
 
 @dataclass

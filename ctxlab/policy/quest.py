@@ -21,7 +21,7 @@ import torch
 from ctxlab.errors import CtxlabError
 from ctxlab.policy.base import Policy
 from ctxlab.policy.budget import TOKENS_512, Budget
-from ctxlab.policy.observation import PageObs
+from ctxlab.policy.observation import PageChoice, PageObs
 from ctxlab.policy.ranking import top_indices
 
 
@@ -65,7 +65,7 @@ class QuestPolicy(Policy):
     name: ClassVar[str] = "quest"
     paper: ClassVar[str] = "Quest: query-aware sparsity (Tang et al., ICML 2024)"
     stack_layer: ClassVar[str] = "selection"
-    needs: ClassVar[frozenset[str]] = frozenset({"pages"})
+    needs: ClassVar[frozenset[str]] = frozenset({"pages", "page_bounds"})
     budget: Budget = TOKENS_512
     sink_pages: int = 1
 
@@ -92,19 +92,20 @@ class QuestPolicy(Policy):
             return max(self.sink_pages + 1, tokens // page)
         return max(1, self.budget.tokens_for(prompt_len) // page)
 
-    def choose_pages(self, obs: PageObs) -> tuple[torch.Tensor, torch.Tensor]:
-        """(pages `[B, n_kv, P]` sorted, `ok [B, n_kv, P]`: the slot is a real page in the row's
+    def choose_pages(self, obs: PageObs) -> PageChoice:
+        """Pages `[B, n_kv, P]` sorted, `ok [B, n_kv, P]` (the slot is a real page in the row's
         budget) for every decode row and lane at once; P is the most pages any row reads.
 
         The bound sum_c max(q_c min_c, q_c max_c) is q+ . max + q- . min (q+ and q- the
         positive and negative parts of q): two matmuls, then the best head of each group.
         """
         qg = obs.query
-        B, _, nb, _ = obs.kmin.shape
+        kmin, kmax = obs.need("kmin"), obs.need("kmax")
+        B, _, nb, _ = kmin.shape
         per_row = obs.pages
         P = min(int(per_row.max()), nb)
-        bound = torch.matmul(qg.clamp(min=0), obs.kmax.transpose(-1, -2))
-        bound = bound + torch.matmul(qg.clamp(max=0), obs.kmin.transpose(-1, -2))
+        bound = torch.matmul(qg.clamp(min=0), kmax.transpose(-1, -2))
+        bound = bound + torch.matmul(qg.clamp(max=0), kmin.transpose(-1, -2))
         bound = bound.amax(2)  # [B, n_kv, nb]
         page_idx = torch.arange(nb, device=bound.device)
         have = obs.have[..., None]
@@ -115,4 +116,4 @@ class QuestPolicy(Policy):
         in_budget = (torch.arange(P, device=top.device) < per_row.view(B, 1, 1)).expand_as(top)
         top, order = torch.sort(top, dim=-1)
         ok = torch.gather(real, -1, top) & torch.gather(in_budget, -1, order)
-        return top, ok
+        return PageChoice(top, ok)

@@ -37,6 +37,9 @@ REGISTERED: dict[str, str] = {
     "recall": "ctxlab.policy.recall:RecallPolicy",
     "longformer": "ctxlab.policy.longformer:LongformerPolicy",
     "bigbird": "ctxlab.policy.bigbird:BigBirdPolicy",
+    "moba": "ctxlab.policy.moba:MoBAPolicy",
+    "dsa": "ctxlab.policy.dsa:DSAPolicy",
+    "nsa": "ctxlab.policy.nsa:NSAPolicy",
 }
 
 

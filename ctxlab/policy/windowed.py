@@ -3,13 +3,14 @@
 A sliding layer already keeps only its window: the engine hands back the blocks behind it
 (`KVCacheManager.slide`), and its lanes keep lane index = position. So on such a model
 (Gemma 2/3, Mistral) a retention policy acts on the full-attention (global) layers only,
-a storage format (`quant`) stores every layer's blocks, and `full` changes nothing. Three
+a storage format (`quant`) stores every layer's blocks, and `full` changes nothing. These
 policies are refused, with one sentence, before the model loads (`check_windowed`, called
 by the CLI's early checks and by the engine):
 - `streaming` (or any policy in cache-slot position mode) renumbers the positions of every
   layer's new tokens, which a sliding layer, never compacted, cannot follow;
-- `quest` narrows every layer's decode reads to pages, and `recall` adds far-tier rows to
-  every layer: neither is implemented for sliding layers' windowed reads.
+- `quest`, `moba`, `dsa` and `nsa` narrow every layer's decode reads to pages (or tokens,
+  or mean rows), and `recall` adds far-tier rows to every layer: none is implemented for
+  sliding layers' windowed reads.
 No torch here: the CLI checks a name against a GGUF header before it pays for torch.
 """
 
@@ -27,6 +28,9 @@ REFUSED: dict[str, str] = {
     "sliding-window layer's lanes cannot follow",
     "quest": "its page reads are not implemented for sliding-window layers",
     "recall": "its far tier is not implemented for sliding-window layers",
+    "moba": "its page reads are not implemented for sliding-window layers",
+    "dsa": "its token reads are not implemented for sliding-window layers",
+    "nsa": "its page and compressed reads are not implemented for sliding-window layers",
 }
 
 # Where each runnable policy acts on a model with sliding layers (what `ctxlab policies`

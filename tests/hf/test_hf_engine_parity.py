@@ -4,7 +4,8 @@ transformers 5.24 (the version in the project's environment) reads the GGUF itse
 (`hf_model` fixture); ctxlab's engine reads it with its own loader. For one 120-token prompt:
 - after the prompt, every registered policy that evicts keeps exactly the same original
   positions in every layer and KV head in both (the engine's block size 16 = `page`);
-- with decode-time cuts and reads (H2O, TOVA, recall's far tier, Quest's pages), 16 greedy
+- with decode-time cuts and reads (H2O, TOVA, recall's far tier, the pages, tokens and mean
+  rows of the read-time selectors: Quest, MoBA, DSA, NSA), 16 greedy
   tokens and the final kept positions are the same too.
 """
 
@@ -41,9 +42,9 @@ def engine_run(loaded, policy, ids, n):
     eng, got = llm.engine, {}
     finish = eng.scheduler.finish
 
-    def record(seq, reason):
+    def record(seq, reason, *rest):
         got["kept"] = kept_positions(seq.kv, loaded.config.num_layers, loaded.config.num_kv_heads)
-        finish(seq, reason)
+        finish(seq, reason, *rest)
 
     eng.scheduler.finish = record
     out = llm.generate([ids], SamplingParams(max_tokens=n, ignore_eos=True))[0]
@@ -75,6 +76,9 @@ DECODING = {  # the policies that act while decoding (SnapKV/KNorm re-runs: tiny
     "tova": {},
     "recall": {"recall_blocks": 2, "block": 8},
     "quest": {},
+    "moba": {},
+    "dsa": {},
+    "nsa": {"window": 16},
 }
 
 
@@ -89,5 +93,5 @@ def test_decoding_gives_the_engines_tokens_and_positions(loaded, hf_model, ids, 
     if name == "recall":
         tier = cache.runtime.far.tier
         assert tier.bytes_out > 0 and tier.recalls > 0
-    if name == "quest":
+    if name in ("quest", "moba", "dsa", "nsa"):
         assert 0 < cache.runtime.read_fraction < 1

@@ -49,6 +49,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "pyramidkv": {"obs_window": 8, "rerun_every": BLOCK},
     "recall": {"recall_blocks": 2, "block": 4},
     "bigbird": {"n_random": 4},
+    "nsa": {"window": 8},
 }
 # Two budgets per policy: tokens and a share of the prompt, or two token counts where the
 # policy takes tokens only.
@@ -231,9 +232,9 @@ def generate_recording(llm: Any, ids: list[list[int]]) -> list[dict[str, Any]]:
     kept: dict[int, list[str]] = {}
     finish = eng.scheduler.finish
 
-    def recording_finish(seq: Any, reason: str) -> None:
+    def recording_finish(seq: Any, reason: str, *rest: Any) -> None:
         kept[seq.seq_id] = kept_positions(seq.kv, cfg.num_layers, cfg.num_kv_heads)
-        finish(seq, reason)
+        finish(seq, reason, *rest)
 
     eng.scheduler.finish = recording_finish  # type: ignore[method-assign]
     try:

@@ -14,7 +14,7 @@ import dataclasses
 from ctxlab.errors import CtxlabError
 from ctxlab.policy import POLICIES, Policy, make_policy, policy_names
 
-SMALL = {"obs_window": 8, "recall_blocks": 2, "block": 4, "n_random": 4, "n_global": 2}
+SMALL = {"obs_window": 8, "recall_blocks": 2, "block": 4, "n_random": 4, "n_global": 2, "window": 4}
 
 
 def build(name: str, budget: int, small: bool = False) -> Policy:

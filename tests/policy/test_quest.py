@@ -49,7 +49,8 @@ def choose(q, kmin, kmax, lens, page, n_pages):
         have[None],
         torch.tensor([pol.pages_per_step(0, page)]),
     )
-    top, ok = pol.choose_pages(obs)
+    choice = pol.choose_pages(obs)
+    top, ok = choice.pages, choice.ok
     return [top[0, h][ok[0, h]].tolist() for h in range(n_kv)]
 
 
