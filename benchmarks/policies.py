@@ -139,6 +139,7 @@ def forked(loaded, names: list[str], prompts: list[list[int]], args) -> dict[str
         eng.policy = resolve_policy(policy, None, fmt)
         eng.runtime = build_runtime(eng.policy, eng.kv, loaded.config.num_heads, rope)
         eng.runner.runtime = eng.runtime
+        eng.runner.backend.pages = eng.runtime.pages  # the fork's reader, not the base's
         if eng.runtime.pages is not None:
             eng.runtime.pages.rebuild()  # Quest: summaries of the cached keys
         eng.bench_rids = [eng.add_request(p, params) for p in prompts]  # type: ignore[attr-defined]
