@@ -89,15 +89,46 @@ class LLM:
         prompts: Any,
         params: SamplingParams | None = None,
         cache_salt: str | None = None,
+        hold: bool = False,
     ) -> list[RequestOutput]:
         """Run every prompt to completion (continuous batching); outputs in prompt order.
 
         A prompt the engine refuses raises before anything runs; a request that fails inside
         a step raises `RequestFailedError` after the others finished (they are in its
-        `outputs`). Either way the engine stays usable.
+        `outputs`). Either way the engine stays usable. With `hold`, each request keeps its
+        cache (as its policy left it) for `follow_up` until `release`.
         """
-        rids = self._add_all(prompts, params, cache_salt)
-        outs = self.engine.run_all(rids)
+        rids = self._add_all(prompts, params, cache_salt, hold)
+        return self._finish(self.engine.run_all(rids))
+
+    def follow_up(
+        self,
+        request_ids: list[int],
+        prompts: list[str] | list[list[int]],
+        params: SamplingParams | None = None,
+    ) -> list[RequestOutput]:
+        """The next turn of held requests, each against the cache it kept (no recompute of
+        what is cached, no return of what its policy evicted), run together to completion;
+        `prompts[i]` (text or token ids) is appended to request `request_ids[i]`."""
+        if len(request_ids) != len(prompts):
+            raise CtxlabError(f"{len(request_ids)} request ids for {len(prompts)} follow-ups.")
+        if len(set(request_ids)) != len(request_ids):
+            raise CtxlabError("a request takes one follow-up at a time; the ids repeat.")
+        for rid, prompt in zip(request_ids, prompts, strict=True):
+            self.engine.follow_up(rid, prompt, params)
+        return self._finish(self.engine.run_all(list(request_ids)))
+
+    def release(self, request_ids: list[int]) -> None:
+        """Free the caches of held requests."""
+        for rid in request_ids:
+            self.engine.release(rid)
+
+    def set_policy(self, policy: Any = None, budget: Any = None) -> None:
+        """Another policy for the next requests, on the same pool and prefix cache
+        (`LLMEngine.set_policy`)."""
+        self.engine.set_policy(policy, budget)
+
+    def _finish(self, outs: list[RequestOutput]) -> list[RequestOutput]:
         failed = [o for o in outs if o.error is not None]
         if failed:
             first = failed[0]
@@ -109,12 +140,14 @@ class LLM:
             )
         return outs
 
-    def _add_all(self, prompts: Any, params: SamplingParams | None, salt: str | None) -> list[int]:
+    def _add_all(
+        self, prompts: Any, params: SamplingParams | None, salt: str | None, hold: bool = False
+    ) -> list[int]:
         """Add every prompt, or none: a refused prompt aborts the ones added before it."""
         rids: list[int] = []
         try:
             for p in as_prompt_list(prompts):
-                rids.append(self.engine.add_request(p, params, salt))
+                rids.append(self.engine.add_request(p, params, salt, hold))
         except BaseException:
             for r in rids:
                 self.engine.abort(r)

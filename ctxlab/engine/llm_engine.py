@@ -1,7 +1,10 @@
 """`LLMEngine`: the step loop a server drives.
 
 `add_request` then `step()` until nothing is left; each step returns the tokens it produced;
-`abort` stops a request and frees its blocks. One request's failure stays that request's: a
+`abort` stops a request and frees its blocks. A request added with `hold=True` keeps its cache
+when it ends, as its policy left it: `follow_up` asks the next turn against that same cache
+(a conversation's second question after compression) and `release` frees it. One request's
+failure stays that request's: a
 request that cannot run under the policy is refused by `add_request`, and anything that fails
 inside a step finishes that request with an error (its blocks freed) while every other request
 goes on.
@@ -24,7 +27,7 @@ from ctxlab.engine.request import Prompt, RequestOutput, TokenEvent, is_chat, is
 from ctxlab.engine.runner import Runner
 from ctxlab.engine.sampling import SamplingParams, make_generator
 from ctxlab.engine.scheduler import Scheduler
-from ctxlab.engine.sequence import RequestError, Sequence
+from ctxlab.engine.sequence import RequestError, Sequence, Status
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.manager import KVCacheManager, KVStats
@@ -110,6 +113,29 @@ class LLMEngine:
         self.offload = PrefixOffload(self.kv, host_bytes, directory)
         return self.offload
 
+    def set_policy(self, policy: Any = None, budget: Any = None) -> None:
+        """Change the retention or selection policy between requests (None: full cache).
+
+        The prefix cache carries over: it holds blocks as they were computed, before any cut,
+        so the new policy's requests reuse what earlier ones prefilled and make their own cut
+        (what a comparison of policies on the same prompts needs). Refused while a request
+        is queued, running or held, whose state belongs to the old policy, and for a policy
+        that stores the pool in another format than the one it was built with."""
+        if self.seqs:
+            raise CtxlabError(
+                f"{len(self.seqs)} request(s) are queued, running or held; finish or release "
+                "them before changing the policy."
+            )
+        new = resolve_policy(policy, budget, None)
+        fmt = new.storage()[0] if new is not None else None
+        if fmt != self.kv.kv_format:
+            raise CtxlabError(
+                f"the pool stores {self.kv.kv_format or 'the model dtype'}; a policy that "
+                f"stores {fmt or 'the model dtype'} needs an engine built with it."
+            )
+        self.policy = new
+        self._build_runtime()
+
     def _build_runtime(self) -> None:
         """The policy runtime and the runner; built once, and again after a failed step: a
         step that raised may have left per-step state half-updated, so everything running is
@@ -139,8 +165,14 @@ class LLMEngine:
         return self.tokenizer
 
     def add_request(
-        self, prompt: Prompt, params: SamplingParams | None = None, cache_salt: str | None = None
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        cache_salt: str | None = None,
+        hold: bool = False,
     ) -> int:
+        """Queue a request; its id. With `hold`, its cache stays in the pool when it ends
+        (stop or length) until `release`, and `follow_up` can continue it."""
         params = params or SamplingParams()
         ids = self.encode(prompt)
         if not ids:
@@ -176,10 +208,64 @@ class LLMEngine:
             metrics=RequestMetrics(arrival_time=time.perf_counter(), prompt_tokens=len(ids)),
             cache_salt=cache_salt,
             generator=make_generator(params),
+            hold=hold,
         )
         self.seqs[rid] = seq
         self.scheduler.add(seq)
         return rid
+
+    def follow_up(
+        self, request_id: int, prompt: str | list[int], params: SamplingParams | None = None
+    ) -> int:
+        """Append a new turn (text or token ids) to a held request that ended, and run it
+        again on the cache it kept: nothing already in the cache is recomputed, and what its
+        policy evicted stays evicted (a compressed cache answers the next question with what
+        it kept). The turn's prompt is the whole sequence so far plus `prompt`; its output,
+        metrics and TTFT are the new turn's. Returns the same request id.
+
+        A follow-up that is preempted (a full pool) is recomputed from its tokens like any
+        request, which rebuilds the cache from the whole conversation: `metrics.preemptions`
+        says so."""
+        seq = self.seqs.get(request_id)
+        kept = ("stop", "length")
+        if seq is None or not seq.hold or not seq.finished or seq.finish_reason not in kept:
+            raise CtxlabError(
+                f"request {request_id} holds no cache to continue: add it with hold=True and "
+                "let it finish (stop or length) before a follow-up."
+            )
+        if is_chat(prompt):
+            raise CtxlabError(
+                "a follow-up is text or token ids appended to the conversation; render the "
+                "new turn with the chat template's own markers."
+            )
+        params = params or SamplingParams()
+        ids = self.encode(prompt)
+        if not ids:
+            raise CtxlabError("the follow-up is empty; give at least one token of text.")
+        total = seq.num_tokens + len(ids)
+        if not self.runtime.unbounded_positions:
+            self.check_context(total, params.max_tokens)
+        seq.prompt_ids = seq.token_ids + ids
+        seq.token_ids = list(seq.prompt_ids)
+        seq.params = params
+        seq.generator = make_generator(params)
+        seq.metrics = RequestMetrics(arrival_time=time.perf_counter(), prompt_tokens=total)
+        seq.metrics.reused_tokens = seq.num_computed
+        seq.text, seq.finish_reason, seq.error, seq.prompt_logprobs = "", None, None, []
+        seq.status = Status.WAITING
+        self.scheduler.add(seq)
+        return request_id
+
+    def release(self, request_id: int) -> None:
+        """Free a held request's cache and forget it (a running one is aborted first)."""
+        seq = self.seqs.pop(request_id, None)
+        if seq is None:
+            return
+        if not seq.finished:
+            self._end(seq, "abort", time.perf_counter())
+        elif seq.kv.max_blocks:
+            self.kv.free(seq.kv)
+        self.runtime.release(request_id)
 
     def check_context(self, prompt_len: int, max_tokens: int) -> None:
         """Refuse a request whose prompt plus max_tokens exceeds the model's positions, before
@@ -251,8 +337,10 @@ class LLMEngine:
         return self.output(request_id)
 
     def _end(self, seq: Sequence, reason: str, now: float) -> None:
-        self.scheduler.finish(seq, reason)
-        self.runtime.release(seq.seq_id)
+        keep = seq.hold and reason in ("stop", "length")  # held for a follow-up turn
+        self.scheduler.finish(seq, reason, keep)
+        if not keep:
+            self.runtime.release(seq.seq_id)
         seq.metrics.finish_time = now
 
     # -- the loop -------------------------------------------------------------------------
@@ -360,5 +448,10 @@ class LLMEngine:
             self.step()
         outs = [self.output(r) for r in rids]
         for r in rids:
-            del self.seqs[r]
+            if not self._holds(r):  # a held request stays until `release`
+                del self.seqs[r]
         return outs
+
+    def _holds(self, request_id: int) -> bool:
+        seq = self.seqs.get(request_id)
+        return seq is not None and seq.hold and seq.finish_reason in ("stop", "length")

@@ -90,7 +90,17 @@ class Scheduler:
         return out
 
     def _admit(self, seq: Sequence, budget: int) -> ScheduledSeq | None:
-        """Take a waiting sequence's cached prefix and room for its next chunk, or None."""
+        """Take a waiting sequence's cached prefix and room for its next chunk, or None.
+
+        A follow-up turn (`LLMEngine.follow_up`) still holds its cache: it resumes on it, with
+        no prefix lookup, from the tokens it has computed."""
+        if seq.num_computed and seq.kv.max_blocks:
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            if not self.kv.allocate(seq.kv, seq.kv.num_tokens + n):
+                return None
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            return ScheduledSeq.of(seq, n)
         hit = self.kv.lookup_prefix(seq.kv, seq.token_ids, seq.cache_salt, self.compute_tail)
         n = min(seq.num_tokens - hit.num_tokens, budget)
         if not self.kv.allocate(seq.kv, hit.num_tokens + n, hit, seq.num_tokens):
@@ -148,12 +158,14 @@ class Scheduler:
                 self.suspects.popleft()
                 self.solo_samples = 0
 
-    def finish(self, seq: Sequence, reason: str) -> None:
-        """End `seq` wherever it is (running, waiting, a suspect) and free its blocks."""
+    def finish(self, seq: Sequence, reason: str, keep: bool = False) -> None:
+        """End `seq` wherever it is (running, waiting, a suspect) and free its blocks, unless
+        `keep` (a held request: its blocks stay for a follow-up turn)."""
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         seq.metrics.resident_kv_bytes = self.kv.resident_bytes(seq.kv)
-        self.kv.free(seq.kv)
+        if not keep:
+            self.kv.free(seq.kv)
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:

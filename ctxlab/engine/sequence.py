@@ -5,6 +5,10 @@ brings `num_computed` up to `num_tokens`. Preemption frees the blocks and sets
 `num_computed` back to 0: the request is recomputed from prompt + output so far, so it is
 neither dropped nor answered differently. A request that fails inside a step carries a
 `RequestError` and finishes with reason "error"; an aborted one finishes with "abort".
+
+A request added with `hold` keeps its cache when it ends (stop or length), as its policy left
+it; `LLMEngine.follow_up` appends a new turn's tokens and runs it again on that cache (the
+turn's prompt is everything so far), and `LLMEngine.release` frees it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class Sequence:
     text: str = ""  # detokenized output so far (after stop-string truncation)
     admitted: bool = False
     error: RequestError | None = None
+    # keep the cache when the request ends (stop or length), for `LLMEngine.follow_up`
+    hold: bool = False
     # prompt_logprobs[i] = log p(prompt[i + 1] | prompt[: i + 1]); None until computed
     prompt_logprobs: list[float | None] = field(default_factory=list)
 

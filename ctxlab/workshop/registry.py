@@ -14,6 +14,7 @@ from ctxlab.workshop import (
     demo_compaction,
     demo_disagg,
     demo_eviction,
+    demo_followup,
     demo_offload,
     demo_page_size,
     demo_prefix_miss,
@@ -34,6 +35,7 @@ REGISTERED: tuple[Demonstration[BaseModel], ...] = (
     demo_recurrent.DEMO,
     demo_offload.DEMO,
     demo_disagg.DEMO,
+    demo_followup.DEMO,
 )
 
 BY_KEY: dict[str, Demonstration[BaseModel]] = {d.key: d for d in REGISTERED}

@@ -93,6 +93,16 @@ answer_questions = 4
 answer_tokens = 8
 gold_row = true
 
+[followup]
+documents = 2
+facts = 2
+filler_units = 12
+policies = ["snapkv", "streaming"]
+budgets = [0.5]
+recall_tokens = 96
+answer_tokens = 5
+pool_tokens = 1024
+
 [useful_context]
 enabled = true
 tasks = ["niah_single_noise"]

@@ -19,7 +19,7 @@ def _stand_in(stop_at: int):
     """A `_one_demo` that finishes every demonstration before `stop_at` and is interrupted
     in it (as Ctrl-C would)."""
 
-    def one(session, demo, show, through):
+    def one(session, demo, show, through, server_part_only=False):
         if demo.number == stop_at:
             raise KeyboardInterrupt
         res = DemoResult.of(demo, "run")
