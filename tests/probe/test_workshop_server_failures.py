@@ -96,9 +96,10 @@ def test_one_bad_server_of_several_is_named(cli, tmp_path):
 
 @pytest.mark.model
 def test_server_that_dies_mid_run_keeps_the_report(cli, tmp_path, keep_torch_threads):
-    # the stand-in answers the setup (cached-token check, staircase, probe summary: 24
-    # requests) and two of demonstration 1's, then closes
-    with stand_in(Script(die_after=26)) as url:
+    # the stand-in answers the setup (cached-token check, the staircase at 64 tokens and,
+    # since it reports no cached tokens, again at 300, the probe summary: 70 requests) and
+    # two of demonstration 1's, then closes
+    with stand_in(Script(die_after=72)) as url:
         res = cli("workshop", "--server", url, "--quick", "--only", "1,2", "--out", str(tmp_path))
     line = one_sentence(res, 3)
     assert line.startswith(f"error: the server at {url} stopped answering in demonstration 1")
