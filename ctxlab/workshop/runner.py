@@ -281,7 +281,7 @@ def _peer_passes(
     """Each further server of a `[[servers]]` list through the demonstrations that send it
     requests, so that every listed server is measured, not only probed. Each pass has a
     session of its own (the server's own page, its request backend, its files under
-    `peers/<label>/`); its tables sit beside the first server's in the report and no
+    `peers/N-label/`); its tables sit beside the first server's in the report and no
     prediction is judged on them (the predictions were written for the run's server).
     A demonstration whose server variant already compares every server side by side
     (`ServerMode.instead`) is not repeated. A server that stops answering ends its own pass
