@@ -32,6 +32,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # same pytest-xdist worker, or both workers would build it (measured: the tiny workshop run
 # twice, 80 s each).
 COSTLY_SESSION_FIXTURES = {"tiny_run": "tiny-workshop"}
+# A test that asks for a real model (directly or through a fixture) is a `model` test, marked
+# or not: `make test-fast` leaves it out (the tiny workshop run alone is 80 s).
+MODEL_FIXTURES = frozenset({"loaded", "hf_model", "gemma_loaded", "gemma_hf_model", "tiny_run"})
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -42,6 +45,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Runs before xdist's own hook, which turns the marks into scheduling groups."""
     groups: dict[str, str] = {}
     for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
         mark = item.get_closest_marker("xdist_group")
         if mark is not None:
             groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name"))
