@@ -98,10 +98,7 @@ class LayerObs:
         return self.valid.sum(dim=1)
 
     def need(self, name: str) -> torch.Tensor:
-        t = getattr(self, name)
-        if t is None:
-            raise RuntimeError(f"the engine did not provide {name!r} to this policy")
-        return t
+        return needed(self, name)
 
 
 @dataclass
@@ -125,10 +122,7 @@ class PageObs:
     lens: torch.Tensor | None = None  # [B, n_kv] tokens each lane holds (`index_keys`)
 
     def need(self, name: str) -> torch.Tensor:
-        t = getattr(self, name)
-        if t is None:
-            raise RuntimeError(f"the engine did not provide {name!r} to this policy")
-        return t
+        return needed(self, name)
 
 
 @dataclass
@@ -240,3 +234,12 @@ def observe_layer(
     if "acc_attn" in needs:
         obs.acc_attn = acc
     return obs
+
+
+def needed(obs: object, name: str) -> torch.Tensor:
+    """The observation `name` the policy declared in `needs`; a clear error if the engine
+    left it out."""
+    t = getattr(obs, name)
+    if t is None:
+        raise RuntimeError(f"the engine did not provide {name!r} to this policy")
+    return t
