@@ -25,6 +25,10 @@ PAIRED = "paired bootstrap over the same questions"
 KINDS = ("query-aware", "key-based", "positional")
 
 
+# the exact sign test's level: a change is claimed only below it
+SIGN_TEST_ALPHA = 0.05
+
+
 def _pct(flags: list[bool] | list[float]) -> float:
     return 100 * math.fsum(float(x) for x in flags) / len(flags) if flags else math.nan
 
@@ -59,7 +63,7 @@ def claimed(p: stats.Paired) -> tuple[Interval, str]:
     c = p.change
     sign_p = stats.mcnemar_exact(p.a_better, p.b_better)
     how = f"{PAIRED}, {c.n} questions, exact sign test p = {sign_p:.3f}"
-    if sign_p < 0.05 or c.low <= 0 <= c.high:
+    if sign_p < SIGN_TEST_ALPHA or c.low <= 0 <= c.high:
         return c, how
     widened = Interval(c.value, min(c.low, 0.0), max(c.high, 0.0), c.n, c.method)
     return widened, how + " (not significant: the interval is widened to include zero)"
@@ -368,8 +372,8 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         f"question moves question 1 by {f.say('step_q1_pts', 100 / n_docs, 1)} points and "
         f"the follow-ups by {f.say('step_fu_pts', 100 / n_fu, 1)}. A change is claimed only "
         "where its paired 95 % interval excludes zero and the exact sign test on the "
-        "questions that differ (McNemar's, for one policy) gives p < 0.05; otherwise it is "
-        "within noise, not "
+        "questions that differ (McNemar's, for one policy) gives p < "
+        f"{f.say('sign_test_alpha', SIGN_TEST_ALPHA, 2)}; otherwise it is within noise, not "
         "established at this n. A bigger run (followup.documents = "
         f"{f.say('bigger_documents', 30)}, facts = {f.say('bigger_facts', 4)}) gives "
         f"{f.say('bigger_q1_pairs', 30)} question-1 pairs and "
