@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ctxlab.engine.metrics import RequestMetrics, percentile
+from ctxlab.stats import percentile
 
 if TYPE_CHECKING:
     from ctxlab.engine import LLM
+    from ctxlab.engine.metrics import RequestMetrics
     from ctxlab.workshop.server_backend import ServerLLM
 
 
