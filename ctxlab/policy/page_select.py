@@ -1,5 +1,5 @@
-"""The part every block/token selector shares (MoBA, DSA, NSA): a read budget, forced pages
-and one deterministic top-k over pages.
+"""The part every block/token selector shares (Quest, MoBA, DSA, NSA): a read budget,
+forced pages and one deterministic top-k over pages.
 
 A selector evicts nothing: the engine keeps every block and each decode step reads only
 what the policy picks (`choose_pages` answers a `PageChoice`). `budget` is the KEYS READ per

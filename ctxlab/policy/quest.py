@@ -18,11 +18,8 @@ from typing import ClassVar
 
 import torch
 
-from ctxlab.errors import CtxlabError
-from ctxlab.policy.base import Policy
-from ctxlab.policy.budget import TOKENS_512, Budget
 from ctxlab.policy.observation import PageChoice, PageObs
-from ctxlab.policy.ranking import top_indices
+from ctxlab.policy.page_select import PageSelector
 
 
 def page_summaries(
@@ -56,7 +53,7 @@ def page_bound(q: torch.Tensor, kmin: torch.Tensor, kmax: torch.Tensor) -> torch
 
 
 @dataclass
-class QuestPolicy(Policy):
+class QuestPolicy(PageSelector):
     """Reads `budget // page` pages per lane per decode step; evicts nothing.
 
     `budget` is tokens or a share of each sequence's prompt, never fewer pages than the
@@ -64,33 +61,7 @@ class QuestPolicy(Policy):
 
     name: ClassVar[str] = "quest"
     paper: ClassVar[str] = "Quest: query-aware sparsity (Tang et al., ICML 2024)"
-    stack_layer: ClassVar[str] = "selection"
     needs: ClassVar[frozenset[str]] = frozenset({"pages", "page_bounds"})
-    budget: Budget = TOKENS_512
-    sink_pages: int = 1
-
-    def __post_init__(self) -> None:
-        self.budget = Budget.parse(self.budget)
-
-    def check(self) -> None:
-        super().check()
-        if self.sink_pages < 0:
-            raise CtxlabError(f"sink_pages must be >= 0, got {self.sink_pages}.")
-
-    def check_page(self, page: int) -> None:
-        """One sentence when a token budget cannot hold the sink pages and the current one."""
-        if not self.budget.is_ratio and self.pages_per_step(0, page) < self.sink_pages + 1:
-            raise CtxlabError(
-                f"a Quest budget of {self.budget} tokens is too small: it must hold "
-                f"{self.sink_pages} sink page(s) and the current page of {page} tokens."
-            )
-
-    def pages_per_step(self, prompt_len: int, page: int) -> int:
-        """Pages each lane of a sequence reads per decode step (pages of `page` tokens)."""
-        if self.budget.is_ratio:
-            tokens = self.budget.tokens_for(prompt_len)
-            return max(self.sink_pages + 1, tokens // page)
-        return max(1, self.budget.tokens_for(prompt_len) // page)
 
     def choose_pages(self, obs: PageObs) -> PageChoice:
         """Pages `[B, n_kv, P]` sorted, `ok [B, n_kv, P]` (the slot is a real page in the row's
@@ -101,19 +72,8 @@ class QuestPolicy(Policy):
         """
         qg = obs.query
         kmin, kmax = obs.need("kmin"), obs.need("kmax")
-        B, _, nb, _ = kmin.shape
-        per_row = obs.pages
-        P = min(int(per_row.max()), nb)
         bound = torch.matmul(qg.clamp(min=0), kmax.transpose(-1, -2))
         bound = bound + torch.matmul(qg.clamp(max=0), kmin.transpose(-1, -2))
-        bound = bound.amax(2)  # [B, n_kv, nb]
-        page_idx = torch.arange(nb, device=bound.device)
-        have = obs.have[..., None]
-        real = page_idx < have
-        forced = (page_idx < self.sink_pages) | (page_idx == have - 1)
-        bound = bound.masked_fill(~real, float("-inf")).masked_fill(forced & real, float("inf"))
-        top = top_indices(bound, P)  # [B, n_kv, P], best first, ties by page index
-        in_budget = (torch.arange(P, device=top.device) < per_row.view(B, 1, 1)).expand_as(top)
-        top, order = torch.sort(top, dim=-1)
-        ok = torch.gather(real, -1, top) & torch.gather(in_budget, -1, order)
-        return PageChoice(top, ok)
+        real, forced = self.forced(obs, kmin.shape[2])
+        limit = obs.pages.view(-1, 1).expand_as(obs.have)
+        return self.pick(bound.amax(2), real, forced, limit)
