@@ -88,6 +88,19 @@ def _mean(xs: list[int] | list[float]) -> float:
     return math.fsum(xs) / len(xs) if xs else math.nan
 
 
+def observe_accuracy(
+    res: DemoResult,
+    name: str,
+    before: list[bool] | list[float],
+    after: list[bool] | list[float],
+    more: str = "",
+) -> None:
+    """Metric `name`: % right `before` -> `after` over the same questions, with the claimed
+    paired change in points; `more` is added to the test's description."""
+    ci, how = claimed(change_pts(before, after))
+    res.observe(name, _pct(before), _pct(after), 1, change=ci, test=how + more)
+
+
 def observe(res: DemoResult, m: Measured) -> None:
     full, fresh = row_of(m, "full"), row_of(m, "fresh prefill")
     assert full is not None and fresh is not None
@@ -101,27 +114,17 @@ def observe(res: DemoResult, m: Measured) -> None:
             res.observe(q1_name, None, None, 1, why_missing=why)
             res.observe(fu_name, None, None, 1, why_missing=why)
             continue
+        many = f"{len(rows)} polic{'y' if len(rows) == 1 else 'ies'}"
         for name, attr in ((q1_name, "q1"), (fu_name, "follow")):
             seen = mean_per_question(rows, attr)
-            base = getattr(full, attr)
-            ci, how = claimed(change_pts(base, seen))
-            many = f"{len(rows)} polic{'y' if len(rows) == 1 else 'ies'}"
-            res.observe(name, _pct(base), _pct(seen), 1, change=ci, test=f"{how}; {many}")
+            observe_accuracy(res, name, getattr(full, attr), seen, f"; {many}")
     base, recall = row_of(m, "recall base"), row_of(m, "recall")
     if base is None or recall is None:
         why = "recall_tokens is 0: no recall rows"
         res.observe("followup_accuracy_recall_pct", None, None, 1, why_missing=why)
         res.observe("recall_tpot_ms", None, None, 1, why_missing=why)
     else:
-        ci, how = claimed(change_pts(base.follow, recall.follow))
-        res.observe(
-            "followup_accuracy_recall_pct",
-            _pct(base.follow),
-            _pct(recall.follow),
-            1,
-            change=ci,
-            test=how,
-        )
+        observe_accuracy(res, "followup_accuracy_recall_pct", base.follow, recall.follow)
         res.observe(
             "recall_tpot_ms",
             stats.median(base.tpot_ms),
@@ -130,15 +133,7 @@ def observe(res: DemoResult, m: Measured) -> None:
             change=stats.median_difference(base.tpot_ms, recall.tpot_ms, paired_items=True),
             test=f"paired bootstrap of the difference of medians, {len(base.tpot_ms)} follow-ups",
         )
-    ci, how = claimed(change_pts(full.follow, fresh.follow))
-    res.observe(
-        "followup_accuracy_fresh_pct",
-        _pct(full.follow),
-        _pct(fresh.follow),
-        1,
-        change=ci,
-        test=how,
-    )
+    observe_accuracy(res, "followup_accuracy_fresh_pct", full.follow, fresh.follow)
     small = [r for r in m.rows if r.share == m.main]
     res.observe(
         "kv_bytes_resident",
