@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def tokenizer(loaded):
 @pytest.fixture(scope="session")
 def hf_model(gguf_path: Path):
     """transformers' own reading of the same GGUF (its loader, its Q/K un-permutation)."""
-    return hf_from_gguf(gguf_path)
+    return hf_oracle(gguf_path)
 
 
 def hf_from_gguf(gguf_path: Path):
@@ -178,28 +179,43 @@ def gemma_loaded(gemma_path: Path):
 
 @pytest.fixture(scope="session")
 def gemma_hf_model(gemma_path: Path):
-    """transformers' Gemma3ForCausalLM read from the same GGUF (the oracle).
+    """transformers' Gemma3ForCausalLM read from the same GGUF (the oracle)."""
+    return hf_oracle(gemma_path)
 
-    transformers parses the GGUF's key/value section in Python twice (config, then tensors:
-    about a minute for 262,144-token vocabulary arrays), so its reading is saved once as a
-    safetensors folder under ctxlab's cache, keyed by the file's checksum folder and the
-    transformers version, and later sessions load that (a few seconds). It is still
-    transformers' own reading of the file, written by its own `save_pretrained`.
+
+def hf_oracle(gguf_path: Path):
+    """`hf_from_gguf(gguf_path)`, saved once as a safetensors folder under ctxlab's cache.
+
+    transformers parses a GGUF's key/value section and dequantises its tensors in Python:
+    about 20 s for SmolLM2 and a minute for Gemma 3 (262,144-token vocabulary arrays), paid
+    by every pytest worker and again by the second instruction set's run. Its reading is
+    saved with its own `save_pretrained`, keyed by the file's size and first megabyte's
+    checksum and the transformers version, and later sessions load that (a few seconds). It
+    is still transformers' own reading of the file.
     """
+    import hashlib
+
     import torch
     import transformers
     from transformers import AutoModelForCausalLM
 
     from ctxlab.model.tokenizer import cache_root
 
-    folder = cache_root() / "test-oracles" / f"{gemma_path.parent.name}-{transformers.__version__}"
+    with gguf_path.open("rb") as fh:
+        head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
+    key = f"{gguf_path.stem}-{gguf_path.stat().st_size}-{head}-{transformers.__version__}"
+    folder = cache_root() / "test-oracles" / key
     if (folder / "config.json").is_file():
         try:
             model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
             return model.eval()
         except Exception:  # a damaged entry: rebuild it
             pass
-    model = hf_from_gguf(gemma_path)
+    model = hf_from_gguf(gguf_path)
+    # written aside and renamed, so a worker never reads another's half-written folder
+    staging = folder.with_name(f"{folder.name}.{os.getpid()}.tmp")
     with contextlib.suppress(OSError):  # a read-only cache costs the next session the parse
-        model.save_pretrained(str(folder))
+        model.save_pretrained(str(staging))
+        staging.rename(folder)
+    shutil.rmtree(staging, ignore_errors=True)  # another worker's rename came first
     return model

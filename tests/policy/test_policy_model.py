@@ -16,7 +16,10 @@ import torch
 
 from ctxlab.engine import LLM, LLMEngine, SamplingParams
 
-pytestmark = [pytest.mark.model, pytest.mark.isa]
+# `isa` (rerun by tests/second_isa.py) marks the tests whose outcome a float kernel can move:
+# which tokens a policy keeps decides whether the needle survives, and greedy text compares
+# two paths. The streaming test below pins sizes, positions and step counts only.
+pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,6 +48,7 @@ def answer(loaded, ids, policy=None, budget=None, n=24):
     return out
 
 
+@pytest.mark.isa
 def test_snapkv_keeps_the_needle_window_loses_it(loaded):
     ids = needle_prompt(loaded.tokenizer)
     assert 1400 <= len(ids) <= 1600
@@ -61,6 +65,7 @@ def test_snapkv_keeps_the_needle_window_loses_it(loaded):
     assert snap.metrics.resident_kv_bytes <= (384 + 24 + 16) * bpt  # prompt cut, decode grows
 
 
+@pytest.mark.isa
 def test_recall_brings_back_the_needle_h2o_evicted(loaded):
     ids = needle_prompt(loaded.tokenizer)
     h2o = answer(loaded, ids, "h2o", 384, n=16)
@@ -77,6 +82,7 @@ def test_recall_brings_back_the_needle_h2o_evicted(loaded):
     assert out.metrics.resident_kv_bytes <= lay.n_lanes * (320 // 16 + 1) * lay.bytes_per_block
 
 
+@pytest.mark.isa
 def test_full_policy_equals_engine_greedy(loaded):
     ids = loaded.tokenizer.apply_chat([{"role": "user", "content": "Name three colors."}])
     plain = answer(loaded, ids, n=16)

@@ -5,10 +5,12 @@ reported as not measurable with the reason.
 
 The workshop runs once, in this process through the CLI's own entry point, against the
 session's shared servers (tests/servers.py), with a `[[servers]]` list naming both: llama.cpp
-first (the run's server: every demonstration, the predictions judged on it) and `ctxlab
-serve` second (the probe summary and demonstration 3 side by side, then its own pass through
-every demonstration that sends a server requests, under results["peers"]). Every test reads
-that one run."""
+first (the run's server: every demonstration a server takes part in, the predictions judged
+on it) and `ctxlab serve` second (the probe summary and demonstration 3 side by side, then its
+own pass through every demonstration that sends a server requests, under results["peers"]).
+Every test reads that one run. The demonstrations that run on the local engine alone whatever
+the server (`ServerMode` LOCAL: offload, disaggregation) are left out with `--only`: a server
+changes nothing in them, and the tiny workshop run (tests/workshop) checks them."""
 
 from __future__ import annotations
 
@@ -22,10 +24,14 @@ from pathlib import Path
 
 import pytest
 
+from ctxlab.workshop.demonstration import LOCAL
+from ctxlab.workshop.registry import REGISTERED
 from tests.cli.conftest import Result, run_in_process
 from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, SHARED
 from tests.workshop.report_numbers import unmatched
 
+# every demonstration a server takes part in (or that says why it cannot)
+SERVER_DEMOS = [d.number for d in REGISTERED if d.server != LOCAL]
 PAGE = CTXLAB_PAGE
 POOL = CTXLAB_POOL
 
@@ -81,7 +87,7 @@ def through_both(llamacpp_server, ctxlab_server, tmp_path_factory) -> Run:
         f'[[servers]]\nlabel = "llamacpp"\nurl = "{llamacpp_server}"\n\n'
         f'[[servers]]\nlabel = "paged"\nurl = "{ctxlab_server}"\napi_key = "sk-not-needed"\n'
     )
-    return workshop(tmp / "out", str(config))
+    return workshop(tmp / "out", str(config), "--only", ",".join(map(str, SERVER_DEMOS)))
 
 
 def paged(run: Run) -> dict:
