@@ -27,7 +27,7 @@ import pytest
 from ctxlab.workshop.demonstration import LOCAL
 from ctxlab.workshop.registry import REGISTERED
 from tests.cli.conftest import Result, run_in_process
-from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, SHARED
+from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, LLAMACPP_SLOTS, SHARED
 from tests.workshop.report_numbers import unmatched
 
 # every demonstration a server takes part in (or that says why it cannot)
@@ -132,11 +132,14 @@ def through_chat(results: dict, engine: str) -> None:
         assert all(engine in t["title"] for t in d["tables"])
 
 
-def seven_on_the_server(results: dict) -> None:
+def seven_on_the_server(results: dict, most: int) -> None:
+    """7's workloads on the server, the concurrency from the server's own running-requests
+    gauge: at least one request seen running, at most `most` (its slots, or all sent)."""
     d = results["demos"]["recurrent_vs_kv"]
     (table,) = [t for t in d["tables"] if t["key"] == "recurrent_vs_kv_server"]
     assert [r[0] for r in table["rows"]] == ["short", "long"]
     assert all(r[3] > 0 and r[4] >= r[3] for r in table["rows"])  # TTFT p50 <= p99
+    assert all(isinstance(r[6], int) and 1 <= r[6] <= min(most, r[1]) for r in table["rows"])
 
 
 # ------------------------------------------- through llama.cpp, ctxlab serve beside it
@@ -196,7 +199,7 @@ def test_both_eviction_sized_to_the_slots(through_both):
 def test_both_chat_and_seven_on_llamacpp(through_both):
     results = through_both.results
     through_chat(results, "llama.cpp")
-    seven_on_the_server(results)
+    seven_on_the_server(results, LLAMACPP_SLOTS)
 
 
 def test_both_report_names_the_servers(through_both):
@@ -257,4 +260,4 @@ def test_ctxlab_eviction_measured_to_the_page(through_both):
 def test_ctxlab_chat_and_seven_on_ctxlab(through_both):
     demos = paged(through_both)["demos"]
     through_chat({"demos": demos}, "ctxlab")
-    seven_on_the_server({"demos": demos})
+    seven_on_the_server({"demos": demos}, 10**6)
