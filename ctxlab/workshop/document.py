@@ -328,6 +328,7 @@ def _peers(res: JSONObject) -> list[Block]:
             "the first server's.",
         ),
     ]
+    out += _side_by_side(res)
     for name, peer in peers.items():
         out.append(Block("h3", f"{name}: {peer['label']}"))
         if peer["error"]:
@@ -338,6 +339,40 @@ def _peers(res: JSONObject) -> list[Block]:
             out.append(Block("p", f"**{head}** ({d['status']}): {line}"))
             out += [_stored_table(t) for t in d["tables"]]
     return out
+
+
+def _side_by_side(res: JSONObject) -> list[Block]:
+    """One table per demonstration that a further server ran through its API: every figure
+    it observed (baseline -> observed, as its metric is defined) on each server, in one row.
+    A demonstration that only adds a server table to a local run (7) has no observation
+    from the server, so it has no such table."""
+    servers = {f"the run's server ({res['server']['engine']})": res["demos"]}
+    servers.update({name: peer["demos"] for name, peer in res["peers"].items()})
+    out = []
+    for key in {k: None for p in res["peers"].values() for k in p["demos"]}:
+        if not BY_KEY[key].server.uses_server:
+            continue
+        ran = {n: d[key] for n, d in servers.items() if d.get(key, {}).get("status") == "run"}
+        if len(ran) < 2:
+            continue
+        metrics = {m: None for d in ran.values() for m in d["observations"]}
+        rows = [[m] + [_observed(d["observations"].get(m)) for d in ran.values()] for m in metrics]
+        number, title = BY_KEY[key].number, BY_KEY[key].title
+        out.append(
+            _table(
+                f"Demonstration {number} on every server: {title.lower()}",
+                ["figure (baseline -> observed)", *ran],
+                rows,
+                "each server's own pass; the predictions are judged on the run's server only",
+            )
+        )
+    return out
+
+
+def _observed(obs: JSONObject | None) -> str:
+    if obs is None or obs["baseline"] is None or obs["observed"] is None:
+        return "not measurable"
+    return f"{fmt(obs['baseline'], obs['digits'])} -> {fmt(obs['observed'], obs['digits'])}"
 
 
 def _checklist(res: JSONObject) -> list[Block]:

@@ -223,6 +223,13 @@ def test_ctxlab_pass_completes_on_ctxlab(through_both):
     report = (through_both.out / "report.md").read_text()
     assert "The same demonstrations through the other servers" in report
     assert "each also measured through demonstrations" in report
+    # one comparison table per demonstration measured through both APIs, a column each
+    for n in sorted(ran - {7}):
+        title = f"Demonstration {n} on every server"
+        assert title in report
+        header = report[report.index(title) :].splitlines()[2]
+        assert header.endswith("| the run's server (llama.cpp) | paged |"), header
+    assert "Demonstration 7 on every server" not in report  # its figures are the local engine's
     assert results["verdicts"] and all(v["key"] in results["demos"] for v in results["verdicts"])
 
 
