@@ -113,7 +113,7 @@ def _quantile(sorted_xs: Sequence[float], q: float) -> float:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), linear interpolation (as the engine's metrics)."""
+    """The q-th percentile (0..100), linear interpolation; the engine's metrics use it too."""
     if not values:
         return math.nan
     return _quantile(sorted(values), q / 100.0)

@@ -7,11 +7,12 @@ server drives) and `LLM` (the batch API).
 
 from ctxlab.engine.llm import LLM
 from ctxlab.engine.llm_engine import LLMEngine
-from ctxlab.engine.metrics import RequestMetrics, percentile
+from ctxlab.engine.metrics import RequestMetrics
 from ctxlab.engine.request import RequestFailedError, RequestOutput, TokenEvent
 from ctxlab.engine.sampling import SamplingParams
 from ctxlab.engine.scheduler import Scheduler
 from ctxlab.engine.sequence import RequestError, Sequence
+from ctxlab.stats import percentile
 
 __all__ = [
     "LLM",

@@ -1,26 +1,15 @@
 """Per-request timing and token counts.
 
 TTFT = first token time - arrival; ITL = the gaps between consecutive tokens;
-TPOT = (latency - TTFT) / (output tokens - 1). Percentiles interpolate linearly.
+TPOT = (latency - TTFT) / (output tokens - 1). Percentiles interpolate linearly
+(`ctxlab.stats.percentile`).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) with linear interpolation between closest ranks."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 @dataclass
