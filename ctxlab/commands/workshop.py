@@ -69,6 +69,12 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(
             False, "--quick", help="The same demonstrations at the config's \\[quick] sizes (CI)."
         ),
+        full: bool = typer.Option(
+            False,
+            "--full",
+            help="The config's \\[full] samples: what the default run leaves out to fit ten "
+            "minutes (more answered questions; see --print-config).",
+        ),
         only: str = typer.Option(
             None,
             "--only",
@@ -115,10 +121,11 @@ def register(app: typer.Typer) -> None:
         timeout = check_timeout(server_timeout)
         if config is not None:
             input_file(config, "the workshop config", "TOML file")
-        cfg = load_config(config, quick=quick)
+        cfg = load_config(config, quick=quick, full=full)
         _preflight(cfg, picked)
         folder = output_dir(out)
         label = str(config) if config is not None else "the embedded default config"
+        label += " at its [full] sizes" if full else ""
         started = time.time()
         try:
             results = _run(

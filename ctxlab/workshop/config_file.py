@@ -1,11 +1,11 @@
 """Reading the experiment contract: the user's TOML merged over the embedded default.
 
-`load_config(path, quick)` reads the user's file (or none), merges it over the embedded
+`load_config(path, quick, full)` reads the user's file (or none), merges it over the embedded
 default (`default_config.DEFAULT_TOML`; a `[predictions.<demo>]` table replaces the default's
-table for that demo, every other table merges key by key), merges `[quick]` on top when asked,
-and validates the result (`config.WorkshopConfig`). The `[quick]` sizes are validated on every
-run, so a bad `[quick]` table never waits for `--quick`. Any mistake is one sentence naming
-the key and the file. Nothing here imports torch.
+table for that demo, every other table merges key by key), merges `[quick]` or `[full]` on
+top when asked, and validates the result (`config.WorkshopConfig`). Both size tables are
+validated on every run, so a bad one never waits for its flag. Any mistake is one sentence
+naming the key and the file. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -55,15 +55,17 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return out or "the config"
 
 
-def _sentence(exc: ValidationError, source: str, user: dict, user_quick: dict | None) -> str:
-    """The first error as one sentence: the key, the file, what is wrong."""
+def _sentence(exc: ValidationError, source: str, user: dict, size: tuple[str, dict] | None) -> str:
+    """The first error as one sentence: the key, the file, what is wrong. `size`: the size
+    table (`quick` or `full`) and the user's part of it, when the error is in its merge."""
     err = exc.errors(include_url=False)[0]
     loc = tuple(err["loc"])
     names = tuple(p for p in loc if not isinstance(p, int))
     key = _key(loc)
-    if user_quick is not None:
-        key = f"quick.{key}" if loc else "[quick]"
-        where = source if _has_path(user_quick, names) else "the embedded default config"
+    if size is not None:
+        name, user_size = size
+        key = f"{name}.{key}" if loc else f"[{name}]"
+        where = source if _has_path(user_size, names) else "the embedded default config"
     else:
         where = source if _has_path(user, names) else "the embedded default config"
     if names[:1] == ("servers",):  # only a user's file lists servers
@@ -79,12 +81,21 @@ def _sentence(exc: ValidationError, source: str, user: dict, user_quick: dict | 
     secret = "api_key" in names  # a key is never echoed
     shown = "" if isinstance(value, dict | list) or secret else f" = {value!r}"
     if not loc:  # a check across sections: its message names the keys
-        return f"{where}" + (" [quick]" if user_quick is not None else "") + f": {msg}."
+        return f"{where}" + (f" [{size[0]}]" if size is not None else "") + f": {msg}."
     return f"{where}: {key}{shown}: {msg[:1].lower() + msg[1:] if msg else 'invalid'}."
 
 
-def load_config(path: Path | None = None, quick: bool = False) -> WorkshopConfig:
-    """The validated contract: the default, the user's file merged over it, `[quick]` last."""
+SIZES = ("quick", "full")  # the size tables merged over the config on request
+
+
+def load_config(
+    path: Path | None = None, quick: bool = False, full: bool = False
+) -> WorkshopConfig:
+    """The validated contract: the default, the user's file merged over it, then `[quick]`
+    (`--quick`: small sizes for CI) or `[full]` (`--full`: the samples the default run leaves
+    out to fit its time budget) on top."""
+    if quick and full:
+        raise CtxlabError("--quick and --full are two sizes of one run; choose one.")
     source = str(path) if path is not None else "the embedded default config"
     user: TomlTable = {}
     if path is not None:
@@ -92,17 +103,19 @@ def load_config(path: Path | None = None, quick: bool = False) -> WorkshopConfig
             raise CtxlabError(f"workshop config {path} does not exist or is not a file.")
         user = load_toml(path, "workshop config")
     doc = merge(default_document(), user)
-    quick_table = doc.pop("quick", {})
-    user_quick = user.get("quick") if isinstance(user.get("quick"), dict) else None
-    if not isinstance(quick_table, dict):
-        raise CtxlabError(f"{source}: [quick] must be a table of overrides.")
+    tables = {name: doc.pop(name, {}) for name in SIZES}
     try:
         cfg = WorkshopConfig.model_validate(doc)
     except ValidationError as exc:
         raise CtxlabError(_sentence(exc, source, user, None)) from None
-    # The quick sizes are checked on every run, so a bad [quick] table never waits for --quick.
-    try:
-        quick_cfg = WorkshopConfig.model_validate(merge(doc, quick_table))
-    except ValidationError as exc:
-        raise CtxlabError(_sentence(exc, source, user, user_quick or {})) from None
-    return quick_cfg if quick else cfg
+    # Every size table is checked on every run, so a bad one never waits for its flag.
+    sized: dict[str, WorkshopConfig] = {}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise CtxlabError(f"{source}: [{name}] must be a table of overrides.")
+        user_size = user.get(name) if isinstance(user.get(name), dict) else {}
+        try:
+            sized[name] = WorkshopConfig.model_validate(merge(doc, table))
+        except ValidationError as exc:
+            raise CtxlabError(_sentence(exc, source, user, (name, user_size))) from None
+    return sized["quick"] if quick else sized["full"] if full else cfg

@@ -1,11 +1,12 @@
 """The embedded default experiment: what `ctxlab workshop` runs with no file.
 
 Assembled from the shared tables below and each registered demonstration's own fragments
-(`Demonstration.toml`, `.predictions_toml`, `.quick_toml`, `.required`), in registry order.
+(`Demonstration.toml`, `.predictions_toml`, `.quick_toml`, `.full_toml`, `.required`), in
+registry order.
 It is the one source of every default: a user's file is merged over it (a key left out
 keeps the value below), so `ctxlab workshop --print-config > my.toml` writes the whole
-contract, commented, ready to edit. Sizes fit 2 CPU cores in a few minutes; `[quick]` holds
-the smaller sizes `--quick` merges on top.
+contract, commented, ready to edit. Sizes fit 2 CPU cores in about ten minutes; `[quick]`
+holds the smaller sizes `--quick` merges on top, `[full]` the larger samples of `--full`.
 """
 
 from ctxlab.workshop.registry import REGISTERED
@@ -86,6 +87,11 @@ enabled = false
 """
 
 
+_FULL = """\
+# -- --full: the samples the default run leaves out to fit its 10-minute budget ---------------
+"""
+
+
 def _required() -> str:
     names = [f'  "{d.key}.{m}",\n' for d in REGISTERED for m in d.required]
     return "required_metrics = [\n" + "".join(names) + "]\n\n"
@@ -98,8 +104,9 @@ def _assemble() -> str:
     parts += [d.predictions_toml + "\n" for d in REGISTERED]
     parts += [_QUICK]
     parts += [d.quick_toml + "\n" for d in REGISTERED if d.quick_toml]
-    parts += [_QUICK_USEFUL.rstrip("\n") + "\n"]
-    return "".join(parts)
+    parts += [_QUICK_USEFUL, _FULL]
+    parts += [d.full_toml + "\n" for d in REGISTERED if d.full_toml]
+    return "".join(parts).rstrip("\n") + "\n"
 
 
 DEFAULT_TOML = _assemble()

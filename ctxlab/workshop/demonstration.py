@@ -135,10 +135,11 @@ LOCAL = ServerMode()
 class Demonstration(Generic[S]):
     """One demonstration's declarations and its two entry points.
 
-    `toml`, `predictions_toml` and `quick_toml` are this demonstration's commented fragments
-    of the embedded default config (its `[key]` table, its `[predictions.key]` table, and its
-    `[quick.key]` / `[quick.predictions.key]` tables, or ""); `required` names the metrics
-    the default config requires it to measure."""
+    `toml`, `predictions_toml`, `quick_toml` and `full_toml` are this demonstration's
+    commented fragments of the embedded default config (its `[key]` table, its
+    `[predictions.key]` table, its `[quick.key]` / `[quick.predictions.key]` tables and its
+    `[full.key]` table, or ""); `required` names the metrics the default config requires it
+    to measure."""
 
     number: int
     key: str  # the config section and the prefix of its metric names
@@ -151,6 +152,7 @@ class Demonstration(Generic[S]):
     toml: str
     predictions_toml: str
     quick_toml: str = ""
+    full_toml: str = ""
     required: tuple[str, ...] = ()
     guards: tuple[tuple[Risk, GuardFn], ...] = ()
     # what the section needs of the shared config, checked when a config is read; raises

@@ -274,7 +274,7 @@ ROWS: tuple[Row, ...] = (
     Row("lab --port 0 --host 127.0.0.1", "serving on http://127.0.0.1:", seam="lab page"),
     Row("tour --out {tmp} --no-model", "output folder"),
     Row("workshop --print-config", "[prefix_miss]"),
-    Row("workshop {workshop_toml} --only 1 --out {tmp} --json", '"status"'),
+    Row("workshop {workshop_toml} --full --only 1 --out {tmp} --json", '"status"'),
     Row(
         "workshop {workshop_toml} --quick --only 1 --out {tmp} --server {url} --api-key k "
         "--server-model smollm2-135m --server-timeout 120",

@@ -24,6 +24,15 @@ def test_default_and_quick_are_valid() -> None:
     assert eviction_pool_tokens(cfg) % cfg.engine.page_size == 0
 
 
+def test_full_adds_samples_and_excludes_quick() -> None:
+    cfg, full = load_config(), load_config(full=True)
+    assert full.retrieval_depth.answer_questions == full.retrieval_depth.questions
+    assert cfg.retrieval_depth.answer_questions < full.retrieval_depth.answer_questions
+    assert full.model_copy(update={"retrieval_depth": cfg.retrieval_depth}) == cfg  # only that
+    with pytest.raises(CtxlabError, match="choose one"):
+        load_config(quick=True, full=True)
+
+
 def test_every_default_prediction_names_a_catalogued_metric() -> None:
     for key, metrics in load_config().predictions.items():
         assert set(metrics) <= set(BY_KEY[key].metric_names)
@@ -88,6 +97,8 @@ BAD = [
     ("required_metrics = ['warm_prefix.nope']\n", ["required_metrics", "'nope'"]),
     ("required_metrics = ['ttft_ms']\n", ["required_metrics", "demonstration.metric"]),
     ("[quick.engine]\npage_size = -1\n", ["quick.engine.page_size"]),
+    ("[full.retrieval_depth]\nanswer_questions = 0\n", ["full.retrieval_depth.answer_questions"]),
+    ("full = 3\n", ["[full] must be a table"]),
     ("[engine\n", ["not valid TOML"]),
 ]
 
