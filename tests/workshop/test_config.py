@@ -33,6 +33,16 @@ def test_full_adds_samples_and_excludes_quick() -> None:
         load_config(quick=True, full=True)
 
 
+def test_the_defaults_full_sizes_are_checked_when_asked(tmp_path: Path) -> None:
+    # a smaller corpus of the user's is a valid config; only --full asks for 100 answers
+    path = tmp_path / "small.toml"
+    path.write_text("[retrieval_depth]\nquestions = 20\nanswer_questions = 4\n")
+    assert load_config(path).retrieval_depth.questions == 20
+    assert load_config(path, quick=True).retrieval_depth.answer_questions == 4
+    with pytest.raises(CtxlabError, match=r"full\.retrieval_depth.*more than the 20"):
+        load_config(path, full=True)
+
+
 def test_every_default_prediction_names_a_catalogued_metric() -> None:
     for key, metrics in load_config().predictions.items():
         assert set(metrics) <= set(BY_KEY[key].metric_names)
