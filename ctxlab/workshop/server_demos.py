@@ -117,7 +117,8 @@ def workload_rows(
         note="every request sent at once (fresh prompts, nothing shared); TTFT from the "
         "common start; concurrency reached is the largest value of the server's own "
         f"running-requests gauge, read from /metrics every {INTERVAL_S * 1e3:.0f} ms while "
-        "the workload ran (a lower bound: a batch shorter than that can be missed); the "
+        "the workload ran (a lower bound: a batch shorter than that can be missed; the gauge "
+        "counts every client's requests, so another client's traffic would add to it); the "
         "resident bytes per request are not visible through the API",
     )  # fmt: skip
     f = res.figures
