@@ -37,20 +37,18 @@ def running_now(samples: list[tuple[str, dict[str, str], float]]) -> float | Non
 
 class RunningSampler:
     """`with RunningSampler(client) as s: ...` samples the gauge until the block ends;
-    `s.peak` is the largest value read (None: no gauge), `s.reads` how many reads had it."""
+    `s.peak` is the largest value read (None: no gauge)."""
 
     def __init__(self, client: ProbeClient, interval_s: float = INTERVAL_S) -> None:
         self.client = client
         self.interval_s = interval_s
         self.peak: float | None = None
-        self.reads = 0
-        self.gauge_missing = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="running-sampler", daemon=True)
 
     def __enter__(self) -> RunningSampler:
         self._read()  # one read before the workload: a server without the gauge stops here
-        if not self.gauge_missing:
+        if self.peak is not None:
             self._thread.start()
         return self
 
@@ -71,11 +69,7 @@ class RunningSampler:
     def _read(self) -> None:
         reply = self.client.get("/metrics", cap=2.0)
         if reply is None or reply.status_code != 200:
-            self.gauge_missing = self.reads == 0
             return
         value = running_now(parse(reply.text))
-        if value is None:
-            self.gauge_missing = self.reads == 0
-            return
-        self.reads += 1
-        self.peak = value if self.peak is None else max(self.peak, value)
+        if value is not None:
+            self.peak = value if self.peak is None else max(self.peak, value)

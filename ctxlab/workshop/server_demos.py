@@ -132,16 +132,16 @@ def workload_rows(
             end = a.chunk_times[-1] if a.chunk_times else a.sent_at + a.ttft
             return (a.sent_at + a.ttft - t0) * 1e3, end - t0
 
-        sampler = RunningSampler(server.client)
-        with sampler as running, ThreadPoolExecutor(min(PARALLEL_MAX, w.requests)) as pool:
+        with (
+            RunningSampler(server.client) as running,
+            ThreadPoolExecutor(min(PARALLEL_MAX, w.requests)) as pool,
+        ):
             got = list(pool.map(one, prompts))
         ttft = [g[0] for g in got]
         reached = why if running.peak is None else int(running.peak)
         table.add(name, w.requests, w.input_tokens + w.output_tokens, pct(ttft, 50),
                   pct(ttft, 99), max(g[1] for g in got), reached)  # fmt: skip
         f.say(f"server_{name}_ttft_p99_ms", pct(ttft, 99), 1)
-        if running.peak is not None:
-            f.say(f"server_{name}_concurrency", int(running.peak))
     res.tables.append(table)
 
 
