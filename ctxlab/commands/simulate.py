@@ -36,9 +36,12 @@ from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
 from ctxlab.json_output import dumps
 from ctxlab.progress import progress
+from ctxlab.sim.slo import DEFAULT_ATTAINMENT
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from ctxlab.sim.slo import RateAnswer
 
 _HEADLINE = (
     ("requests_completed", "requests completed", "{:,.0f}"),
@@ -150,6 +153,19 @@ def register(app: typer.Typer) -> None:
         ),
         slo_ttft: float = typer.Option(2.0, "--slo-ttft", help="TTFT SLO (s) for goodput."),
         slo_tpot: float = typer.Option(0.1, "--slo-tpot", help="TPOT SLO (s) for goodput."),
+        slo_attainment: float = typer.Option(
+            DEFAULT_ATTAINMENT,
+            "--slo-attainment",
+            help="Share of requests that must meet both SLOs for a rate to count as meeting "
+            "them (read by --sweep trace-time-scale=..., which names the highest such rate).",
+        ),
+        trace_time_scale: float = typer.Option(
+            1.0,
+            "--trace-time-scale",
+            help="Multiply the trace's arrival times (0.5 = offered twice as fast), as bench "
+            "serve does; --sweep trace-time-scale=2,1,0.5,0.25 finds the highest rate that "
+            "meets the SLO.",
+        ),
         compute_efficiency: float = typer.Option(
             0.5, "--compute-efficiency", help="Share of peak FLOP/s reached."
         ),
@@ -174,7 +190,9 @@ def register(app: typer.Typer) -> None:
         sweep: str | None = typer.Option(
             None,
             "--sweep",
-            help="PARAM=v1,v2,...: pool-bytes, page-size, chunk-tokens or offload-bytes.",
+            help="PARAM=v1,v2,...: pool-bytes, page-size, chunk-tokens, offload-bytes, "
+            "step-scale or trace-time-scale (the offered rate: the highest one meeting the SLO "
+            "is named).",
         ),
         calibrate: bool = typer.Option(
             False,
@@ -203,9 +221,14 @@ def register(app: typer.Typer) -> None:
         from ctxlab.sim.bounds import fit_to_context
         from ctxlab.sim.config import SimConfig, fewest_gpus, resolve
         from ctxlab.sim.run import simulate as run_sim
+        from ctxlab.sim.slo import SweptRate, highest_rate
         from ctxlab.sim.sweep import parse_sweep, sweep_configs
         from ctxlab.sim.trace import load_trace
 
+        if not 0 < slo_attainment <= 1:
+            raise CtxlabError(
+                f"--slo-attainment is a share of requests in (0, 1], got {slo_attainment}"
+            )
         if calibrate:
             if rate is not None:
                 check_positive(rate, "--rate")
@@ -247,6 +270,7 @@ def register(app: typer.Typer) -> None:
             step_overhead=step_overhead,
             profile=None if profile is None else str(profile),
             step_scale=step_scale,
+            time_scale=trace_time_scale,
         )
         measured_on = None
         if profile is not None:
@@ -276,6 +300,13 @@ def register(app: typer.Typer) -> None:
         tr, clamped = fit_to_context(tr, spec)
         if clamped is not None:
             typer.echo(f"note: {clamped}", err=True)
+        offered = tr.offered_rate
+        if sweep_name == "trace-time-scale" and offered is None:
+            raise CtxlabError(
+                f"every request of {tr.name} arrives at once, so a time scale offers no rate; "
+                "sweep trace-time-scale on a trace with arrival times (a Mooncake slice, or "
+                "synthetic:...,rate=R)."
+            )
         results = []
         with progress(f"simulating {len(tr):,} requests", total=len(runs)) as bar:
             for label, run_cfg in runs:
@@ -288,9 +319,21 @@ def register(app: typer.Typer) -> None:
             else f"{cfg.gpus} x {dev.name}{gpus_note}"
         )
         title = f"{tr.name}: {spec.name} ({spec.cache_dtype_bytes:g}-byte cache) on {where}"
-        from ctxlab.sim.plots import sweep_plot, usage_plot
+        slo = f"TTFT {cfg.slo_ttft:g} s and TPOT {cfg.slo_tpot:g} s"
+        from ctxlab.sim.plots import rate_plot, sweep_plot, usage_plot
 
-        if sweep_name:
+        answer = None
+        if sweep_name == "trace-time-scale":
+            assert offered is not None
+            swept = [
+                SweptRate(lbl, offered / r.setup.config.time_scale, r.metrics["slo_attainment"])
+                for lbl, r in results
+            ]
+            answer = highest_rate(swept, slo_attainment)
+            plot = rate_plot(
+                swept, answer, [r.metrics for _, r in results], out / "rate.png", title
+            )
+        elif sweep_name:
             rows = [r.metrics for _, r in results]
             plot = sweep_plot(
                 sweep_name, [lbl for lbl, _ in results], rows, out / "sweep.png", title
@@ -312,6 +355,9 @@ def register(app: typer.Typer) -> None:
                     "param": sweep_name,
                     "runs": [{"value": lbl, **r.metrics} for lbl, r in results],
                 }
+                if answer is not None:
+                    payload["sweep"]["offered_rate_per_s"] = offered
+                    payload["sweep"]["rate_answer"] = _answer_json(answer, slo)
             else:
                 payload.update(results[0][1].metrics)
             typer.echo(dumps(payload))
@@ -319,7 +365,9 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         console = Console()
-        _print_tables(console, title, sweep_name, results)
+        _print_tables(console, title, sweep_name, results, offered)
+        if answer is not None:
+            console.print(answer.sentence(slo))
         console.print(f"step time: {results[0][1].step_model}")
         console.print(f"plot written to {plot}")
 
@@ -388,13 +436,31 @@ def _print_calibration(console: Console, p: dict[str, Any]) -> None:
     console.print(f"per-request report written to {p['report']}")
 
 
-def _print_tables(console, title: str, sweep_name: str | None, results: list) -> None:
+def _answer_json(answer: RateAnswer, slo: str) -> dict[str, Any]:
+    def run(r: Any) -> dict[str, Any] | None:
+        return None if r is None else {"time_scale": r.label, "rate_per_s": r.rate_per_s,
+                                       "slo_attainment": r.attainment}  # fmt: skip
+
+    return {
+        "target_attainment": answer.target,
+        "highest_meeting": run(answer.best),
+        "cliff": run(answer.cliff),
+        "sentence": answer.sentence(slo),
+    }
+
+
+def _print_tables(
+    console, title: str, sweep_name: str | None, results: list, offered: float | None = None
+) -> None:
     from rich.table import Table
 
     from ctxlab.plan.units import fmt_bytes
 
     table = Table(title=title)
     table.add_column(sweep_name or "figure")
+    rated = sweep_name == "trace-time-scale" and offered is not None
+    if rated:
+        table.add_column("offered r/s", justify="right")
     if sweep_name:
         cols = (
             ("reused_token_fraction", "reused frac", "{:.3f}"),
@@ -406,11 +472,13 @@ def _print_tables(console, title: str, sweep_name: str | None, results: list) ->
             ("ttft_p99", "TTFT p99 s", "{:.3g}"),
             ("tpot_p50", "TPOT p50 s", "{:.3g}"),
             ("goodput_requests_per_s", "goodput r/s", "{:.3g}"),
+            ("slo_attainment", "in SLO", "{:.0%}"),
         )
         for _, label, _ in cols:
             table.add_column(label, justify="right")
         for lbl, r in results:
-            table.add_row(lbl, *[fmt.format(r.metrics[key]) for key, _, fmt in cols])
+            lead = [f"{offered / r.setup.config.time_scale:.3g}"] if rated else []
+            table.add_row(lbl, *lead, *[fmt.format(r.metrics[key]) for key, _, fmt in cols])
         console.print(table)
         return
     m = results[0][1].metrics

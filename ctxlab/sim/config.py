@@ -44,6 +44,7 @@ class SimConfig:
     step_overhead: float = 0.0005
     profile: str | None = None
     step_scale: float = 1.0  # every step's time x this: the prediction's sensitivity to price
+    time_scale: float = 1.0  # every arrival time x this (0.5: the trace offered twice as fast)
 
     def __post_init__(self) -> None:
         positive = {
@@ -57,6 +58,7 @@ class SimConfig:
             "TTFT SLO": self.slo_ttft,
             "TPOT SLO": self.slo_tpot,
             "step-time scale": self.step_scale,
+            "trace time scale": self.time_scale,
         }
         for what, value in positive.items():
             if not (0 < value < math.inf):  # NaN fails too

@@ -1,4 +1,5 @@
-"""PNG plots of a run (pool and tier usage over time) and of a sweep (reuse and latency).
+"""PNG plots of a run (pool and tier usage over time), of a sweep (reuse and latency) and of a
+rate sweep (SLO attainment against the offered rate).
 
 matplotlib is imported inside the functions with the Agg backend, so importing the
 simulator stays light and works without a display.
@@ -95,6 +96,38 @@ def sweep_plot(name: str, labels: list[str], rows: list[dict], path: Path, title
     ax2.plot(x, [r["ttft_p50"] for r in rows], "s--", color="tab:orange", label="TTFT p50")
     ax2.plot(x, [r["ttft_p99"] for r in rows], "^--", color="tab:red", label="TTFT p99")
     ax2.set_ylabel("TTFT (s, log scale; right axis)")
+    ax2.set_yscale("log")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    _legend_below(ax, lines[0] + lines2[0], lines[1] + lines2[1])
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def rate_plot(swept, answer, rows: list[dict], path: Path, title: str) -> Path:
+    """SLO attainment and TTFT p99 against the offered rate, the target drawn across and the
+    answer and its cliff marked: where the curve falls through the line is the limit."""
+    plt = _plt()
+    order = np.argsort([r.rate_per_s for r in swept])
+    x = np.array([swept[i].rate_per_s for i in order])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(
+        x, [100 * swept[i].attainment for i in order], "o-", label="requests within the SLO (%)"
+    )
+    ax.axhline(100 * answer.target, color="grey", ls="--", lw=0.8, label="target")
+    for run, mark, name in ((answer.best, "g", "highest meeting it"), (answer.cliff, "r", "cliff")):
+        if run is not None:
+            ax.axvline(run.rate_per_s, color=mark, ls=":", lw=1, label=name)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("requests within the SLO (%)")
+    ax.set_xscale("log")
+    ax.set_xlabel("offered rate (requests/s, log scale)")
+    ax2 = ax.twinx()
+    ax2.plot(x, [rows[i]["ttft_p99"] for i in order], "^--", color="tab:red", label="TTFT p99")
+    ax2.set_ylabel("TTFT p99 (s, log scale; right axis)")
     ax2.set_yscale("log")
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()

@@ -8,7 +8,7 @@ generator (`ctxlab.sim.synthetic`) both build these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ctxlab.errors import CtxlabError
 
@@ -45,6 +45,23 @@ class Trace:
     @property
     def output_tokens(self) -> int:
         return sum(r.output_len for r in self.requests)
+
+    @property
+    def offered_rate(self) -> float | None:
+        """Requests per second between the first and the last arrival; None when they all
+        arrive at once (or there is one request), where no rate is offered."""
+        if len(self.requests) < 2:
+            return None
+        span = self.requests[-1].arrival - self.requests[0].arrival
+        return (len(self.requests) - 1) / span if span > 0 else None
+
+    def time_scaled(self, factor: float) -> Trace:
+        """The same requests with every arrival time multiplied by `factor` (0.5: offered
+        twice as fast), as `ctxlab bench serve --trace-time-scale` replays a trace."""
+        if factor == 1:
+            return self
+        moved = [replace(r, arrival=r.arrival * factor) for r in self.requests]
+        return Trace(self.name, moved, self.block_tokens)
 
 
 def check_block_tokens(block_tokens: int) -> None:

@@ -70,6 +70,7 @@ def simulate(
     """Replay `trace` on `arch` x `device` under `config` (refused up front when the run
     would not fit in this machine's memory: `bounds.check_memory`)."""
     check_memory(trace)
+    trace = trace.time_scaled(config.time_scale)
     if config.disaggregated:
         return _disaggregated(trace, arch, device, config, check)
     setup = resolve(arch, device, config)

@@ -15,6 +15,7 @@ SWEEPABLE: dict[str, tuple[str, Callable[[str], object]]] = {
     "chunk-tokens": ("chunk_tokens", int),
     "offload-bytes": ("offload_bytes", lambda v: parse_bytes(v, "offload tier size")),
     "step-scale": ("step_scale", float),
+    "trace-time-scale": ("time_scale", float),  # the offered rate: see ctxlab.sim.slo
 }
 
 

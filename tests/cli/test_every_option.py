@@ -85,8 +85,14 @@ ROWS: tuple[Row, ...] = (
         "--gpus 1 --weights-bytes 16GiB --reserve-bytes 4GiB --page-size 32 --chunk-tokens 512 "
         "--max-running 8 --pool-bytes 2GiB --offload-bytes 8GiB --offload-bandwidth 2e10 "
         "--offload-latency 0.001 --slo-ttft 1 --slo-tpot 0.05 --compute-efficiency 0.4 "
-        "--memory-efficiency 0.7 --step-overhead 0.001 --step-scale 1.05 --seed 1 --out {tmp}",
+        "--memory-efficiency 0.7 --step-overhead 0.001 --step-scale 1.05 --seed 1 "
+        "--trace-time-scale 0.5 --out {tmp}",
         "TTFT",
+    ),
+    Row(
+        "simulate synthetic:n=12,rate=4,seed=1 llama-3.1-8b --sweep trace-time-scale=2,0.5 "
+        "--slo-attainment 0.8 --out {tmp}",
+        "SLO",
     ),
     Row(
         "simulate {trace} --config {hf_config} --device custom --device-flops 1e14 "
