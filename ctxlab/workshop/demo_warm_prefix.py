@@ -56,7 +56,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             runs[side].append(send(llm, ids, cfg.output_tokens))
             tracker.advance()
     slot = session.requests.slot_bytes(llm)
-    session.note_resident("demonstration 2", runs["warm"][0].metrics.resident_kv_bytes, slot)
+    session.note_resident("demonstration 2", runs["warm"][0].resident_kv_bytes, slot)
 
     stats = {side: _stats(sent) for side, sent in runs.items()}
     _tables(session, res, stats, slot, cfg)
@@ -79,14 +79,14 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
 def _stats(sent: list[Sent]) -> dict[str, float]:
     ttft = [s.ttft_ms for s in sent]
     tpot = [s.tpot_ms for s in sent]
-    itl = [g * 1e3 for s in sent for g in s.metrics.itl]
-    per_request_itl = [statistics.median(s.metrics.itl) * 1e3 for s in sent if s.metrics.itl]
+    itl = [g * 1e3 for s in sent for g in s.itl_s]
+    per_request_itl = [statistics.median(s.itl_s) * 1e3 for s in sent if s.itl_s]
     ttft_ci = median_interval(ttft)
     return {
         "n": len(sent),
         "reused": int(median([s.reused for s in sent])),
         "recomputed": int(median([s.recomputed for s in sent])),
-        "prompt": int(median([s.metrics.prompt_tokens for s in sent])),
+        "prompt": int(median([s.prompt_tokens for s in sent])),
         "ttft_med": median(ttft),
         "ttft_med_low": ttft_ci.low,
         "ttft_med_high": ttft_ci.high,
