@@ -70,7 +70,20 @@ def test_prefix_miss_measures_frozen_records(session) -> None:
     assert all(len(c.sent) == 1 for c in r.cases)  # repeats = 1 in the tiny config
 
 
-@pytest.mark.parametrize("module", ["demo_prefix_miss"])
+def test_warm_prefix_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_warm_prefix as demo
+
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert (r.cold.side, r.warm.side) == ("cold", "warm")
+    assert r.cold.n == r.warm.n == 3  # repeats in the tiny config
+    assert r.cold.reused == 0 and r.warm.reused == 64  # the 64-token prefix, whole pages
+    assert r.warm.recomputed == 16 and r.cold.prompt == 80
+    assert len(r.warm.itl_ms) == 3 * 3  # 4 output tokens: 3 gaps per request
+    assert r.slot_bytes > 0
+
+
+@pytest.mark.parametrize("module", ["demo_prefix_miss", "demo_warm_prefix"])
 def test_measure_is_typed_to_return_frozen_records(module: str) -> None:
     """Read from `measure`'s return type, so a demonstration whose run is costly (two
     processes, a simulator) is held to the rule too; the tiny run covers its behaviour."""
