@@ -83,7 +83,7 @@ def test_warm_prefix_measures_frozen_records(session) -> None:
     assert r.slot_bytes > 0
 
 
-@pytest.mark.parametrize("module", ["demo_prefix_miss", "demo_warm_prefix"])
+@pytest.mark.parametrize("module", ["demo_prefix_miss", "demo_warm_prefix", "demo_disagg"])
 def test_measure_is_typed_to_return_frozen_records(module: str) -> None:
     """Read from `measure`'s return type, so a demonstration whose run is costly (two
     processes, a simulator) is held to the rule too; the tiny run covers its behaviour."""
