@@ -83,11 +83,20 @@ def test_warm_prefix_measures_frozen_records(session) -> None:
     assert r.slot_bytes > 0
 
 
-@pytest.mark.parametrize("module", ["demo_prefix_miss", "demo_warm_prefix", "demo_disagg"])
-def test_measure_is_typed_to_return_frozen_records(module: str) -> None:
+@pytest.mark.parametrize(
+    ("module", "texts"),
+    [
+        ("demo_prefix_miss", ()),
+        ("demo_warm_prefix", ()),
+        ("demo_disagg", ()),
+        ("demo_recurrent", ()),
+    ],
+)
+def test_measure_is_typed_to_return_frozen_records(module: str, texts: tuple[str, ...]) -> None:
     """Read from `measure`'s return type, so a demonstration whose run is costly (two
-    processes, a simulator) is held to the rule too; the tiny run covers its behaviour."""
+    processes, a simulator, a second model) is held to
+    the rule too; the tiny run covers its behaviour."""
     import importlib
 
     measure = importlib.import_module(f"ctxlab.workshop.{module}").measure
-    assert type_problems(typing.get_type_hints(measure)["return"]) == []
+    assert type_problems(typing.get_type_hints(measure)["return"], frozenset(texts)) == []
