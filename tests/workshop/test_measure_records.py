@@ -90,11 +90,12 @@ def test_warm_prefix_measures_frozen_records(session) -> None:
         ("demo_warm_prefix", ()),
         ("demo_disagg", ()),
         ("demo_recurrent", ()),
+        ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
     ],
 )
 def test_measure_is_typed_to_return_frozen_records(module: str, texts: tuple[str, ...]) -> None:
     """Read from `measure`'s return type, so a demonstration whose run is costly (two
-    processes, a simulator, a second model) is held to
+    processes, a simulator, a second model, a conversation replayed per strategy) is held to
     the rule too; the tiny run covers its behaviour."""
     import importlib
 
