@@ -12,6 +12,11 @@ message log returns the message that states it), or lost; the lost facts are lis
 each fact's question is asked with the prompt the strategy builds for it, so a strategy is
 judged by the answers it still supports and by whether it brought the fact back itself,
 not by the tokens it saved.
+
+The file is in three parts: `measure` returns frozen records (`Records`: an `Outcome` per
+strategy with a `FactResult` per planted fact), `verdicts` records the observations and
+makes the paired comparison the prose cites (the one place it judges), and the tables,
+prose and plot are rendered from the records.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ctxlab import stats
 from ctxlab.progress import Tracker
+from ctxlab.stats import Interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
 from ctxlab.workshop.demonstration import (
     Demonstration,
@@ -37,8 +44,7 @@ from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
-    from ctxlab.memory.fixtures import ConversationFixture, Fact
-    from ctxlab.memory.loss import CompactionReport
+    from ctxlab.memory.fixtures import Fact
     from ctxlab.memory.strategies import Strategy
     from ctxlab.workshop.result import Figures
 
@@ -52,12 +58,32 @@ LABELS = {
 }
 
 
-@dataclass
+StrategyName = Literal["truncation", "summary", "summary-extractive", "tiered", "compact"]
+FactStatus = Literal["in_context", "recoverable", "lost"]
+STATUSES: tuple[FactStatus, ...] = ("in_context", "recoverable", "lost")
+
+
+@dataclass(frozen=True)
+class FactResult:
+    """One planted fact under one strategy: the loss report's class and what the question
+    got."""
+
+    status: FactStatus
+    search_rank: int | None  # where the log search put its message (None: not in the top k)
+    correct: bool  # the model answered its question right
+    in_prompt: bool  # its answer was in the prompt its question was asked with
+
+
+@dataclass(frozen=True)
 class Outcome:
     """One strategy's loss report plus what this demonstration measured around it."""
 
-    report: CompactionReport
-    in_prompt: list[bool]  # per fact: its answer is in the prompt its question was asked with
+    strategy: StrategyName
+    facts: tuple[FactResult, ...]  # in the fixture's order
+    tokens_before: int  # the whole history as one prompt
+    tokens_after: int  # the compacted prompt
+    compactions: int
+    keeps_log: bool  # False: the strategy deleted what it evicted from the log
     question_prompt_tokens: float  # mean prompt tokens of the questions' prompts
     answer_tokens: float  # mean output tokens of the answers
     summary_calls: int  # model calls made while compacting (the summarizer's)
@@ -65,6 +91,69 @@ class Outcome:
     summary_output_tokens: int
     cpu_s: float
     wall_s: float
+
+    def count(self, status: FactStatus) -> int:
+        return sum(f.status == status for f in self.facts)
+
+    @property
+    def in_prompt(self) -> int:
+        return sum(f.in_prompt for f in self.facts)
+
+    @property
+    def correct(self) -> int:
+        return sum(f.correct for f in self.facts)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / len(self.facts) if self.facts else 0.0
+
+    @property
+    def kept(self) -> int:
+        return self.count("in_context") + self.count("recoverable")
+
+    @property
+    def kept_interval(self) -> Interval:
+        """Facts kept (in context or recoverable), Wilson 95 % over the facts."""
+        return stats.wilson(self.kept, len(self.facts))
+
+    @property
+    def accuracy_interval(self) -> Interval:
+        """Answers right, Wilson 95 % over the facts."""
+        return stats.proportion([f.correct for f in self.facts])
+
+
+@dataclass(frozen=True)
+class PlantedFact:
+    """One planted fact of the seeded conversation."""
+
+    id: str  # the fixture's name for it (text of the fixture, not of the report)
+    message: int  # the index of the message that states it
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 5 measured; every table, verdict and sentence reads these."""
+
+    messages: int  # of the conversation
+    facts: tuple[PlantedFact, ...]
+    outcomes: tuple[Outcome, ...]  # in the configured order of strategies
+    ceiling_pct: float | None  # answers right with only each fact's own message
+
+    def outcome(self, name: StrategyName) -> Outcome | None:
+        return next((o for o in self.outcomes if o.strategy == name), None)
+
+    def lost(self, o: Outcome) -> list[str]:
+        """Ids of the facts that cannot be reconstructed under `o`."""
+        return [p.id for p, f in zip(self.facts, o.facts, strict=True) if f.status == "lost"]
+
+
+@dataclass(frozen=True)
+class Discard:
+    """Compaction that deletes the log against tiered memory, paired over the same facts."""
+
+    kept_change: Interval  # facts kept, compact - tiered, as a share of the facts
+    answers_change: Interval  # answers right, likewise
+    verdict: str  # of "compaction keeps fewer facts" on the kept change
 
 
 def steps(session: Session) -> int:
@@ -105,12 +194,13 @@ def in_prompt(chats: list[list[dict[str, str]]], facts: list[Fact]) -> list[bool
     ]
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+def measure(session: Session, tracker: Tracker) -> Records:
+    """The conversation replayed under every strategy, each fact's question asked, and the
+    model's ceiling (nothing formatted)."""
     from ctxlab.memory import MemoryConfig, compaction_report, conversation_fixture, model_ceiling
     from ctxlab.memory.embed import WordLlamaEmbedder
 
     c = DEMO.config(session.cfg)
-    res = DemoResult.of(DEMO, "run", "measured")
     fx = conversation_fixture(c.fixture_seed, c.sessions, c.turns_per_session, c.facts)
     n = len(fx.facts)
     # the largest batch: every fact's question at once, each prompt within the window
@@ -122,7 +212,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         retrieve_k=c.search_k,
     )
     embedder = WordLlamaEmbedder()
-    outcomes: dict[str, Outcome] = {}
+    outcomes: list[Outcome] = []
     for name in c.strategies:
         backend.log.clear()
         with Timer() as t:
@@ -139,29 +229,55 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             )
         calls = backend.log.calls
         asked, before = calls[-1], calls[:-1]
-        outcomes[name] = Outcome(
-            report,
-            in_prompt(asked.chats, fx.facts),
-            asked.prompt_tokens / n,
-            asked.output_tokens / n,
-            len(before),
-            sum(x.prompt_tokens for x in before),
-            sum(x.output_tokens for x in before),
-            t.cpu_s,
-            t.wall_s,
+        shown = in_prompt(asked.chats, fx.facts)
+        outcomes.append(
+            Outcome(
+                name,
+                tuple(
+                    FactResult(_status(f.status), f.search_rank, f.correct, shown[i])
+                    for i, f in enumerate(report.facts)
+                ),
+                report.tokens_before,
+                report.tokens_after,
+                report.compactions,
+                report.keeps_log,
+                asked.prompt_tokens / n,
+                asked.output_tokens / n,
+                len(before),
+                sum(x.prompt_tokens for x in before),
+                sum(x.output_tokens for x in before),
+                t.cpu_s,
+                t.wall_s,
+            )
         )
         tracker.advance()
     ceiling = None
     if c.ceiling:
         ceiling = 100 * model_ceiling(fx.history, fx.facts, backend, mem, c.answer_tokens)
         tracker.advance()
-    _tables(session, res, fx, outcomes, ceiling)
-    _observe(res, outcomes)
-    _explain(session, res, fx, outcomes, ceiling)
+    facts = tuple(PlantedFact(f.id, f.message) for f in fx.facts)
+    return Records(len(fx.history), facts, tuple(outcomes), ceiling)
+
+
+def _status(status: str) -> FactStatus:
+    """The loss report's class of a fact, checked against the three it can be."""
+    for known in STATUSES:
+        if status == known:
+            return known
+    raise RuntimeError(f"the loss report classed a fact {status!r}")
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render tables, prose and the plot from the records."""
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured")
+    discard = verdicts(records, res)
+    _tables(session, res, records)
+    _explain(session, res, records, discard)
     res.plots.append(
         draw(
-            {LABELS[k]: _counts(o) for k, o in outcomes.items()},
-            ceiling,
+            {LABELS[o.strategy]: _counts(o) for o in records.outcomes},
+            records.ceiling_pct,
             DEMO.plot("5_compaction.png").path(session.out),
         )
     )
@@ -169,27 +285,29 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
 
 
 def _counts(o: Outcome) -> dict[str, float]:
-    r = o.report
     return {
-        "in context": r.count("in_context"),
-        "recoverable": r.count("recoverable"),
-        "lost": r.count("lost"),
-        "in prompt": sum(o.in_prompt),
-        "accuracy_pct": 100 * r.accuracy,
-        "accuracy_low_pct": 100 * r.summary()["accuracy_low"],
-        "accuracy_high_pct": 100 * r.summary()["accuracy_high"],
+        "in context": o.count("in_context"),
+        "recoverable": o.count("recoverable"),
+        "lost": o.count("lost"),
+        "in prompt": o.in_prompt,
+        "accuracy_pct": 100 * o.accuracy,
+        "accuracy_low_pct": 100 * o.accuracy_interval.low,
+        "accuracy_high_pct": 100 * o.accuracy_interval.high,
     }
 
 
-def _observe(res: DemoResult, outcomes: dict[str, Outcome]) -> None:
-    base, seen = outcomes.get("truncation"), outcomes.get("tiered")
+def verdicts(r: Records, res: DemoResult) -> Discard | None:
+    """The metrics the run's predictions are judged on (`res.observe`, truncation against
+    tiered memory), and compaction against tiered memory paired over the same facts (for
+    the prose): the one place this demonstration judges."""
+    base, seen = r.outcome("truncation"), r.outcome("tiered")
     metrics = {
-        "facts_in_context": (lambda o: o.report.count("in_context"), 0),
-        "facts_recoverable": (lambda o: o.report.count("recoverable"), 0),
-        "facts_lost": (lambda o: o.report.count("lost"), 0),
-        "facts_in_prompt": (lambda o: sum(o.in_prompt), 0),
-        "answer_accuracy_pct": (lambda o: 100 * o.report.accuracy, 1),
-        "context_tokens": (lambda o: o.report.tokens_after, 0),
+        "facts_in_context": (lambda o: o.count("in_context"), 0),
+        "facts_recoverable": (lambda o: o.count("recoverable"), 0),
+        "facts_lost": (lambda o: o.count("lost"), 0),
+        "facts_in_prompt": (lambda o: o.in_prompt, 0),
+        "answer_accuracy_pct": (lambda o: 100 * o.accuracy, 1),
+        "context_tokens": (lambda o: o.tokens_after, 0),
     }
     for metric, (value, digits) in metrics.items():
         if base is None or seen is None:
@@ -203,21 +321,26 @@ def _observe(res: DemoResult, outcomes: dict[str, Outcome]) -> None:
             )
         else:
             res.observe(metric, value(base), value(seen), digits)
+    compact = r.outcome("compact")
+    if compact is None or seen is None:
+        return None
+    kept = stats.paired(
+        [float(x.status != "lost") for x in seen.facts],
+        [float(x.status != "lost") for x in compact.facts],
+    )
+    answers = stats.paired(
+        [float(x.correct) for x in seen.facts], [float(x.correct) for x in compact.facts]
+    )
+    return Discard(kept.change, answers.change, stats.verdict(kept.change, "down"))
 
 
-def _tables(
-    session: Session,
-    res: DemoResult,
-    fx: ConversationFixture,
-    outcomes: dict[str, Outcome],
-    ceiling: float | None,
-) -> None:
+def _tables(session: Session, res: DemoResult, r: Records) -> None:
     c, cost = DEMO.config(session.cfg), session.cfg.cost
-    n = len(fx.facts)
+    n, ceiling = len(r.facts), r.ceiling_pct
     task = Table(
         "compaction_task",
         "task",
-        f"Demonstration 5: {n} planted facts after compacting {len(fx.history)} messages into "
+        f"Demonstration 5: {n} planted facts after compacting {r.messages} messages into "
         f"a {c.window_tokens}-token window",
         "measured",
         [
@@ -244,29 +367,26 @@ def _tables(
         "prompt when asked: the fact's answer is in the prompt the strategy builds for its "
         "question. Greedy answers, string match. Intervals: Wilson 95 % over the facts.",
     )
-    for name, o in outcomes.items():
-        r = o.report
-        row = r.summary()
+    for o in r.outcomes:
+        kept, right = o.kept_interval, o.accuracy_interval
         task.add(
-            LABELS[name],
-            r.count("in_context"),
-            r.count("recoverable"),
-            r.count("lost"),
-            100 * row["kept"] / n,
-            100 * row["kept_low"],
-            100 * row["kept_high"],
-            sum(o.in_prompt),
-            sum(f.correct for f in r.facts),
-            100 * r.accuracy,
-            100 * row["accuracy_low"],
-            100 * row["accuracy_high"],
-            r.tokens_before,
-            r.tokens_after,
-            r.compactions,
+            LABELS[o.strategy],
+            o.count("in_context"),
+            o.count("recoverable"),
+            o.count("lost"),
+            100 * o.kept / n,
+            100 * kept.low,
+            100 * kept.high,
+            o.in_prompt,
+            o.correct,
+            100 * o.accuracy,
+            100 * right.low,
+            100 * right.high,
+            o.tokens_before,
+            o.tokens_after,
+            o.compactions,
         )
     if ceiling is not None:
-        from ctxlab import stats
-
         ceiling_ci = stats.wilson(round(ceiling * n / 100), n)
         task.add(
             "each fact's own message only (the model's ceiling)",
@@ -291,19 +411,19 @@ def _tables(
         "Demonstration 5: every planted fact under every strategy",
         "measured",
         [Column("fact"), Column("stated in message"), Column("search rank")]
-        + [Column(name) for name in outcomes],
+        + [Column(o.strategy) for o in r.outcomes],
         note="per strategy: in context, recoverable or lost; then whether the strategy put "
         "the answer in the prompt for the question (in prompt), and whether the model answered "
         "right; search rank: where the log search put the fact's message (n/a: not in the top "
         f"{c.search_k})",
     )
-    first = next(iter(outcomes.values())).report
-    for i, fact in enumerate(fx.facts):
+    first = r.outcomes[0]
+    for i, fact in enumerate(r.facts):
         cells = []
-        for o in outcomes.values():
-            f = o.report.facts[i]
+        for o in r.outcomes:
+            f = o.facts[i]
             cell = f.status.replace("_", " ")
-            cell += ", in prompt" if o.in_prompt[i] else ", not in prompt"
+            cell += ", in prompt" if f.in_prompt else ", not in prompt"
             cell += ", answered" if f.correct else ", wrong"
             cells.append(cell)
         per_fact.add(fact.id, fact.message + 1, first.facts[i].search_rank, *cells)
@@ -327,9 +447,9 @@ def _tables(
         "token counts (chat template included); the summarizer's calls are paid once per "
         "compaction, the questions' prompts at every question",
     )
-    for name, o in outcomes.items():
+    for o in r.outcomes:
         costs.add(
-            LABELS[name],
+            LABELS[o.strategy],
             o.question_prompt_tokens,
             o.summary_calls,
             o.summary_prompt_tokens,
@@ -346,28 +466,22 @@ def _hosted(session: Session, prompt_tokens: float, output_tokens: float) -> flo
     return card.cost(round(prompt_tokens), round(output_tokens)).total
 
 
-def _explain(
-    session: Session,
-    res: DemoResult,
-    fx: ConversationFixture,
-    outcomes: dict[str, Outcome],
-    ceiling: float | None,
-) -> None:
+def _explain(session: Session, res: DemoResult, r: Records, discard: Discard | None) -> None:
     f, c = res.figures, DEMO.config(session.cfg)
-    n = len(fx.facts)
-    first = next(iter(outcomes.values())).report
+    n, ceiling = len(r.facts), r.ceiling_pct
+    first = r.outcomes[0]
     res.summary = (
-        f"A seeded conversation of {f.say('messages', len(fx.history))} messages "
+        f"A seeded conversation of {f.say('messages', r.messages)} messages "
         f"({f.say('history_tokens', first.tokens_before)} tokens as one prompt) with "
         f"{f.say('facts', n)} planted facts, replayed under a "
         f"{f.say('window_tokens', c.window_tokens)}-token window "
         f"({f.say('budget_tokens', c.window_tokens - c.reserve_tokens)} for the prompt)."
     )
-    for name, o in outcomes.items():
-        f.say(f"accuracy_{name}", 100 * o.report.accuracy, 1)
-        f.say(f"in_prompt_{name}", sum(o.in_prompt))
-        f.say(f"tokens_after_{name}", o.report.tokens_after)
-        f.say(f"lost_{name}", o.report.count("lost"))
+    for o in r.outcomes:
+        f.say(f"accuracy_{o.strategy}", 100 * o.accuracy, 1)
+        f.say(f"in_prompt_{o.strategy}", o.in_prompt)
+        f.say(f"tokens_after_{o.strategy}", o.tokens_after)
+        f.say(f"lost_{o.strategy}", o.count("lost"))
     if ceiling is not None:
         f.say("ceiling_pct", ceiling, 1)
     ceiling_text = (
@@ -376,23 +490,23 @@ def _explain(
         if ceiling is not None
         else ""
     )
-    trunc, tiered, summary = (outcomes.get(k) for k in ("truncation", "tiered", "summary"))
+    trunc, tiered, summary = r.outcome("truncation"), r.outcome("tiered"), r.outcome("summary")
     if trunc is not None and tiered is not None:
         res.gains.append(
             Gain(
                 "tiered memory against truncation",
                 f"both cut the {f.say('history_tokens', first.tokens_before)}-token history to "
-                f"{f.say('tokens_after_truncation', trunc.report.tokens_after)} and "
-                f"{f.say('tokens_after_tiered', tiered.report.tokens_after)} tokens and kept "
+                f"{f.say('tokens_after_truncation', trunc.tokens_after)} and "
+                f"{f.say('tokens_after_tiered', tiered.tokens_after)} tokens and kept "
                 "every message in the log; the prompt for a fact's question held its answer "
-                f"for {f.say('in_prompt_truncation', sum(trunc.in_prompt))} of "
+                f"for {f.say('in_prompt_truncation', trunc.in_prompt)} of "
                 f"{f.say('facts', n)} facts under truncation and "
-                f"{f.say('in_prompt_tiered', sum(tiered.in_prompt))} under tiered memory, "
+                f"{f.say('in_prompt_tiered', tiered.in_prompt)} under tiered memory, "
                 "which recalled the stating message next to the question; lost to both: "
-                f"{f.say('lost_truncation', trunc.report.count('lost'))} and "
-                f"{f.say('lost_tiered', tiered.report.count('lost'))}",
-                f"answers right: {f.say('accuracy_truncation', 100 * trunc.report.accuracy, 1)}"
-                f"% with truncation, {f.say('accuracy_tiered', 100 * tiered.report.accuracy, 1)}"
+                f"{f.say('lost_truncation', trunc.count('lost'))} and "
+                f"{f.say('lost_tiered', tiered.count('lost'))}",
+                f"answers right: {f.say('accuracy_truncation', 100 * trunc.accuracy, 1)}"
+                f"% with truncation, {f.say('accuracy_tiered', 100 * tiered.accuracy, 1)}"
                 f"% with tiered memory{ceiling_text}; a question under tiered memory costs "
                 f"{f.say('question_tokens_tiered', tiered.question_prompt_tokens, 1)} prompt "
                 "tokens against "
@@ -407,32 +521,32 @@ def _explain(
                 f"{f.say('summary_tokens_in', summary.summary_prompt_tokens)} tokens and wrote "
                 f"{f.say('summary_tokens_out', summary.summary_output_tokens)} tokens of "
                 f"summary; its prompt held the answer for "
-                f"{f.say('in_prompt_summary', sum(summary.in_prompt))} of "
+                f"{f.say('in_prompt_summary', summary.in_prompt)} of "
                 f"{f.say('facts', n)} facts against truncation's "
-                f"{f.say('in_prompt_truncation', sum(trunc.in_prompt))}, in "
-                f"{f.say('tokens_after_summary', summary.report.tokens_after)} tokens against "
-                f"{f.say('tokens_after_truncation', trunc.report.tokens_after)}",
+                f"{f.say('in_prompt_truncation', trunc.in_prompt)}, in "
+                f"{f.say('tokens_after_summary', summary.tokens_after)} tokens against "
+                f"{f.say('tokens_after_truncation', trunc.tokens_after)}",
                 "answers right: "
-                f"{f.say('accuracy_summary', 100 * summary.report.accuracy, 1)}% against "
-                f"{f.say('accuracy_truncation', 100 * trunc.report.accuracy, 1)}%; the "
+                f"{f.say('accuracy_summary', 100 * summary.accuracy, 1)}% against "
+                f"{f.say('accuracy_truncation', 100 * trunc.accuracy, 1)}%; the "
                 f"summarizing took {f.say('summary_cpu_s', summary.cpu_s, 1)} s of CPU in "
                 f"this run against {f.say('truncation_cpu_s', trunc.cpu_s, 1)} s for "
                 "truncation's replay and answers",
             )
         )
-    compact = outcomes.get("compact")
-    if compact is not None and tiered is not None:
-        res.gains.append(_discard_gain(f, compact, tiered, n))
+    compact = r.outcome("compact")
+    if compact is not None and tiered is not None and discard is not None:
+        res.gains.append(_discard_gain(f, compact, tiered, discard, n))
     from ctxlab.memory import LOOP_NOTE
 
-    for name, o in outcomes.items():
-        lost = o.report.lost_facts()
+    for o in r.outcomes:
+        lost = r.lost(o)
         res.notes.append(
-            f"Facts that cannot be reconstructed under {LABELS[name]}: "
+            f"Facts that cannot be reconstructed under {LABELS[o.strategy]}: "
             + (", ".join(f"`{x}`" for x in lost) if lost else "none")
             + (
                 " (the log keeps every message, so a search could still find the rest)."
-                if o.report.keeps_log
+                if o.keeps_log
                 else " (the evicted turns were deleted: only the summary speaks for them)."
             )
         )
@@ -450,36 +564,26 @@ def _explain(
     res.notes.append(f"The memory loop here is the {LOOP_NOTE}.")
 
 
-def _discard_gain(f: Figures, compact: Outcome, tiered: Outcome, n: int) -> Gain:
-    """Compaction that deletes the log against tiered memory, paired over the same facts."""
-    from ctxlab import stats
-
-    def kept(o: Outcome) -> list[float]:
-        return [float(x.status != "lost") for x in o.report.facts]
-
-    change = stats.paired(kept(tiered), kept(compact))
-    answers = stats.paired(
-        [float(x.correct) for x in tiered.report.facts],
-        [float(x.correct) for x in compact.report.facts],
-    )
-    kind = stats.verdict(change.change, "down")
+def _discard_gain(f: Figures, compact: Outcome, tiered: Outcome, d: Discard, n: int) -> Gain:
+    """Compaction that deletes the log against tiered memory, paired over the same facts
+    (compared in `verdicts`)."""
     word = {"held": "fewer, beyond noise", "failed": "more, beyond noise"}.get(
-        kind, "a difference within noise"
+        d.verdict, "a difference within noise"
     )
     return Gain(
         "compaction that deletes the log, against tiered memory",
         f"the summary replaced the history in "
-        f"{f.say('tokens_after_compact', compact.report.tokens_after)} tokens and the evicted "
+        f"{f.say('tokens_after_compact', compact.tokens_after)} tokens and the evicted "
         "turns were deleted, so no search can bring them back: "
-        f"{f.say('lost_compact', compact.report.count('lost'))} of {f.say('facts', n)} facts "
-        f"lost against {f.say('lost_tiered', tiered.report.count('lost'))} under tiered memory "
+        f"{f.say('lost_compact', compact.count('lost'))} of {f.say('facts', n)} facts "
+        f"lost against {f.say('lost_tiered', tiered.count('lost'))} under tiered memory "
         f"({word}: paired 95 % interval of the change in facts kept "
-        f"[{f.say('kept_change_low_pct', 100 * change.change.low, 1)}, "
-        f"{f.say('kept_change_high_pct', 100 * change.change.high, 1)}] points)",
-        f"answers right: {f.say('accuracy_compact', 100 * compact.report.accuracy, 1)}% "
-        f"against {f.say('accuracy_tiered', 100 * tiered.report.accuracy, 1)}% (paired 95 % "
-        f"interval of the change [{f.say('answers_change_low_pct', 100 * answers.change.low, 1)}"
-        f", {f.say('answers_change_high_pct', 100 * answers.change.high, 1)}] points over the "
+        f"[{f.say('kept_change_low_pct', 100 * d.kept_change.low, 1)}, "
+        f"{f.say('kept_change_high_pct', 100 * d.kept_change.high, 1)}] points)",
+        f"answers right: {f.say('accuracy_compact', 100 * compact.accuracy, 1)}% "
+        f"against {f.say('accuracy_tiered', 100 * tiered.accuracy, 1)}% (paired 95 % "
+        f"interval of the change [{f.say('answers_change_low_pct', 100 * d.answers_change.low, 1)}"
+        f", {f.say('answers_change_high_pct', 100 * d.answers_change.high, 1)}] points over the "
         f"same {n} facts); what compaction drops is gone for every later question, not only "
         "for this one",
     )

@@ -15,6 +15,10 @@ thread and the measured transfer bandwidth, side by side with the measurement.
 Two processes on one machine's two cores show the mechanism and its costs, not a cluster:
 the link is a local socket (no network), both sides share one memory bus and caches, and
 each side has one core where a cluster gives each a whole accelerator.
+
+The file is in three parts: `measure` returns frozen records (`Records`), `verdicts` records
+the observations the predictions are judged on (the one place it judges), and the tables and
+prose are rendered from the records.
 """
 
 from __future__ import annotations
@@ -100,7 +104,47 @@ def drive(engine: LLMEngine | DecodeEngine, plan: list[Planned]) -> list[Request
     return outs
 
 
-def figures(plan: list[Planned], outs: list[RequestOutput]) -> dict:
+@dataclass(frozen=True)
+class Served:
+    """One setup's requests, in milliseconds: every TTFT and TPOT, and the streams' gaps that
+    end while a long prompt waits for its first token."""
+
+    ttft_ms: tuple[float, ...]
+    tpot_ms: tuple[float, ...]
+    itl_busy_ms: tuple[float, ...]
+    long_ttft_ms: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """The simulator's disaggregated run of the same requests."""
+
+    ttft_ms: tuple[float, ...]
+    itl_p99_ms: float
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 9 measured; every table, verdict and sentence reads these."""
+
+    colocated: Served
+    disaggregated: Served
+    simulated: Simulated
+    child_rss: int  # the prefill process's resident bytes after the run
+    child_hwm: int  # and its peak
+    colo_cpu_s: float  # CPU seconds of the colocated run
+    dis_cpu_s: float  # of the disaggregated run, both processes
+    weights: int  # bytes of one copy of the weights
+    kv_bytes: float  # per long prompt (median over them)
+    kv_bytes_all: int  # every byte the decode side received
+    kv_pages: float  # pages per long prompt (median)
+    kv_ms: float  # transfer milliseconds per long prompt (median)
+    kv_n: int  # long prompts whose transfer was recorded
+    bandwidth: float  # bytes per second over the socket
+    pinned: bool  # each side had a core of its own
+
+
+def served(plan: list[Planned], outs: list[RequestOutput]) -> Served:
     """TTFT, TPOT, and the streams' gaps that end while a long prompt waits for its first
     token (being prefilled, and moved when disaggregated)."""
     failed = [o for o in outs if o.finish_reason == "error"]
@@ -122,12 +166,7 @@ def figures(plan: list[Planned], outs: list[RequestOutput]) -> dict:
     ttft = [o.metrics.ttft * 1e3 for o in outs]
     tpot = [o.metrics.tpot * 1e3 for o in outs if len(o.token_ids) > 1]
     long_ttft = [o.metrics.ttft * 1e3 for p, o in zip(plan, outs, strict=True) if p.kind == "long"]
-    return {
-        "ttft_ms": ttft,
-        "tpot_ms": tpot,
-        "itl_busy_ms": itl_busy,
-        "long_ttft_ms": long_ttft,
-    }
+    return Served(tuple(ttft), tuple(tpot), tuple(itl_busy), tuple(long_ttft))
 
 
 def _start_prefill(session: Session, address: str, cpu: int | None, pool: int) -> subprocess.Popen:
@@ -195,7 +234,7 @@ def _profile(session: Session, engine: LLMEngine, out: Path) -> Path:
     return out
 
 
-def _simulate(session: Session, plan: list[Planned], profile: Path, bandwidth: float) -> dict:
+def _simulate(session: Session, plan: list[Planned], profile: Path, bandwidth: float) -> Simulated:
     from ctxlab.plan.devices import custom_device
     from ctxlab.sim.config import SimConfig
     from ctxlab.sim.run import simulate
@@ -222,13 +261,30 @@ def _simulate(session: Session, plan: list[Planned], profile: Path, bandwidth: f
     )
     res = simulate(trace, arch, custom_device(1.0, 1.0, pool_bytes), sim_cfg)
     seqs = sorted(res.seqs, key=lambda s: s.req.index)
-    return {
-        "ttft_ms": [(s.first_token - s.arrival) * 1e3 for s in seqs],
-        "itl_p99_ms": float(res.metrics["itl_p99"]) * 1e3,
-    }
+    return Simulated(
+        tuple((s.first_token - s.arrival) * 1e3 for s in seqs),
+        float(res.metrics["itl_p99"]) * 1e3,
+    )
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+def unsupported(session: Session) -> str | None:
+    """Why this model or dtype cannot be disaggregated here (None: it can)."""
+    if any(getattr(session.loaded.config, "sliding_windows", ()) or ()):
+        return (
+            f"on {session.cfg.model.source}: disaggregated serving does not move "
+            "sliding-window layers' caches yet"
+        )
+    if session.cfg.model.dtype != "float32":
+        return (
+            f"at model.dtype {session.cfg.model.dtype}: the prefill process (`ctxlab serve "
+            "--role prefill`) keeps a float32 cache, and pages move only between equal layouts"
+        )
+    return None
+
+
+def measure(session: Session, tracker: Tracker) -> Records:
+    """The workload colocated, then split over two processes, then simulated (nothing
+    formatted)."""
     import torch
 
     from ctxlab.engine import LLM
@@ -236,23 +292,6 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.serve.disagg_decode import DecodeEngine
 
     cfg, e = DEMO.config(session.cfg), session.cfg.engine
-    why = None
-    if any(getattr(session.loaded.config, "sliding_windows", ()) or ()):
-        why = (
-            f"on {session.cfg.model.source}: disaggregated serving does not move "
-            "sliding-window layers' caches yet"
-        )
-    elif session.cfg.model.dtype != "float32":
-        why = (
-            f"at model.dtype {session.cfg.model.dtype}: the prefill process (`ctxlab serve "
-            "--role prefill`) keeps a float32 cache, and pages move only between equal layouts"
-        )
-    if why is not None:
-        res = DemoResult.of(DEMO, "not measurable")
-        res.summary = f"Not measurable {why}."
-        res.notes.append(res.summary)
-        return res
-    res = DemoResult.of(DEMO, "run", "measured and modeled")
     cpus = sorted(os.sched_getaffinity(0))
     pin = len(cpus) >= 2
     folder = Path(tempfile.mkdtemp(prefix="ctxlab-disagg-"))
@@ -262,7 +301,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         plan = make_plan(session)
         colo_llm = session.llm(pool_tokens=cfg.pool_tokens, max_num_seqs=len(plan))
         with Timer() as tc:
-            colo = figures(plan, drive(colo_llm.engine, plan))
+            colo = served(plan, drive(colo_llm.engine, plan))
         del colo_llm
         tracker.advance()
         _wait_ready(child)
@@ -293,7 +332,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             dec.records.clear()
             child0 = _proc(child.pid)
             with Timer() as td:
-                dis = figures(plan, drive(dec, plan))
+                dis = served(plan, drive(dec, plan))
             child1 = _proc(child.pid)
             transfers = list(dec.records)
             tracker.advance()
@@ -313,44 +352,56 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     sim = _simulate(session, plan, profile, bandwidth)
     tracker.advance()
     weights = sum(t.numel() * t.element_size() for t in session.loaded.model.parameters())
-    m = {
-        "colo": colo,
-        "dis": dis,
-        "sim": sim,
-        "child_rss": child1["VmRSS"],
-        "child_hwm": child1["VmHWM"],
-        "child_cpu_s": child1["cpu_s"] - child0["cpu_s"],
-        "colo_cpu_s": tc.cpu_s,
-        "dis_cpu_s": td.cpu_s + child1["cpu_s"] - child0["cpu_s"],
-        "weights": weights,
-        "kv_bytes": pct([t["bytes"] for t in long_tr], 50),
-        "kv_bytes_all": sum(t["bytes"] for t in transfers),  # as the decode side recorded
-        "kv_pages": pct([t["pages"] for t in long_tr], 50),
-        "kv_ms": pct([t["transfer_s"] * 1e3 for t in long_tr], 50),
-        "kv_n": len(long_tr),
-        "bandwidth": bandwidth,
-        "pinned": pin,
-    }
-    _observe(res, m)
-    _tables(session, res, m, plan)
-    _explain(session, res, m)
-    return res
-
-
-def _observe(res: DemoResult, m: dict) -> None:
-    c, d = m["colo"], m["dis"]
-    res.observe("resident_extra_mib", 0.0, m["child_rss"] / MIB, 1)
-    res.observe("kv_bytes_per_request", 0, m["kv_bytes"])
-    res.observe("transfer_ms_per_request", 0.0, m["kv_ms"], 2)
-    res.observe("ttft_p50_ms", pct(c["ttft_ms"], 50), pct(d["ttft_ms"], 50), 1)
-    res.observe("itl_p99_busy_ms", pct(c["itl_busy_ms"], 99), pct(d["itl_busy_ms"], 99), 1)
-    res.observe("tpot_p50_ms", pct(c["tpot_ms"], 50), pct(d["tpot_ms"], 50), 2)
-    res.observe(
-        "sim_vs_measured_ttft_p50_ms", pct(d["ttft_ms"], 50), pct(m["sim"]["ttft_ms"], 50), 1
+    return Records(
+        colocated=colo,
+        disaggregated=dis,
+        simulated=sim,
+        child_rss=int(child1["VmRSS"]),
+        child_hwm=int(child1["VmHWM"]),
+        colo_cpu_s=tc.cpu_s,
+        dis_cpu_s=td.cpu_s + child1["cpu_s"] - child0["cpu_s"],
+        weights=weights,
+        kv_bytes=pct([t["bytes"] for t in long_tr], 50),
+        kv_bytes_all=sum(t["bytes"] for t in transfers),  # as the decode side recorded
+        kv_pages=pct([t["pages"] for t in long_tr], 50),
+        kv_ms=pct([t["transfer_s"] * 1e3 for t in long_tr], 50),
+        kv_n=len(long_tr),
+        bandwidth=bandwidth,
+        pinned=pin,
     )
 
 
-def _tables(session: Session, res: DemoResult, m: dict, plan: list[Planned]) -> None:
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render the tables and prose from the records (or say why this
+    model cannot be disaggregated here)."""
+    why = unsupported(session)
+    if why is not None:
+        res = DemoResult.of(DEMO, "not measurable")
+        res.summary = f"Not measurable {why}."
+        res.notes.append(res.summary)
+        return res
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured and modeled")
+    verdicts(records, res)
+    _tables(session, res, records)
+    _explain(session, res, records)
+    return res
+
+
+def verdicts(r: Records, res: DemoResult) -> None:
+    """The metrics the run's predictions are judged on (`res.observe`): the one place this
+    demonstration judges (`ctxlab.workshop.verdicts` reads them against the config)."""
+    c, d = r.colocated, r.disaggregated
+    res.observe("resident_extra_mib", 0.0, r.child_rss / MIB, 1)
+    res.observe("kv_bytes_per_request", 0, r.kv_bytes)
+    res.observe("transfer_ms_per_request", 0.0, r.kv_ms, 2)
+    res.observe("ttft_p50_ms", pct(c.ttft_ms, 50), pct(d.ttft_ms, 50), 1)
+    res.observe("itl_p99_busy_ms", pct(c.itl_busy_ms, 99), pct(d.itl_busy_ms, 99), 1)
+    res.observe("tpot_p50_ms", pct(c.tpot_ms, 50), pct(d.tpot_ms, 50), 2)
+    res.observe("sim_vs_measured_ttft_p50_ms", pct(d.ttft_ms, 50), pct(r.simulated.ttft_ms, 50), 1)
+
+
+def _tables(session: Session, res: DemoResult, r: Records) -> None:
     cfg, cost = DEMO.config(session.cfg), session.cfg.cost
     f = res.figures
     storage = Table(
@@ -368,15 +419,13 @@ def _tables(session: Session, res: DemoResult, m: dict, plan: list[Planned]) -> 
             Column("pages per long prompt"),
         ],
         note=f"resident: the prefill process's VmRSS after the run (peak "
-        f"{f.say('child_hwm_mib', m['child_hwm'] / MIB, 1)} MiB): its weights, its own KV "
+        f"{f.say('child_hwm_mib', r.child_hwm / MIB, 1)} MiB): its weights, its own KV "
         f"pool of {cfg.pool_tokens:,} tokens and its runtime; pages moved: whole pages of the "
         "prompt minus its last token (the decode side computes the tail)",
     )
-    w = m["weights"] / MIB
+    w = r.weights / MIB
     storage.add("colocated", 1, 1, w, 0.0, 0.0, 0)
-    storage.add(
-        "disaggregated", 2, 2, 2 * w, m["child_rss"] / MIB, m["kv_bytes"] / MIB, m["kv_pages"]
-    )
+    storage.add("disaggregated", 2, 2, 2 * w, r.child_rss / MIB, r.kv_bytes / MIB, r.kv_pages)
     serving = Table(
         "disagg_serving",
         "serving",
@@ -396,27 +445,27 @@ def _tables(session: Session, res: DemoResult, m: dict, plan: list[Planned]) -> 
         note=(
             "colocated: one engine on the run's threads; disaggregated: prefill and decode "
             "each on one thread "
-            + ("and one core" if m["pinned"] else "(one core only here: not pinned)")
+            + ("and one core" if r.pinned else "(one core only here: not pinned)")
             + f"; KV over a Unix socket at "
-            f"{f.say('bandwidth_gbs', m['bandwidth'] / 1e9, 2)} GB/s measured; simulated: "
+            f"{f.say('bandwidth_gbs', r.bandwidth / 1e9, 2)} GB/s measured; simulated: "
             "`ctxlab.sim` --disaggregated from a 1-thread step profile measured here and that "
             "bandwidth; 2 cores shared with the rest of the run"
         ),
     )
-    for name, r in (("colocated", m["colo"]), ("disaggregated", m["dis"])):
+    for name, side in (("colocated", r.colocated), ("disaggregated", r.disaggregated)):
         serving.add(
             name,
-            pct(r["ttft_ms"], 50),
-            pct(r["ttft_ms"], 99),
-            pct(r["tpot_ms"], 50),
-            pct(r["tpot_ms"], 99),
-            pct(r["itl_busy_ms"], 99),
-            f"{len(r['ttft_ms'])} / {len(r['itl_busy_ms'])}",
-            m["kv_ms"] if name == "disaggregated" else 0.0,
+            pct(side.ttft_ms, 50),
+            pct(side.ttft_ms, 99),
+            pct(side.tpot_ms, 50),
+            pct(side.tpot_ms, 99),
+            pct(side.itl_busy_ms, 99),
+            f"{len(side.ttft_ms)} / {len(side.itl_busy_ms)}",
+            r.kv_ms if name == "disaggregated" else 0.0,
         )
-    s = m["sim"]["ttft_ms"]
+    s = r.simulated.ttft_ms
     serving.add("disaggregated (simulated)", pct(s, 50), pct(s, 99), None, None,
-                m["sim"]["itl_p99_ms"], f"{len(s)} / -", None)  # fmt: skip
+                r.simulated.itl_p99_ms, f"{len(s)} / -", None)  # fmt: skip
     prices = cost.self_hosted_prices()
     cost_t = Table(
         "disagg_cost",
@@ -437,20 +486,19 @@ def _tables(session: Session, res: DemoResult, m: dict, plan: list[Planned]) -> 
         "what a second instance costs first",
     )
     for name, cpu_s, moved, rss in (
-        ("colocated", m["colo_cpu_s"], 0, 0.0),
-        ("disaggregated", m["dis_cpu_s"], m["kv_bytes_all"], m["child_rss"] / MIB),
+        ("colocated", r.colo_cpu_s, 0, 0.0),
+        ("disaggregated", r.dis_cpu_s, r.kv_bytes_all, r.child_rss / MIB),
     ):
         usage = Usage(device_seconds=0.0, succeeded=1, cpu_seconds=cpu_s, network_bytes=moved)
         run_cost = self_hosted_bill(usage, prices).total
         cost_t.add(name, round(cpu_s, 2), moved / MIB, run_cost * 1000, rss)
     res.tables += [storage, serving, cost_t]
-    _ = plan
 
 
-def _explain(session: Session, res: DemoResult, m: dict) -> None:
+def _explain(session: Session, res: DemoResult, r: Records) -> None:
     f = res.figures
     cfg = DEMO.config(session.cfg)
-    c, d = m["colo"], m["dis"]
+    c, d = r.colocated, r.disaggregated
     res.summary = (
         f"{f.say('streams', cfg.streams)} decode streams and "
         f"{f.say('long_prompts', cfg.long_prompts)} prompts of "
@@ -460,28 +508,28 @@ def _explain(session: Session, res: DemoResult, m: dict) -> None:
     res.gains.append(
         Gain(
             "prefill and decode in two processes (measured)",
-            f"the second process holds {f.say('child_rss_mib', m['child_rss'] / MIB, 1)} MiB "
-            f"resident, of which {f.say('weights_mib', m['weights'] / MIB, 1)} MiB is a second "
+            f"the second process holds {f.say('child_rss_mib', r.child_rss / MIB, 1)} MiB "
+            f"resident, of which {f.say('weights_mib', r.weights / MIB, 1)} MiB is a second "
             f"copy of the weights; each long prompt moved "
-            f"{f.say('kv_mib', m['kv_bytes'] / MIB, 2)} MiB of KV "
-            f"({f.say('kv_pages', m['kv_pages'])} pages) in "
-            f"{f.say('kv_ms', m['kv_ms'], 1)} ms",
+            f"{f.say('kv_mib', r.kv_bytes / MIB, 2)} MiB of KV "
+            f"({f.say('kv_pages', r.kv_pages)} pages) in "
+            f"{f.say('kv_ms', r.kv_ms, 1)} ms",
             f"ITL p99 of the running streams while long prompts prefilled: "
-            f"{f.say('colo_itl_p99', pct(c['itl_busy_ms'], 99), 1)} ms colocated against "
-            f"{f.say('dis_itl_p99', pct(d['itl_busy_ms'], 99), 1)} ms disaggregated; TTFT p50 "
-            f"{f.say('colo_ttft_p50', pct(c['ttft_ms'], 50), 1)} against "
-            f"{f.say('dis_ttft_p50', pct(d['ttft_ms'], 50), 1)} ms (prefill on one core, "
-            f"plus the transfer); CPU {f.say('colo_cpu_s', m['colo_cpu_s'], 2)} s against "
-            f"{f.say('dis_cpu_s', m['dis_cpu_s'], 2)} s",
+            f"{f.say('colo_itl_p99', pct(c.itl_busy_ms, 99), 1)} ms colocated against "
+            f"{f.say('dis_itl_p99', pct(d.itl_busy_ms, 99), 1)} ms disaggregated; TTFT p50 "
+            f"{f.say('colo_ttft_p50', pct(c.ttft_ms, 50), 1)} against "
+            f"{f.say('dis_ttft_p50', pct(d.ttft_ms, 50), 1)} ms (prefill on one core, "
+            f"plus the transfer); CPU {f.say('colo_cpu_s', r.colo_cpu_s, 2)} s against "
+            f"{f.say('dis_cpu_s', r.dis_cpu_s, 2)} s",
         )
     )
-    sim50 = pct(m["sim"]["ttft_ms"], 50)
-    meas50 = pct(d["ttft_ms"], 50)
+    sim50 = pct(r.simulated.ttft_ms, 50)
+    meas50 = pct(d.ttft_ms, 50)
     res.gains.append(
         Gain(
             "the simulator's transfer terms against the measurement (modeled)",
             f"the simulator moved whole pages at the measured "
-            f"{f.say('sim_bandwidth_gbs', m['bandwidth'] / 1e9, 2)} GB/s",
+            f"{f.say('sim_bandwidth_gbs', r.bandwidth / 1e9, 2)} GB/s",
             f"it predicts TTFT p50 {f.say('sim_ttft_p50', sim50, 1)} ms against "
             f"{f.say('meas_ttft_p50', meas50, 1)} ms measured "
             f"({f.say('sim_ttft_err_pct', (sim50 / meas50 - 1) * 100 if meas50 else 0, 0)} %)",

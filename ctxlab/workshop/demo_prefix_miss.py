@@ -7,11 +7,16 @@ its own block and every block after it: the miss is counted as reused and recomp
 tokens (not as hit requests: the middle change is still a "hit"), beside the TTFT it costs.
 Each case is sent `repeats` times, round-robin over the cases, with a new token value each
 time so no repeat can reuse another's blocks.
+
+The file is in three parts: `measure` returns frozen records (`Records`, one `CaseRuns` per
+case), `verdicts` records the observations the predictions are judged on (the one place it
+judges), and the tables and prose are rendered from the records.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -23,14 +28,15 @@ from ctxlab.workshop.measure import Sent, median, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
-CASES = ("token 0", "middle", "last block")
+Case = Literal["cold", "exact resend", "token 0", "middle", "last block", "other tenant"]
+CASES: tuple[Case, ...] = ("token 0", "middle", "last block")
 
 
 def steps(session: Session) -> int:
     return 1 + DEMO.config(session.cfg).repeats * (2 + len(CASES))
 
 
-def positions(prompt_tokens: int, page: int) -> dict[str, int]:
+def positions(prompt_tokens: int, page: int) -> dict[Case, int]:
     """Where each case changes its token: 0, the middle, the first slot of the last block."""
     return {
         "token 0": 0,
@@ -39,9 +45,46 @@ def positions(prompt_tokens: int, page: int) -> dict[str, int]:
     }
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+@dataclass(frozen=True)
+class CaseRuns:
+    """Every request of one case: token counts are the same in each, TTFTs are not."""
+
+    case: Case
+    position: int | None  # the changed token's position (None: nothing changed)
+    sent: tuple[Sent, ...]
+
+    @property
+    def reused(self) -> int:
+        return int(median([s.reused for s in self.sent]))
+
+    @property
+    def recomputed(self) -> int:
+        return int(median([s.recomputed for s in self.sent]))
+
+    @property
+    def ttfts(self) -> list[float]:
+        return [s.ttft_ms for s in self.sent]
+
+    @property
+    def ttft_ms(self) -> float:
+        return median(self.ttfts)
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 1 measured; every table, verdict and sentence reads these."""
+
+    prompt_tokens: int
+    page: int
+    cases: tuple[CaseRuns, ...]  # cold, exact resend, the changed cases, other tenant
+
+    def __getitem__(self, case: Case) -> CaseRuns:
+        return next(c for c in self.cases if c.case == case)
+
+
+def measure(session: Session, tracker: Tracker) -> Records:
+    """The cold send, then each case `repeats` times, round-robin (nothing formatted)."""
     cfg, page = DEMO.config(session.cfg), session.cfg.engine.page_size
-    res = DemoResult.of(DEMO, "run", "measured")
     llm = session.requests.generator()
     base = session.text_ids(cfg.prompt_tokens)
 
@@ -50,7 +93,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         tracker.advance()
         return sent
 
-    runs: dict[str, list[Sent]] = {"cold": [go(base)], "exact resend": []}
+    runs: dict[Case, list[Sent]] = {"cold": [go(base)], "exact resend": []}
     where = positions(cfg.prompt_tokens, page)
     values = {case: base[where[case]] for case in CASES}
     runs.update({case: [] for case in CASES})
@@ -64,45 +107,42 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
             ids[where[case]] = values[case]
             runs[case].append(go(ids))
         runs["other tenant"].append(go(base, salt=f"tenant-{i}"))
-    resident = runs["cold"][0].metrics.resident_kv_bytes
+    resident = runs["cold"][0].resident_kv_bytes
     if resident is not None:
         session.note_resident("demonstration 1", resident, session.requests.slot_bytes(llm))
+    cases = tuple(CaseRuns(k, where.get(k), tuple(v)) for k, v in runs.items())
+    return Records(cfg.prompt_tokens, page, cases)
 
-    reused = {k: int(median([s.reused for s in v])) for k, v in runs.items()}
-    recomputed = {k: int(median([s.recomputed for s in v])) for k, v in runs.items()}
-    ttft = {k: median([s.ttft_ms for s in v]) for k, v in runs.items()}
-    _tables(res, runs, where, reused, recomputed, ttft, cfg.prompt_tokens, page)
-    noise = spread([s.ttft_ms for s in runs["exact resend"]])
+
+def verdicts(r: Records, res: DemoResult) -> None:
+    """The metrics the run's predictions are judged on (`res.observe`): the one place this
+    demonstration judges (`ctxlab.workshop.verdicts` reads them against the config)."""
+    resend = r["exact resend"]
+    noise = spread(resend.ttfts)
     for key, case in (("at_token0", "token 0"), ("mid", "middle"), ("last_block", "last block")):
-        res.observe(f"reused_tokens_{key}", reused["exact resend"], reused[case])
-        res.observe(f"recomputed_tokens_{key}", recomputed["exact resend"], recomputed[case])
-        res.observe_latency(
-            f"ttft_ms_{key}",
-            [s.ttft_ms for s in runs["exact resend"]],
-            [s.ttft_ms for s in runs[case]],
-            1,
-            noise,
-        )
-    res.observe("reused_tokens_other_tenant", reused["exact resend"], reused["other tenant"])
-    _explain(res, reused, recomputed, ttft, where, cfg.prompt_tokens)
-    if where["middle"] // page == where["last block"] // page:
-        # a server's page (vLLM's 128 on CPU) longer than the config assumed
-        f = res.figures
-        res.notes.append(
-            f"The {f.say('prompt_tokens', cfg.prompt_tokens)}-token prompt holds too few "
-            f"{f.say('page_tokens', page)}-token pages: the middle change and the last block "
-            "fall in one page, so the two cases cannot differ here; set "
-            f"prefix_miss.prompt_tokens to at least {f.say('least_prompt', 3 * page + 1)}."
-        )
+        changed = r[case]
+        res.observe(f"reused_tokens_{key}", resend.reused, changed.reused)
+        res.observe(f"recomputed_tokens_{key}", resend.recomputed, changed.recomputed)
+        res.observe_latency(f"ttft_ms_{key}", resend.ttfts, changed.ttfts, 1, noise)
+    res.observe("reused_tokens_other_tenant", resend.reused, r["other tenant"].reused)
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render the tables and prose from the records."""
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured")
+    verdicts(records, res)
+    _tables(res, records)
+    _explain(res, records)
     return res
 
 
-def _tables(res, runs, where, reused, recomputed, ttft, prompt_tokens: int, page: int) -> None:
+def _tables(res: DemoResult, r: Records) -> None:
     storage = Table(
         "prefix_miss_storage",
         "storage",
-        f"Demonstration 1: what the prefix cache served for a {prompt_tokens:,}-token prompt "
-        f"(page {page})",
+        f"Demonstration 1: what the prefix cache served for a {r.prompt_tokens:,}-token prompt "
+        f"(page {r.page})",
         "measured",
         [
             Column("case"),
@@ -132,19 +172,21 @@ def _tables(res, runs, where, reused, recomputed, ttft, prompt_tokens: int, page
         "cold is the first send; the median's 95 % interval is a bootstrap over the case's "
         "requests (ctxlab.stats), zero-wide for a single request",
     )
-    for case, sent in runs.items():
-        pos = where.get(case, "none")
-        storage.add(case, pos, reused[case], recomputed[case], "yes" if reused[case] else "no")
-        times = [s.ttft_ms for s in sent]
+    for c in r.cases:
+        pos = "none" if c.position is None else c.position
+        storage.add(c.case, pos, c.reused, c.recomputed, "yes" if c.reused else "no")
+        times = c.ttfts
         _, low, high = latency_stats.cells(times, 50)
-        serving.add(case, len(sent), ttft[case], low, high, min(times), max(times))
+        serving.add(c.case, len(c.sent), c.ttft_ms, low, high, min(times), max(times))
     res.tables += [storage, serving]
 
 
-def _explain(res: DemoResult, reused, recomputed, ttft, where, prompt_tokens: int) -> None:
+def _explain(res: DemoResult, r: Records) -> None:
     f = res.figures
-    n = f.say("prompt_tokens", prompt_tokens)
-    cold = f.say("ttft_cold_ms", ttft["cold"], 1)
+    resend, token0, mid = r["exact resend"], r["token 0"], r["middle"]
+    last, tenant = r["last block"], r["other tenant"]
+    n = f.say("prompt_tokens", r.prompt_tokens)
+    cold = f.say("ttft_cold_ms", r["cold"].ttft_ms, 1)
     res.summary = (
         f"A {n}-token prompt, cached, then sent with one token changed: reuse stops at the "
         "block that holds the change, whatever the rest of the prompt is."
@@ -152,53 +194,62 @@ def _explain(res: DemoResult, reused, recomputed, ttft, where, prompt_tokens: in
     res.gains.append(
         Gain(
             "an exact resend",
-            f"the cache served {f.say('reused_exact', reused['exact resend'])} of {n} prompt "
-            f"tokens; {f.say('recomputed_exact', recomputed['exact resend'])} were computed again "
+            f"the cache served {f.say('reused_exact', resend.reused)} of {n} prompt "
+            f"tokens; {f.say('recomputed_exact', resend.recomputed)} were computed again "
             "(the last block, which is never shared, so the request still produces its own logits)",
             f"time to first token fell from {cold} ms cold to "
-            f"{f.say('ttft_exact_ms', ttft['exact resend'], 1)} ms",
+            f"{f.say('ttft_exact_ms', resend.ttft_ms, 1)} ms",
         )
     )
     res.gains.append(
         Gain(
             "a change at token 0 (a loss)",
             f"every block's hash chains from the first block, so one changed token in {n} left "
-            f"{f.say('reused_token0', reused['token 0'])} tokens reusable and "
-            f"{f.say('recomputed_token0', recomputed['token 0'])} recomputed",
-            f"time to first token {f.say('ttft_token0_ms', ttft['token 0'], 1)} ms against "
+            f"{f.say('reused_token0', token0.reused)} tokens reusable and "
+            f"{f.say('recomputed_token0', token0.recomputed)} recomputed",
+            f"time to first token {f.say('ttft_token0_ms', token0.ttft_ms, 1)} ms against "
             f"{cold} ms cold: the change costs a full prefill",
         )
     )
     res.gains.append(
         Gain(
             "a change in the middle (a partial loss)",
-            f"reuse stopped at the block holding position {f.say('pos_mid', where['middle'])}: "
-            f"{f.say('reused_mid', reused['middle'])} tokens reused, "
-            f"{f.say('recomputed_mid', recomputed['middle'])} recomputed; counted in hit requests "
+            f"reuse stopped at the block holding position {f.say('pos_mid', mid.position)}: "
+            f"{f.say('reused_mid', mid.reused)} tokens reused, "
+            f"{f.say('recomputed_mid', mid.recomputed)} recomputed; counted in hit requests "
             "this request is a hit, which hides the recomputed half",
-            f"time to first token {f.say('ttft_mid_ms', ttft['middle'], 1)} ms",
+            f"time to first token {f.say('ttft_mid_ms', mid.ttft_ms, 1)} ms",
         )
     )
     res.gains.append(
         Gain(
             "a change in the last block",
-            f"{f.say('reused_last', reused['last block'])} tokens reused, as many as the exact "
+            f"{f.say('reused_last', last.reused)} tokens reused, as many as the exact "
             "resend: the last block is recomputed in both",
-            f"time to first token {f.say('ttft_last_ms', ttft['last block'], 1)} ms against "
-            f"{f.say('ttft_exact_ms', ttft['exact resend'], 1)} ms for the exact resend",
+            f"time to first token {f.say('ttft_last_ms', last.ttft_ms, 1)} ms against "
+            f"{f.say('ttft_exact_ms', resend.ttft_ms, 1)} ms for the exact resend",
         )
     )
     res.gains.append(
         Gain(
             "isolation between tenants (a deliberate loss)",
             f"the same prompt under another tenant's cache_salt reused "
-            f"{f.say('reused_tenant', reused['other tenant'])} tokens: the salt is folded into "
+            f"{f.say('reused_tenant', tenant.reused)} tokens: the salt is folded into "
             "the first block's hash, so no block is shared across the isolation key",
-            f"the other tenant waits {f.say('ttft_tenant_ms', ttft['other tenant'], 1)} ms for "
+            f"the other tenant waits {f.say('ttft_tenant_ms', tenant.ttft_ms, 1)} ms for "
             "its first token, the cold price, instead of learning from a fast answer that "
             "someone else sent the same prompt",
         )
     )
+    where = positions(r.prompt_tokens, r.page)
+    if where["middle"] // r.page == where["last block"] // r.page:
+        # a server's page (vLLM's 128 on CPU) longer than the config assumed
+        res.notes.append(
+            f"The {f.say('prompt_tokens', r.prompt_tokens)}-token prompt holds too few "
+            f"{f.say('page_tokens', r.page)}-token pages: the middle change and the last block "
+            "fall in one page, so the two cases cannot differ here; set "
+            f"prefix_miss.prompt_tokens to at least {f.say('least_prompt', 3 * r.page + 1)}."
+        )
 
 
 # -- declarations ---------------------------------------------------------------------------

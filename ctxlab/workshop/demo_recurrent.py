@@ -20,12 +20,18 @@ Measured TTFT percentiles carry the requests they come from and a 95 % bootstrap
 the engine's long against short workload is compared by a bootstrap of the difference
 (`latency_stats`) with its verdict. Modeled figures (plan, simulator) have no sampling
 noise: their comparisons are exact, held or failed.
+
+The file is in three parts: `measure` returns frozen records (`Records`: `Modeled` rows, the
+engine's `EngineRun`s, the `WindowedRun`s), `verdicts` records the observations and judges
+the compare table's figures (the one place it judges), and the tables, prose and plot are
+rendered from the records.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator, model_validator
 
@@ -50,8 +56,8 @@ from ctxlab.workshop.demonstration import (
     Risk,
     ServerMode,
 )
-from ctxlab.workshop.measure import Timer, median, pct
-from ctxlab.workshop.result import Column, DemoResult, Gain, JSONObject, Table, fmt
+from ctxlab.workshop.measure import median, pct
+from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
@@ -59,9 +65,15 @@ if TYPE_CHECKING:
 
 
 GIB = 2**30
+Role = Literal["KV-heavy", "recurrent"]
+Size = Literal["short", "long"]
+Pairing = Literal["all-global", "windowed"]
 # The measured windowed pair: (role, registry name), the all-global model first (its pool of
 # engine_pool_tokens tokens sets the bytes both get).
-WINDOWED_PAIR = (("all-global", "smollm2-135m"), ("windowed", "gemma3-270m"))
+WINDOWED_PAIR: tuple[tuple[Pairing, str], ...] = (
+    ("all-global", "smollm2-135m"),
+    ("windowed", "gemma3-270m"),
+)
 
 
 # What one engine run of the long workload measured, in the order both tables print it.
@@ -80,17 +92,90 @@ ENGINE_RUN_COLUMNS = (
 )
 
 
-def ttft_cells(ttft_ms: list[float]) -> tuple[float, ...]:
+def ttft_cells(ttft_ms: tuple[float, ...]) -> tuple[float, ...]:
     """TTFT p50 and p99 of one engine run, each with its 95 % bootstrap interval, in the
     order of ENGINE_RUN_COLUMNS."""
     return (*latency_stats.cells(ttft_ms, 50), *latency_stats.cells(ttft_ms, 99))
+
+
+@dataclass(frozen=True)
+class Modeled:
+    """One architecture and workload at equal memory: the plan's bytes, the simulator's run."""
+
+    role: Role
+    workload: Size
+    requests: int
+    bytes_per_request: int  # the plan's, per request
+    concurrency: int
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    makespan_s: float
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One workload on one real engine: the pool's counts and every request's TTFT."""
+
+    concurrency: int  # most requests running at once
+    bytes_per_request: int  # median of the bytes each request held at its end
+    ttft_ms: tuple[float, ...]
+    preemptions: int
+    pool_bytes: int
+
+    @property
+    def ttft_p50_ms(self) -> float:
+        return pct(self.ttft_ms, 50)
+
+    @property
+    def ttft_p99_ms(self) -> float:
+        return pct(self.ttft_ms, 99)
+
+
+@dataclass(frozen=True)
+class WindowedRun:
+    """The long engine workload on one model of `WINDOWED_PAIR`."""
+
+    role: Pairing
+    layers: int
+    window: int | None  # the sliding layers' window (None: every layer is global)
+    sliding: int  # layers that keep a window
+    run: EngineRun
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 7 measured and modeled; every table, verdict and sentence reads
+    these."""
+
+    modeled: tuple[Modeled, ...]  # KV-heavy short and long, then recurrent short and long
+    engine_short: EngineRun
+    engine_long: EngineRun
+    windowed: tuple[WindowedRun, ...]  # in the order of WINDOWED_PAIR
+
+    def pick(self, role: Role, workload: Size) -> Modeled:
+        return next(m for m in self.modeled if m.role == role and m.workload == workload)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One figure of the compare table and its verdict against the run's prediction."""
+
+    metric: str
+    direction: str
+    tolerance: float
+    base: float
+    seen: float
+    compared: latency_stats.Compared
 
 
 def steps(session: Session) -> int:
     return 4 + 2 + len(WINDOWED_PAIR)
 
 
-def simulate_workload(arch, device, pool_bytes: int, w: SimWorkload) -> dict:
+def simulate_workload(
+    arch, device, pool_bytes: int, w: SimWorkload, role: Role, workload: Size, per_request: int
+) -> Modeled:
     """`w`'s requests arrive evenly at its rate (or at once), nothing shared; memory alone
     limits how many run."""
     from ctxlab.sim.config import SimConfig
@@ -106,16 +191,20 @@ def simulate_workload(arch, device, pool_bytes: int, w: SimWorkload) -> dict:
         fresh += n
     cfg = SimConfig(pool_bytes=pool_bytes, max_running=w.requests)
     m = simulate(Trace("workshop equal memory", reqs, block), arch, device, cfg).metrics
-    return {
-        "concurrency": int(m["peak_running_requests"]),
-        "ttft_p99_ms": m["ttft_p99"] * 1e3,
-        "ttft_p50_ms": m["ttft_p50"] * 1e3,
-        "makespan_s": m["makespan_s"],
-        "preemptions": int(m["preemptions"]),
-    }
+    return Modeled(
+        role=role,
+        workload=workload,
+        requests=w.requests,
+        bytes_per_request=per_request,
+        concurrency=int(m["peak_running_requests"]),
+        ttft_p50_ms=m["ttft_p50"] * 1e3,
+        ttft_p99_ms=m["ttft_p99"] * 1e3,
+        makespan_s=m["makespan_s"],
+        preemptions=int(m["preemptions"]),
+    )
 
 
-def engine_workload(session: Session, w: Workload) -> dict:
+def engine_workload(session: Session, w: Workload) -> EngineRun:
     """`w` on the real engine with the demonstration's pool: concurrency and bytes measured."""
     from ctxlab.engine import SamplingParams
 
@@ -128,31 +217,30 @@ def engine_workload(session: Session, w: Workload) -> dict:
     )
     engine = llm.engine
     params = SamplingParams(max_tokens=w.output_tokens, ignore_eos=True)
-    with Timer() as t:
-        rids = [
-            engine.add_request(session.text_ids(w.input_tokens), params) for _ in range(w.requests)
-        ]
-        peak = 0
-        while engine.has_unfinished():
-            engine.step()
-            peak = max(peak, len(engine.scheduler.running))
+    rids = [engine.add_request(session.text_ids(w.input_tokens), params) for _ in range(w.requests)]
+    peak = 0
+    while engine.has_unfinished():
+        engine.step()
+        peak = max(peak, len(engine.scheduler.running))
     outs = [engine.output(r).metrics for r in rids]
     session.note_resident(
         "demonstration 7", max(m.resident_kv_bytes for m in outs), session.slot_bytes(llm)
     )
-    return {
-        "concurrency": peak,
-        "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
-        "ttft_p99_ms": pct([m.ttft * 1e3 for m in outs], 99),
-        "ttft_p50_ms": pct([m.ttft * 1e3 for m in outs], 50),
-        "ttft_ms": [m.ttft * 1e3 for m in outs],
-        "preemptions": sum(m.preemptions for m in outs),
-        "pool_bytes": engine.stats().pool_bytes,
-        "cpu_s": t.cpu_s,
-    }
+    return _engine_run(engine, peak, outs)
 
 
-def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[dict]:
+def _engine_run(engine, peak: int, outs: list) -> EngineRun:
+    """The pool's counts and the requests' own metrics, once every request finished."""
+    return EngineRun(
+        concurrency=peak,
+        bytes_per_request=int(median([m.resident_kv_bytes for m in outs])),
+        ttft_ms=tuple(m.ttft * 1e3 for m in outs),
+        preemptions=sum(m.preemptions for m in outs),
+        pool_bytes=engine.stats().pool_bytes,
+    )
+
+
+def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[WindowedRun]:
     """`w` on the all-global and on the windowed model of `WINDOWED_PAIR`, each engine given
     a pool of the same bytes (the all-global model's pool of `engine_pool_tokens` tokens, at
     the run's dtype): requests running at once, bytes each held at its end, TTFT. The run's
@@ -163,7 +251,7 @@ def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[d
 
     cfg, e = DEMO.config(session.cfg), session.cfg.engine
     width = 4 if session.cfg.model.dtype == "float32" else 2
-    rows: list[dict] = []
+    rows: list[WindowedRun] = []
     pool_bytes = 0
     for role, name in WINDOWED_PAIR:
         own = session.cfg.model.source == name
@@ -197,36 +285,33 @@ def windowed_workload(session: Session, w: Workload, tracker: Tracker) -> list[d
         outs = [engine.output(r).metrics for r in rids]
         windows = [x for x in getattr(c, "sliding_windows", ()) if x]
         rows.append(
-            {
-                "role": role,
-                "model": name,
-                "layers": f"{len(windows)} sliding (W = {windows[0]}) + "
-                f"{c.num_layers - len(windows)} global"
-                if windows
-                else f"{c.num_layers} global",
-                "pool_bytes": engine.stats().pool_bytes,
-                "concurrency": peak,
-                "bytes_per_request": int(median([m.resident_kv_bytes for m in outs])),
-                "ttft_p99_ms": pct([m.ttft * 1e3 for m in outs], 99),
-                "ttft_p50_ms": pct([m.ttft * 1e3 for m in outs], 50),
-                "ttft_ms": [m.ttft * 1e3 for m in outs],
-                "preemptions": sum(m.preemptions for m in outs),
-            }
+            WindowedRun(
+                role,
+                c.num_layers,
+                windows[0] if windows else None,
+                len(windows),
+                _engine_run(engine, peak, outs),
+            )
         )
         tracker.advance()
     return rows
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+def measure(session: Session, tracker: Tracker) -> Records:
+    """Both architectures modeled on both workloads, the engine's two workloads, and the
+    windowed pair (nothing formatted)."""
     from ctxlab.plan.devices import get_device
     from ctxlab.plan.report import build_plan
 
     cfg = DEMO.config(session.cfg)
-    res = DemoResult.of(DEMO, "run", "measured and modeled")
     device = get_device(cfg.device)
     pool_bytes = int(cfg.pool_gib * GIB)
-    modeled: list[dict] = []
-    for role, name in (("KV-heavy", cfg.kv_arch), ("recurrent", cfg.recurrent_arch)):
+    modeled: list[Modeled] = []
+    roles: tuple[tuple[Role, str], ...] = (
+        ("KV-heavy", cfg.kv_arch),
+        ("recurrent", cfg.recurrent_arch),
+    )
+    for role, name in roles:
         arch = arch_from(name)
         contexts = [
             cfg.short.input_tokens + cfg.short.output_tokens,
@@ -236,59 +321,96 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         plan = build_plan(
             arch, contexts, device=device, page_size=16, weights_bytes=0, reserve_bytes=0
         )
-        for label, w, row in (("short", cfg.short, 0), ("long", cfg.long, 1)):
-            sim = simulate_workload(arch, device, pool_bytes, w)
+        sizes: tuple[tuple[Size, SimWorkload, int], ...] = (
+            ("short", cfg.short, 0),
+            ("long", cfg.long, 1),
+        )
+        for label, w, row in sizes:
             per_request = plan["per_context"][row]["kv_bytes_per_request"]
-            modeled.append(
-                {
-                    "role": role,
-                    "arch": name,
-                    "workload": label,
-                    "requests": w.requests,
-                    "bytes_per_request": per_request,
-                    **sim,
-                }
-            )
+            modeled.append(simulate_workload(arch, device, pool_bytes, w, role, label, per_request))
             tracker.advance()
     session.llm(pool_tokens=256)  # warms the model up outside the measured pool
-    measured = {
-        "short": engine_workload(session, cfg.engine_short),
-        "long": engine_workload(session, cfg.engine_long),
-    }
+    short = engine_workload(session, cfg.engine_short)
+    long = engine_workload(session, cfg.engine_long)
     tracker.advance(2)
     windowed = windowed_workload(session, cfg.engine_long, tracker)
-    _tables(session, res, modeled, measured)
-    _windowed_table(session, res, windowed)
-    kv_short = next(r for r in modeled if r["role"] == "KV-heavy" and r["workload"] == "short")
-    rec_short = next(r for r in modeled if r["role"] == "recurrent" and r["workload"] == "short")
-    res.observe("bytes_per_request", kv_short["bytes_per_request"], rec_short["bytes_per_request"])
-    res.observe("concurrency_reached", kv_short["concurrency"], rec_short["concurrency"])
+    return Records(tuple(modeled), short, long, tuple(windowed))
+
+
+def verdicts(session: Session, r: Records, res: DemoResult) -> list[Judged]:
+    """The metrics the run's predictions are judged on (`res.observe`), and the compare
+    table's figures judged against the config's prediction (or this demonstration's
+    hypothesis where the config predicts none): the one place this demonstration judges.
+    Modeled figures are exact; the engine's TTFT is a bootstrap over its requests."""
+    kv_short, rec_short = r.pick("KV-heavy", "short"), r.pick("recurrent", "short")
+    res.observe("bytes_per_request", kv_short.bytes_per_request, rec_short.bytes_per_request)
+    res.observe("concurrency_reached", kv_short.concurrency, rec_short.concurrency)
     res.observe(
         "ttft_p99_ms",
-        kv_short["ttft_p99_ms"],
-        rec_short["ttft_p99_ms"],
+        kv_short.ttft_p99_ms,
+        rec_short.ttft_p99_ms,
         1,
-        change=stats.exact(rec_short["ttft_p99_ms"] - kv_short["ttft_p99_ms"]),
+        change=stats.exact(rec_short.ttft_p99_ms - kv_short.ttft_p99_ms),
         test="simulated: no sampling noise, a zero-wide interval",
     )
-    s, lg = measured["short"], measured["long"]
-    res.observe("engine_concurrency_reached", lg["concurrency"], s["concurrency"])
-    res.observe("engine_bytes_per_request", lg["bytes_per_request"], s["bytes_per_request"])
-    moved = latency_stats.compare(lg["ttft_ms"], s["ttft_ms"], 99, "down")
+    s, lg = r.engine_short, r.engine_long
+    res.observe("engine_concurrency_reached", lg.concurrency, s.concurrency)
+    res.observe("engine_bytes_per_request", lg.bytes_per_request, s.bytes_per_request)
+    moved = latency_stats.compare(lg.ttft_ms, s.ttft_ms, 99, "down")
     res.observe(
         "engine_ttft_p99_ms",
-        lg["ttft_p99_ms"],
-        s["ttft_p99_ms"],
+        lg.ttft_p99_ms,
+        s.ttft_p99_ms,
         1,
         change=moved.change,
         test=moved.test,
     )
-    _explain(session, res, modeled, measured)
-    res.plots.append(draw(modeled, DEMO.plot("7_recurrent_vs_kv.png").path(session.out)))
+    predictions = session.cfg.predictions.get(DEMO.key, {})
+    out = []
+    for metric, hypothesis in (
+        ("bytes_per_request", "down"),
+        ("concurrency_reached", "up"),
+        ("ttft_p99_ms", "down"),
+    ):
+        direction, tol = latency_stats.predicted(predictions, metric, hypothesis)
+        field = "concurrency" if metric == "concurrency_reached" else metric
+        base, seen = float(getattr(kv_short, field)), float(getattr(rec_short, field))
+        change = stats.exact(seen - base)
+        kind = stats.verdict(change, direction, tol * abs(base))
+        compared = latency_stats.Compared(change, kind, "modeled: exact, no sampling noise")
+        out.append(Judged(metric, direction, tol, base, seen, compared))
+    direction, tol = latency_stats.predicted(predictions, "engine_ttft_p99_ms", "down")
+    c = latency_stats.compare(lg.ttft_ms, s.ttft_ms, 99, direction, tolerance=tol * lg.ttft_p99_ms)
+    out.append(Judged("engine_ttft_p99_ms", direction, tol, lg.ttft_p99_ms, s.ttft_p99_ms, c))
+    return out
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render tables, prose and the plot from the records."""
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured and modeled")
+    judged = verdicts(session, records, res)
+    _tables(session, res, records, judged)
+    _windowed_table(session, res, records.windowed)
+    _explain(session, res, records)
+    cfg = DEMO.config(session.cfg)
+    res.plots.append(
+        draw(
+            [f"{_arch(cfg, m.role)}\n{m.workload}" for m in records.modeled],
+            [m.concurrency for m in records.modeled],
+            [m.ttft_p99_ms for m in records.modeled],
+            DEMO.plot("7_recurrent_vs_kv.png").path(session.out),
+        )
+    )
     return res
 
 
-def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:
+def _arch(cfg: RecurrentSection, role: Role) -> str:
+    """The configured architecture of a role."""
+    return cfg.kv_arch if role == "KV-heavy" else cfg.recurrent_arch
+
+
+def _tables(session: Session, res: DemoResult, r: Records, judged: list[Judged]) -> None:
     cfg = DEMO.config(session.cfg)
     storage = Table(
         "recurrent_storage",
@@ -342,45 +464,49 @@ def _tables(session: Session, res: DemoResult, modeled: list[dict], measured: di
         "(ctxlab.stats); a p99 of a few requests is their largest",
     )
     pool_bytes = int(cfg.pool_gib * GIB)
-    for r in modeled:
-        w = cfg.short if r["workload"] == "short" else cfg.long
+    for m in r.modeled:
+        w = cfg.short if m.workload == "short" else cfg.long
         tokens = w.input_tokens + w.output_tokens
+        arch = _arch(cfg, m.role)
         storage.add(
-            r["arch"],
-            r["role"],
-            r["workload"],
+            arch,
+            m.role,
+            m.workload,
             tokens,
-            r["bytes_per_request"] / 2**20,
-            pool_bytes // r["bytes_per_request"],
+            m.bytes_per_request / 2**20,
+            pool_bytes // m.bytes_per_request,
         )
         serving.add(
-            r["arch"],
-            r["workload"],
-            r["requests"],
-            r["concurrency"],
-            r["ttft_p50_ms"],
-            r["ttft_p99_ms"],
-            r["makespan_s"],
-            r["preemptions"],
+            arch,
+            m.workload,
+            m.requests,
+            m.concurrency,
+            m.ttft_p50_ms,
+            m.ttft_p99_ms,
+            m.makespan_s,
+            m.preemptions,
         )
-    for label, w in (("short", cfg.engine_short), ("long", cfg.engine_long)):
-        m = measured[label]
+    for label, w, e in (
+        ("short", cfg.engine_short, r.engine_short),
+        ("long", cfg.engine_long, r.engine_long),
+    ):
         engine.add(
             label,
             w.requests,
             w.input_tokens + w.output_tokens,
-            m["concurrency"],
-            m["bytes_per_request"] / 2**20,
-            *ttft_cells(m["ttft_ms"]),
-            m["preemptions"],
+            e.concurrency,
+            e.bytes_per_request / 2**20,
+            *ttft_cells(e.ttft_ms),
+            e.preemptions,
         )
-    res.tables += [storage, serving, engine, _compare_table(session, modeled, measured)]
+    res.tables += [storage, serving, engine, _compare_table(session, r, judged)]
 
 
-def _compare_table(session: Session, modeled: list[dict], measured: dict) -> Table:
-    """The compared figures with their change, interval and verdict: modeled ones exact
-    (no sampling noise), the engine's TTFT by a bootstrap over its requests."""
-    predictions = session.cfg.predictions.get("recurrent_vs_kv", {})
+def _compare_table(session: Session, r: Records, judged: list[Judged]) -> Table:
+    """The compared figures with their change, interval and verdict (judged in `verdicts`):
+    modeled ones exact (no sampling noise), the engine's TTFT by a bootstrap over its
+    requests."""
+    cfg = DEMO.config(session.cfg)
     table = Table(
         "recurrent_compare",
         "serving",
@@ -404,60 +530,44 @@ def _compare_table(session: Session, modeled: list[dict], measured: dict) -> Tab
         "tolerance, where the config predicts nothing); verdict by ctxlab.stats.verdict; "
         "modeled figures are exact (a zero-wide interval: held or failed, never within noise)",
     )
-    pick = {(r["role"], r["workload"]): r for r in modeled}
-    kv, rec = pick[("KV-heavy", "short")], pick[("recurrent", "short")]
-    n_sim = f"{kv['requests']}, {rec['requests']}"
-    for metric, key, hypothesis in (
-        ("bytes_per_request", "bytes_per_request", "down"),
-        ("concurrency_reached", "concurrency", "up"),
-        ("ttft_p99_ms", "ttft_p99_ms", "down"),
-    ):
-        direction, tol = latency_stats.predicted(predictions, metric, hypothesis)
-        base, seen = float(kv[key]), float(rec[key])
-        change = stats.exact(seen - base)
-        kind = stats.verdict(change, direction, tol * abs(base))
-        said = direction + (f" (tolerance {100 * tol:g}%)" if tol else "")
-        table.add(
-            metric,
-            f"{kv['arch']} (short)",
-            f"{rec['arch']} (short)",
-            n_sim,
-            base,
-            seen,
-            change.value,
-            change.low,
-            change.high,
-            said,
-            kind,
-            "modeled: exact, no sampling noise",
+    kv, rec = r.pick("KV-heavy", "short"), r.pick("recurrent", "short")
+    s, lg = r.engine_short, r.engine_long
+    names = {
+        "engine_ttft_p99_ms": (
+            "long (engine)",
+            "short (engine)",
+            f"{len(lg.ttft_ms)}, {len(s.ttft_ms)}",
         )
-    s, lg = measured["short"], measured["long"]
-    direction, tol = latency_stats.predicted(predictions, "engine_ttft_p99_ms", "down")
-    c = latency_stats.compare(
-        lg["ttft_ms"], s["ttft_ms"], 99, direction, tolerance=tol * lg["ttft_p99_ms"]
+    }
+    modeled = (
+        f"{_arch(cfg, kv.role)} (short)",
+        f"{_arch(cfg, rec.role)} (short)",
+        f"{kv.requests}, {rec.requests}",
     )
-    table.add(
-        "engine_ttft_p99_ms",
-        "long (engine)",
-        "short (engine)",
-        f"{len(lg['ttft_ms'])}, {len(s['ttft_ms'])}",
-        lg["ttft_p99_ms"],
-        s["ttft_p99_ms"],
-        *c.cells()[:3],
-        direction + (f" (tolerance {100 * tol:g}%)" if tol else ""),
-        c.verdict,
-        c.test,
-    )
+    for j in judged:
+        c = j.compared
+        table.add(
+            j.metric,
+            *names.get(j.metric, modeled),
+            j.base,
+            j.seen,
+            c.change.value,
+            c.change.low,
+            c.change.high,
+            j.direction + (f" (tolerance {100 * j.tolerance:g}%)" if j.tolerance else ""),
+            c.verdict,
+            c.test,
+        )
     return table
 
 
-def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None:
+def _windowed_table(session: Session, res: DemoResult, rows: tuple[WindowedRun, ...]) -> None:
     w = DEMO.config(session.cfg).engine_long
     table = Table(
         "recurrent_windowed",
         "serving",
         f"Demonstration 7: a windowed model against an all-global one on the real engine, "
-        f"pools of {res.figures.say('windowed_pool_mib', rows[0]['pool_bytes'] / 2**20, 2)} MiB "
+        f"pools of {res.figures.say('windowed_pool_mib', rows[0].run.pool_bytes / 2**20, 2)} MiB "
         "each",
         "measured",
         [
@@ -469,27 +579,32 @@ def _windowed_table(session: Session, res: DemoResult, rows: list[dict]) -> None
         "model's engine_pool_tokens); a sliding layer hands back the pages behind its window, "
         "so past the window its bytes stop growing; TTFT also reflects each model's size",
     )
+    models = dict(WINDOWED_PAIR)
     for r in rows:
+        layers = (
+            f"{r.sliding} sliding (W = {r.window}) + {r.layers - r.sliding} global"
+            if r.sliding
+            else f"{r.layers} global"
+        )
         table.add(
-            r["model"],
-            r["layers"],
+            models[r.role],
+            layers,
             w.requests,
             w.input_tokens + w.output_tokens,
-            r["concurrency"],
-            r["bytes_per_request"] / 2**20,
-            *ttft_cells(r["ttft_ms"]),
-            r["preemptions"],
+            r.run.concurrency,
+            r.run.bytes_per_request / 2**20,
+            *ttft_cells(r.run.ttft_ms),
+            r.run.preemptions,
         )
     res.tables.append(table)
 
 
-def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: dict) -> None:
+def _explain(session: Session, res: DemoResult, r: Records) -> None:
     f = res.figures
     cfg = DEMO.config(session.cfg)
-    pick = {(r["role"], r["workload"]): r for r in modeled}
-    ks, rs = pick[("KV-heavy", "short")], pick[("recurrent", "short")]
-    kl, rl = pick[("KV-heavy", "long")], pick[("recurrent", "long")]
-    s, lg = measured["short"], measured["long"]
+    ks, rs = r.pick("KV-heavy", "short"), r.pick("recurrent", "short")
+    kl, rl = r.pick("KV-heavy", "long"), r.pick("recurrent", "long")
+    s, lg = r.engine_short, r.engine_long
     res.summary = (
         f"{cfg.recurrent_arch} and {cfg.kv_arch} with the same "
         f"{f.say('pool_gib', cfg.pool_gib, 1)} GiB KV pool (modeled), and the default model's "
@@ -500,33 +615,33 @@ def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: d
         Gain(
             "fixed recurrent state at equal memory (modeled)",
             "a short request holds "
-            f"{f.say('kv_short_mib', ks['bytes_per_request'] / 2**20, 2)} MiB "
+            f"{f.say('kv_short_mib', ks.bytes_per_request / 2**20, 2)} MiB "
             f"on {cfg.kv_arch} and "
-            f"{f.say('rec_short_mib', rs['bytes_per_request'] / 2**20, 2)} MiB "
+            f"{f.say('rec_short_mib', rs.bytes_per_request / 2**20, 2)} MiB "
             f"on {cfg.recurrent_arch}, whose recurrent layers keep a fixed state instead of every "
             "token's keys and values",
-            f"in the same pool {f.say('kv_short_conc', ks['concurrency'])} short requests ran at "
-            f"once on {cfg.kv_arch} and {f.say('rec_short_conc', rs['concurrency'])} on "
-            f"{cfg.recurrent_arch}; p99 TTFT {f.say('kv_short_p99', ks['ttft_p99_ms'], 1)} ms "
-            f"(p50 {f.say('kv_short_p50', ks['ttft_p50_ms'], 1)} ms, "
-            f"{f.say('kv_short_preemptions', ks['preemptions'])} preemptions: requests waited "
-            f"for room in the pool) against {f.say('rec_short_p99', rs['ttft_p99_ms'], 1)} ms; "
+            f"in the same pool {f.say('kv_short_conc', ks.concurrency)} short requests ran at "
+            f"once on {cfg.kv_arch} and {f.say('rec_short_conc', rs.concurrency)} on "
+            f"{cfg.recurrent_arch}; p99 TTFT {f.say('kv_short_p99', ks.ttft_p99_ms, 1)} ms "
+            f"(p50 {f.say('kv_short_p50', ks.ttft_p50_ms, 1)} ms, "
+            f"{f.say('kv_short_preemptions', ks.preemptions)} preemptions: requests waited "
+            f"for room in the pool) against {f.say('rec_short_p99', rs.ttft_p99_ms, 1)} ms; "
             "with long requests "
-            f"{f.say('kv_long_conc', kl['concurrency'])} against "
-            f"{f.say('rec_long_conc', rl['concurrency'])} at once",
+            f"{f.say('kv_long_conc', kl.concurrency)} against "
+            f"{f.say('rec_long_conc', rl.concurrency)} at once",
         )
     )
     res.gains.append(
         Gain(
             "short requests against long ones on the KV-heavy engine (measured)",
-            f"a short request held {f.say('engine_short_mib', s['bytes_per_request'] / 2**20, 3)} "
+            f"a short request held {f.say('engine_short_mib', s.bytes_per_request / 2**20, 3)} "
             "MiB of the pool, a long one "
-            f"{f.say('engine_long_mib', lg['bytes_per_request'] / 2**20, 3)} "
+            f"{f.say('engine_long_mib', lg.bytes_per_request / 2**20, 3)} "
             "MiB: on a KV-heavy model bytes grow with every token",
-            f"{f.say('engine_short_conc', s['concurrency'])} short requests ran at once against "
-            f"{f.say('engine_long_conc', lg['concurrency'])} long ones; p99 TTFT "
-            f"{f.say('engine_short_p99', s['ttft_p99_ms'], 1)} ms against "
-            f"{f.say('engine_long_p99', lg['ttft_p99_ms'], 1)} ms",
+            f"{f.say('engine_short_conc', s.concurrency)} short requests ran at once against "
+            f"{f.say('engine_long_conc', lg.concurrency)} long ones; p99 TTFT "
+            f"{f.say('engine_short_p99', s.ttft_p99_ms, 1)} ms against "
+            f"{f.say('engine_long_p99', lg.ttft_p99_ms, 1)} ms",
         )
     )
     res.gains.append(
@@ -544,16 +659,15 @@ def _explain(session: Session, res: DemoResult, modeled: list[dict], measured: d
     )
 
 
-def draw(rows: list[JSONObject], path: Path) -> Path:
+def draw(labels: list[str], concurrency: list[int], p99_ms: list[float], path: Path) -> Path:
     """Concurrency reached and p99 TTFT per architecture and workload (modeled)."""
     from ctxlab.workshop.plots import figure, save
 
     fig, (left, right) = figure()
-    labels = [f"{r['arch']}\n{r['workload']}" for r in rows]
-    xs = range(len(rows))
-    left.bar(xs, [r["concurrency"] for r in rows], color="tab:blue")
+    xs = range(len(labels))
+    left.bar(xs, concurrency, color="tab:blue")
     left.set_ylabel("requests running at once")
-    right.bar(xs, [r["ttft_p99_ms"] / 1e3 for r in rows], color="tab:orange")
+    right.bar(xs, [t / 1e3 for t in p99_ms], color="tab:orange")
     right.set_ylabel("p99 TTFT (s)")
     for ax in (left, right):
         ax.set_xticks(list(xs), labels, fontsize=7)

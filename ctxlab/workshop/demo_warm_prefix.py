@@ -5,19 +5,24 @@ warm interleaved so both see the same machine: a cold request's prefix is new te
 one's is the prefix already in the cache. Reuse removes prefill work, so TTFT falls; every
 output token still attends over the whole context, so TPOT and inter-token latency should
 not move. The spread of the repeats is the noise the comparison is read against.
+
+The file is in three parts: `measure` returns frozen records (`Records`, one `SideRuns` per
+side), `verdicts` records the observations the predictions are judged on (the one place it
+judges), and the tables, prose and plot are rendered from the records.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from ctxlab.plan.rate_card import RateCard
 from ctxlab.progress import Tracker
-from ctxlab.stats import median_interval
+from ctxlab.stats import Interval, median_interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, fits
 from ctxlab.workshop.demonstration import (
     Demonstration,
@@ -31,6 +36,9 @@ from ctxlab.workshop.measure import Sent, median, pct, send, spread
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table, fmt
 from ctxlab.workshop.session import Session
 
+Side = Literal["cold", "warm"]
+SIDES: tuple[Side, ...] = ("cold", "warm")
+
 
 def steps(session: Session) -> int:
     return 1 + 2 * DEMO.config(session.cfg).repeats
@@ -40,73 +48,143 @@ def prices(session: Session) -> RateCard:
     return session.cfg.cost.card()
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+@dataclass(frozen=True)
+class SideRuns:
+    """Every request of one side; its statistics are read from them, never stored apart."""
+
+    side: Side
+    sent: tuple[Sent, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.sent)
+
+    @property
+    def reused(self) -> int:
+        return int(median([s.reused for s in self.sent]))
+
+    @property
+    def recomputed(self) -> int:
+        return int(median([s.recomputed for s in self.sent]))
+
+    @property
+    def prompt(self) -> int:
+        return int(median([s.prompt_tokens for s in self.sent]))
+
+    @property
+    def ttfts(self) -> list[float]:
+        return [s.ttft_ms for s in self.sent]
+
+    @property
+    def tpots(self) -> list[float]:
+        return [s.tpot_ms for s in self.sent]
+
+    @property
+    def ttft_interval(self) -> Interval:
+        """The median TTFT's 95 % bootstrap interval over the side's requests."""
+        return median_interval(self.ttfts)
+
+    @property
+    def itl_ms(self) -> list[float]:
+        """Every gap between consecutive output tokens of the side, pooled."""
+        return [g * 1e3 for s in self.sent for g in s.itl_s]
+
+    @property
+    def itl_spread(self) -> float:
+        """The spread of the requests' own median gaps: the ITL's noise."""
+        return spread([statistics.median(s.itl_s) * 1e3 for s in self.sent if s.itl_s])
+
+    @property
+    def cpu_s(self) -> float:
+        return median([s.cpu_s for s in self.sent])
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 2 measured; every table, verdict and sentence reads these."""
+
+    slot_bytes: int  # one token slot over every layer and KV head, read from the pool
+    cold: SideRuns
+    warm: SideRuns
+
+    def side(self, side: Side) -> SideRuns:
+        return self.cold if side == "cold" else self.warm
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One request's price on each side, per 1,000 requests."""
+
+    hosted_per_1000: float
+    self_per_1000: float
+
+
+def measure(session: Session, tracker: Tracker) -> Records:
+    """Prime the prefix, then cold and warm requests alternating (nothing formatted)."""
     cfg = DEMO.config(session.cfg)
-    res = DemoResult.of(DEMO, "run", "measured")
     llm = session.requests.generator()
     prefix = session.text_ids(cfg.prefix_tokens)
     send(llm, prefix + session.text_ids(cfg.suffix_tokens), 2)  # puts the prefix in the cache
     tracker.advance()
-    runs: dict[str, list[Sent]] = {"cold": [], "warm": []}
+    runs: dict[Side, list[Sent]] = {"cold": [], "warm": []}
     for i in range(cfg.repeats):
         # Alternate which side goes first, so neither always runs right after the other.
-        for side in ("cold", "warm") if i % 2 == 0 else ("warm", "cold"):
+        for side in SIDES if i % 2 == 0 else SIDES[::-1]:
             head = session.text_ids(cfg.prefix_tokens) if side == "cold" else prefix
             ids = head + session.text_ids(cfg.suffix_tokens)
             runs[side].append(send(llm, ids, cfg.output_tokens))
             tracker.advance()
     slot = session.requests.slot_bytes(llm)
-    session.note_resident("demonstration 2", runs["warm"][0].metrics.resident_kv_bytes, slot)
+    session.note_resident("demonstration 2", runs["warm"][0].resident_kv_bytes, slot)
+    return Records(
+        slot, SideRuns("cold", tuple(runs["cold"])), SideRuns("warm", tuple(runs["warm"]))
+    )
 
-    stats = {side: _stats(sent) for side, sent in runs.items()}
-    _tables(session, res, stats, slot, cfg)
-    c, w = stats["cold"], stats["warm"]
-    cold, warm = runs["cold"], runs["warm"]
-    res.observe_latency(
-        "ttft_ms", [s.ttft_ms for s in cold], [s.ttft_ms for s in warm], 1, c["ttft_spread"]
+
+def verdicts(r: Records, res: DemoResult) -> None:
+    """The metrics the run's predictions are judged on (`res.observe`): the one place this
+    demonstration judges (`ctxlab.workshop.verdicts` reads them against the config)."""
+    c, w = r.cold, r.warm
+    res.observe_latency("ttft_ms", c.ttfts, w.ttfts, 1, spread(c.ttfts))
+    res.observe("recomputed_tokens", c.recomputed, w.recomputed)
+    res.observe("reused_tokens", c.reused, w.reused)
+    res.observe_latency("tpot_ms", c.tpots, w.tpots, 2, spread(c.tpots))
+    res.observe("itl_ms", pct(c.itl_ms, 50), pct(w.itl_ms, 50), 2, noise=c.itl_spread)
+
+
+def costs(session: Session, s: SideRuns) -> Cost:
+    """Hosted: the cold prefix written to the provider's cache, the warm one read back;
+    self-hosted: the request's measured CPU seconds at the configured hourly rate."""
+    cfg = DEMO.config(session.cfg)
+    prefix, suffix = cfg.prefix_tokens, s.prompt - cfg.prefix_tokens
+    hosted = (
+        prices(session)
+        .cost(
+            suffix,
+            cfg.output_tokens,
+            cache_write_tokens=prefix if s.side == "cold" else 0,
+            cache_read_tokens=prefix if s.side == "warm" else 0,
+        )
+        .total
     )
-    res.observe("recomputed_tokens", c["recomputed"], w["recomputed"])
-    res.observe("reused_tokens", c["reused"], w["reused"])
-    res.observe_latency(
-        "tpot_ms", [s.tpot_ms for s in cold], [s.tpot_ms for s in warm], 2, c["tpot_spread"]
-    )
-    res.observe("itl_ms", c["itl_p50"], w["itl_p50"], 2, noise=c["itl_spread"])
-    _explain(res, stats, slot, cfg, session.cfg.cost.currency)
-    res.plots.append(draw(runs, DEMO.plot("2_warm_prefix.png").path(session.out)))
+    return Cost(hosted * 1000, s.cpu_s * session.cfg.cost.cpu_hourly / 3600 * 1000)
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, judge, then render tables, prose and the plot from the records."""
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured")
+    price = {side: costs(session, records.side(side)) for side in SIDES}
+    _tables(session, res, records, price)
+    verdicts(records, res)
+    _explain(session, res, records, price)
+    res.plots.append(draw(records, DEMO.plot("2_warm_prefix.png").path(session.out)))
     return res
 
 
-def _stats(sent: list[Sent]) -> dict[str, float]:
-    ttft = [s.ttft_ms for s in sent]
-    tpot = [s.tpot_ms for s in sent]
-    itl = [g * 1e3 for s in sent for g in s.metrics.itl]
-    per_request_itl = [statistics.median(s.metrics.itl) * 1e3 for s in sent if s.metrics.itl]
-    ttft_ci = median_interval(ttft)
-    return {
-        "n": len(sent),
-        "reused": int(median([s.reused for s in sent])),
-        "recomputed": int(median([s.recomputed for s in sent])),
-        "prompt": int(median([s.metrics.prompt_tokens for s in sent])),
-        "ttft_med": median(ttft),
-        "ttft_med_low": ttft_ci.low,
-        "ttft_med_high": ttft_ci.high,
-        "ttft_min": min(ttft),
-        "ttft_max": max(ttft),
-        "ttft_spread": spread(ttft),
-        "tpot_med": median(tpot),
-        "tpot_min": min(tpot),
-        "tpot_max": max(tpot),
-        "tpot_spread": spread(tpot),
-        "itl_p50": pct(itl, 50),
-        "itl_p90": pct(itl, 90),
-        "itl_p99": pct(itl, 99),
-        "itl_gaps": len(itl),
-        "itl_spread": spread(per_request_itl),
-        "cpu_s": median([s.cpu_s for s in sent]),
-    }
-
-
-def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> None:
+def _tables(session: Session, res: DemoResult, r: Records, price: dict[Side, Cost]) -> None:
+    cfg = DEMO.config(session.cfg)
+    slot = r.slot_bytes
     storage = Table(
         "warm_prefix_storage",
         "storage",
@@ -161,64 +239,57 @@ def _tables(session: Session, res: DemoResult, stats: dict, slot: int, cfg) -> N
         "back, the suffix billed as uncached input, the output as output; self-hosted: the "
         "request's measured CPU seconds at the configured hourly rate",
     )
-    rate = session.cfg.cost.cpu_hourly
-    p = prices(session)
-    for side in ("cold", "warm"):
-        s = stats[side]
-        storage.add(side, s["prompt"], s["reused"], s["recomputed"], s["reused"] * slot / 2**20)
+    for side in SIDES:
+        s, c = r.side(side), price[side]
+        storage.add(side, s.prompt, s.reused, s.recomputed, s.reused * slot / 2**20)
+        ttft, tpot, itl = s.ttfts, s.tpots, s.itl_ms
         serving.add(
             side,
-            s["ttft_med"],
-            s["ttft_med_low"],
-            s["ttft_med_high"],
-            s["ttft_min"],
-            s["ttft_max"],
-            s["tpot_med"],
-            s["tpot_min"],
-            s["tpot_max"],
-            s["itl_p50"],
-            s["itl_p90"],
-            s["itl_p99"],
-            s["itl_gaps"],
+            median(ttft),
+            s.ttft_interval.low,
+            s.ttft_interval.high,
+            min(ttft),
+            max(ttft),
+            median(tpot),
+            min(tpot),
+            max(tpot),
+            pct(itl, 50),
+            pct(itl, 90),
+            pct(itl, 99),
+            len(itl),
         )
-        prefix, suffix = cfg.prefix_tokens, s["prompt"] - cfg.prefix_tokens
-        hosted = p.cost(
-            suffix,
-            cfg.output_tokens,
-            cache_write_tokens=prefix if side == "cold" else 0,
-            cache_read_tokens=prefix if side == "warm" else 0,
-        ).total
-        s["hosted_per_1000"] = hosted * 1000
-        s["self_per_1000"] = s["cpu_s"] * rate / 3600 * 1000
-        cost.add(side, s["hosted_per_1000"], s["cpu_s"], s["self_per_1000"])
+        cost.add(side, c.hosted_per_1000, s.cpu_s, c.self_per_1000)
     res.tables += [storage, serving, cost]
 
 
-def _explain(res: DemoResult, stats: dict, slot: int, cfg, currency: str) -> None:
+def _explain(session: Session, res: DemoResult, r: Records, price: dict[Side, Cost]) -> None:
     f = res.figures
-    c, w = stats["cold"], stats["warm"]
+    cfg, currency = DEMO.config(session.cfg), session.cfg.cost.currency
+    c, w = r.cold, r.warm
+    c_tpot, w_tpot = median(c.tpots), median(w.tpots)
     res.summary = (
         f"{f.say('repeats', cfg.repeats)} cold and {cfg.repeats} warm requests of "
-        f"{f.say('prompt_tokens', c['prompt'])} prompt tokens and "
+        f"{f.say('prompt_tokens', c.prompt)} prompt tokens and "
         f"{f.say('output_tokens', cfg.output_tokens)} output tokens, one at a time."
     )
-    noise = f.say("ttft_cold_spread_pct", 100 * c["ttft_spread"], 1)
-    tpot_noise = f.say("tpot_cold_spread_pct", 100 * c["tpot_spread"], 1)
-    tpot_change = 100 * (w["tpot_med"] - c["tpot_med"]) / c["tpot_med"]
+    noise = f.say("ttft_cold_spread_pct", 100 * spread(c.ttfts), 1)
+    tpot_noise = f.say("tpot_cold_spread_pct", 100 * spread(c.tpots), 1)
+    tpot_change = 100 * (w_tpot - c_tpot) / c_tpot
     res.gains.append(
         Gain(
             "a warm prefix",
-            f"the cache served {f.say('reused_warm', w['reused'])} of "
-            f"{c['prompt']} prompt tokens "
-            f"({f.say('reused_warm_mib', w['reused'] * slot / 2**20, 2)} "
+            f"the cache served {f.say('reused_warm', w.reused)} of "
+            f"{c.prompt} prompt tokens "
+            f"({f.say('reused_warm_mib', w.reused * r.slot_bytes / 2**20, 2)} "
             f"MiB of KV kept from an earlier request), so only "
-            f"{f.say('recomputed_warm', w['recomputed'])} tokens were computed instead of "
-            f"{f.say('recomputed_cold', c['recomputed'])}",
-            f"median TTFT fell from {f.say('ttft_cold_ms', c['ttft_med'], 1)} ms to "
-            f"{f.say('ttft_warm_ms', w['ttft_med'], 1)} ms (cold repeats scatter by {noise}% of "
-            f"their median); hosted, a request costs "
-            f"{f.say('hosted_warm_1000', w['hosted_per_1000'], 4)} instead of "
-            f"{f.say('hosted_cold_1000', c['hosted_per_1000'], 4)} {currency} per 1,000 requests",
+            f"{f.say('recomputed_warm', w.recomputed)} tokens were computed instead of "
+            f"{f.say('recomputed_cold', c.recomputed)}",
+            f"median TTFT fell from {f.say('ttft_cold_ms', median(c.ttfts), 1)} ms to "
+            f"{f.say('ttft_warm_ms', median(w.ttfts), 1)} ms (cold repeats scatter by {noise}% "
+            f"of their median); hosted, a request costs "
+            f"{f.say('hosted_warm_1000', price['warm'].hosted_per_1000, 4)} instead of "
+            f"{f.say('hosted_cold_1000', price['cold'].hosted_per_1000, 4)} {currency} per "
+            "1,000 requests",
         )
     )
     res.gains.append(
@@ -226,24 +297,24 @@ def _explain(res: DemoResult, stats: dict, slot: int, cfg, currency: str) -> Non
             "time per output token (no gain expected)",
             "decode reads the whole context's KV at every step whether it was computed now or "
             "reused, so the work per output token is the same on both sides",
-            f"median TPOT {f.say('tpot_cold_ms', c['tpot_med'], 2)} ms cold and "
-            f"{f.say('tpot_warm_ms', w['tpot_med'], 2)} ms warm, a change of "
+            f"median TPOT {f.say('tpot_cold_ms', c_tpot, 2)} ms cold and "
+            f"{f.say('tpot_warm_ms', w_tpot, 2)} ms warm, a change of "
             f"{f.say('tpot_change_pct', tpot_change, 1)}% against a spread of {tpot_noise}% "
             "between cold repeats: reuse buys first-token latency, not decode speed",
         )
     )
 
 
-def draw(runs: dict[str, list[Sent]], path: Path) -> Path:
+def draw(r: Records, path: Path) -> Path:
     """TTFT and TPOT of every repeat, cold against warm (the spread is the point)."""
     from ctxlab.workshop.plots import figure, save
 
     fig, (left, right) = figure()
     for ax, what, label in ((left, "ttft_ms", "TTFT (ms)"), (right, "tpot_ms", "TPOT (ms)")):
-        for x, side in enumerate(("cold", "warm")):
-            ys = [getattr(s, what) for s in runs[side]]
+        for x, side in enumerate(SIDES):
+            ys = [getattr(s, what) for s in r.side(side).sent]
             ax.scatter([x] * len(ys), ys, alpha=0.7, label=side)
-        ax.set_xticks([0, 1], ["cold", "warm"])
+        ax.set_xticks([0, 1], list(SIDES))
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

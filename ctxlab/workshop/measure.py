@@ -25,26 +25,32 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Sent:
-    """One finished request: the engine's metrics and the CPU seconds it took."""
+    """One finished request: what the engine recorded of it (copied out, so a demonstration's
+    records stay plain frozen values) and the CPU seconds it took."""
 
-    metrics: RequestMetrics
+    ttft_ms: float
+    tpot_ms: float
+    itl_s: tuple[float, ...]  # gaps between consecutive output tokens, in seconds
+    prompt_tokens: int
+    reused: int  # prompt tokens served by the prefix cache at admission
+    resident_kv_bytes: int | None  # None where a server does not tell them
     cpu_s: float
 
     @property
-    def ttft_ms(self) -> float:
-        return self.metrics.ttft * 1e3
-
-    @property
-    def tpot_ms(self) -> float:
-        return self.metrics.tpot * 1e3
-
-    @property
-    def reused(self) -> int:
-        return self.metrics.reused_tokens
-
-    @property
     def recomputed(self) -> int:
-        return self.metrics.prompt_tokens - self.metrics.reused_tokens
+        return self.prompt_tokens - self.reused
+
+    @classmethod
+    def of(cls, metrics: RequestMetrics, cpu_s: float) -> Sent:
+        return cls(
+            metrics.ttft * 1e3,
+            metrics.tpot * 1e3,
+            tuple(metrics.itl),
+            metrics.prompt_tokens,
+            metrics.reused_tokens,
+            metrics.resident_kv_bytes,
+            cpu_s,
+        )
 
 
 def send(llm: LLM | ServerLLM, ids: list[int], max_tokens: int, salt: str | None = None) -> Sent:
@@ -54,7 +60,7 @@ def send(llm: LLM | ServerLLM, ids: list[int], max_tokens: int, salt: str | None
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     cpu = time.process_time()
     (out,) = llm.generate([ids], params, cache_salt=salt)
-    return Sent(out.metrics, time.process_time() - cpu)
+    return Sent.of(out.metrics, time.process_time() - cpu)
 
 
 def median(values: Sequence[float]) -> float:

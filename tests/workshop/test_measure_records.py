@@ -1,0 +1,103 @@
+"""Each split demonstration's `measure`, run at tiny sizes: it returns frozen records with no
+string formatted for the report (`plain_records.problems`), and the records carry the
+counts its tables and verdicts read."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pytest
+from plain_records import problems, type_problems
+
+from ctxlab.progress import progress
+
+
+@pytest.fixture
+def session(loaded, tiny_config: Path, tmp_path: Path):
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.session import Session
+
+    return Session(load_config(tiny_config), loaded, tmp_path)
+
+
+def _measure(module, session):
+    with progress("measure", enabled=False) as tracker:
+        return module.measure(session, tracker)
+
+
+@dataclass(frozen=True)
+class Fine:
+    label: Literal["a", "b"]
+    n: int
+    xs: tuple[float, ...]
+
+
+@dataclass
+class Loose:
+    said: str
+    xs: list[int]
+
+
+def test_the_rule_finds_what_it_forbids() -> None:
+    assert problems(Fine("a", 1, (1.0, 2.0))) == []
+    found = problems((Fine("b", 2, ()), Loose("1,024 ms", [1])))
+    assert len(found) == 3
+    assert any("Loose is not frozen" in p for p in found)
+    assert any("said" in p and "not a Literal" in p for p in found)
+    assert any("xs: a mutable list" in p for p in found)
+    assert problems(Loose("an answer", []), texts=frozenset({"said"}))[1:] == [
+        "measure.Loose.xs: a mutable list"
+    ]
+    assert type_problems(tuple[Fine, ...]) == []
+    found = type_problems(Loose)
+    assert "Loose is not frozen" in found and len(found) == 3  # and its str, its list
+
+
+def test_prefix_miss_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_prefix_miss as demo
+
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert [c.case for c in r.cases] == [
+        "cold", "exact resend", "token 0", "middle", "last block", "other tenant"
+    ]  # fmt: skip
+    assert r["token 0"].reused == 0 and r["token 0"].position == 0
+    assert r["middle"].reused == r["middle"].position == 32  # 64 tokens, page 16
+    assert r["other tenant"].reused == 0
+    assert all(len(c.sent) == 1 for c in r.cases)  # repeats = 1 in the tiny config
+
+
+def test_warm_prefix_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_warm_prefix as demo
+
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert (r.cold.side, r.warm.side) == ("cold", "warm")
+    assert r.cold.n == r.warm.n == 3  # repeats in the tiny config
+    assert r.cold.reused == 0 and r.warm.reused == 64  # the 64-token prefix, whole pages
+    assert r.warm.recomputed == 16 and r.cold.prompt == 80
+    assert len(r.warm.itl_ms) == 3 * 3  # 4 output tokens: 3 gaps per request
+    assert r.slot_bytes > 0
+
+
+@pytest.mark.parametrize(
+    ("module", "texts"),
+    [
+        ("demo_prefix_miss", ()),
+        ("demo_warm_prefix", ()),
+        ("demo_disagg", ()),
+        ("demo_recurrent", ()),
+        ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
+    ],
+)
+def test_measure_is_typed_to_return_frozen_records(module: str, texts: tuple[str, ...]) -> None:
+    """Read from `measure`'s return type, so a demonstration whose run is costly (two
+    processes, a simulator, a second model, a conversation replayed per strategy) is held to
+    the rule too; the tiny run covers its behaviour."""
+    import importlib
+
+    measure = importlib.import_module(f"ctxlab.workshop.{module}").measure
+    assert type_problems(typing.get_type_hints(measure)["return"], frozenset(texts)) == []
