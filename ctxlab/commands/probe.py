@@ -63,6 +63,13 @@ def register(app: typer.Typer) -> None:
         full: bool = typer.Option(
             False, "--full", help="The longer step-time design (more lengths and batch sizes)."
         ),
+        arch: str = typer.Option(
+            None,
+            "--arch",
+            help="The served model's architecture for the planner's prediction of the pool "
+            "(a preset, config.json or GGUF file; default: the folder the server loaded when "
+            "it is on this machine, else the preset of the served name).",
+        ),
         yes: bool = typer.Option(
             False, "--yes", help="No 5 s pause after the printed plan on a terminal."
         ),
@@ -81,7 +88,7 @@ def register(app: typer.Typer) -> None:
             server=server, model=model, api_key=api_key,
             sections=tuple(s for s in sections.replace(" ", "").split(",") if s),
             max_requests=max_requests, max_tokens=max_tokens, max_seconds=max_seconds,
-            longest=longest, quick=not full,
+            longest=longest, quick=not full, arch=arch,
         ).check()  # fmt: skip
         console = Console(stderr=True)
         bars: list = []  # the progress bar starts once the server answered (so a bad URL
@@ -146,6 +153,9 @@ def _tables(console, doc: dict, out: Path) -> None:
 
             table.add_row(f["name"], Figure(**f).shown(), f["how"], f["note"])
         console.print(table)
+    for f in doc["sections"].get("capacity", []):
+        if f["name"] == "capacity: which figure disagrees":
+            console.print(f"capacity, predicted / published / measured: {f['note']}", markup=False)
     for section, why in doc["failed"].items():
         console.print(f"failed: {section}: {why}", markup=False)
     for section, why in doc["not_run"].items():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ctxlab.errors import CtxlabError
-from ctxlab.probe import capacity, isolation, prefix, steptime
+from ctxlab.probe import capacity, isolation, prediction, prefix, steptime
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.hints import cached_tokens_hint
@@ -44,6 +44,8 @@ class ProbeConfig:
     timeout: float = 300.0
     nonce: int = field(default_factory=lambda: secrets.randbits(32))
     profile_design: steptime.ProfileDesign | None = None  # library callers: their own design
+    arch: str | None = None  # the served model's architecture for the planner's prediction
+    architecture: prediction.Architecture | None = field(default=None, init=False)
 
     def check(self) -> ProbeConfig:
         check_url(self.server)
@@ -57,6 +59,8 @@ class ProbeConfig:
             raise CtxlabError("--max-requests, --max-tokens and --max-seconds must be positive")
         if not 16 <= self.longest <= 100_000:
             raise CtxlabError(f"--longest {self.longest} must be between 16 and 100000 tokens")
+        if self.arch is not None:
+            self.architecture = prediction.user_architecture(self.arch)
         return self
 
     def design(self) -> steptime.ProfileDesign:
@@ -240,6 +244,7 @@ def _sections(
                     "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
                 )
         figures.append(usage_gauge(scrape(client) if info.has_metrics else None))
+        figures += _predicted(cfg, info, samples, pub, figures, page, report)
         report.add("capacity", figures)
     if "profile" in cfg.sections:
         report.running = "profile"
@@ -260,6 +265,35 @@ def _sections(
             report.not_run["profile"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
+
+
+def _predicted(
+    cfg: ProbeConfig,
+    info: ServerInfo,
+    samples: list[tuple[str, dict[str, str], float]] | None,
+    published: Figure,
+    figures: list[Figure],
+    page: int | None,
+    report: ProbeReport,
+) -> list[Figure]:
+    """The planner's prediction for this server and the sentence saying which of predicted,
+    published and measured disagrees."""
+    arch = cfg.architecture or prediction.served_architecture(info)
+    pred = prediction.predict(info, samples, arch)
+    if pred.pool is not None:
+        report.details["engine pool"] = pred.pool
+    measured = next(
+        (f.value for f in figures if f.name == "prefix-cache capacity" and f.how == "measured"),
+        None,
+    )
+    pub = published.value if published.how == "measured" else None
+    verdict = prediction.agreement(
+        pred.tokens,
+        pub if isinstance(pub, int) else None,
+        measured if isinstance(measured, int) else None,
+        page or 1,
+    )
+    return [*pred.figures, verdict]
 
 
 def _pool(
