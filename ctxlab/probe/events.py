@@ -27,9 +27,9 @@ POLL_S = 0.2
 JOIN_S = 5.0
 
 
-def check_endpoint(endpoint: str) -> str:
+def check_endpoint(endpoint: str, flag: str = "--kv-events") -> str:
     """Loopback or ipc only, and the packages present: one sentence otherwise."""
-    check_loopback(endpoint, "--kv-events")
+    check_loopback(endpoint, flag)
     msgpack_module()
     zmq_module()
     return endpoint
