@@ -166,8 +166,12 @@ def predict(
         if override is not None:  # vLLM's may_override_num_blocks: the pool is the override
             per_block = int(first["bytes_per_block"])
             pool = run(override * per_block)
-            if not pool_how.startswith("the published"):
-                pool_how = f"num_gpu_blocks_override {override} x {per_block:,} bytes per block"
+            if pool_bytes is not None:  # what vLLM logs as "Overriding num_gpu_blocks=N"
+                pool_how = (
+                    f"num_gpu_blocks_override {override} x {per_block:,} bytes per block (the "
+                    f"kv_cache_memory_bytes {pool_bytes:,} alone give {first['num_blocks']} "
+                    "blocks: vLLM's log line 'Overriding num_gpu_blocks=N')"
+                )
         else:
             pool = first
     except CtxlabError as exc:
@@ -191,7 +195,8 @@ def predict(
             Figure(
                 "num_gpu_blocks predicted / published", f"{blocks} / {published_blocks}",
                 "inferred",
-                "equal: the planner reproduces vLLM's own block count" if same
+                ("equal, as num_gpu_blocks_override sets it" if override is not None
+                 else "equal: the planner reproduces vLLM's own block count") if same
                 else f"the planner is off by {blocks - published_blocks:+} blocks",
             )
         )  # fmt: skip
