@@ -51,3 +51,31 @@ def test_eviction_counts_blocks_from_the_servers_events(tmp_path):
     server_rows = [r for r in storage["rows"] if r[1] == "server"]
     assert [r[-1] for r in server_rows] == [grouped, interleaved]
     assert any(f"BlockRemoved of {CTXLAB_PAGE}-token blocks" in n for n in four["notes"])
+
+
+def _listener(batches: int, gaps: list | None = None):
+    from types import SimpleNamespace
+
+    sub = SimpleNamespace(received_batches=batches, gaps=gaps or [], dropped_events=0)
+    return SimpleNamespace(endpoint="ipc:///tmp/x", subscriber=sub)
+
+
+def test_removals_are_counted_per_order_window():
+    from ctxlab.kvevents.events import BlockRemoved, BlockStored, EventBatch
+    from ctxlab.kvevents.residency import Residency
+    from ctxlab.kvevents.subscriber import Gap
+    from ctxlab.workshop.server_eviction import evictions_from_events
+
+    stored = BlockStored(tuple(range(1, 7)), None, tuple(range(6 * 4)), 4)
+    batches = [
+        EventBatch(0, 10.0, (stored,)),
+        EventBatch(1, 11.0, (BlockRemoved((1,)),)),  # grouped: one
+        EventBatch(2, 20.0, (BlockRemoved((2, 3)),)),  # interleaved, at its start
+        EventBatch(3, 29.0, (BlockRemoved((4,)),)),  # interleaved
+    ]
+    res = Residency().feed_all(batches)
+    assert evictions_from_events(_listener(4), res, [10.0, 20.0]) == [1, 3]
+    silent = evictions_from_events(_listener(0), Residency(), [10.0, 20.0])
+    assert isinstance(silent, str) and silent.startswith("no KV events arrived")
+    missed = evictions_from_events(_listener(4, [Gap(5, 6)]), res, [10.0, 20.0])
+    assert isinstance(missed, str) and "2 batches" in missed
