@@ -71,7 +71,10 @@ def served_architecture(info: ServerInfo) -> Architecture | str:
 
     root = Path(info.model_root) if info.model_root else None
     if root is not None and (root / "config.json").is_file():
-        return _from_config(root, f"the folder the server loaded ({root}/config.json)")
+        try:
+            return _from_config(root, f"the folder the server loaded ({root}/config.json)")
+        except CtxlabError as exc:  # a model the planner cannot read: no prediction, no failure
+            return f"the planner cannot read {root}/config.json ({str(exc).rstrip('.')})"
     for name in (info.model, root.name if root else ""):
         if name and name.lower() in PRESETS:
             return Architecture(get_preset(name), f"the preset {name.lower()} (served name)", None)

@@ -106,3 +106,11 @@ def test_agreement_names_the_figure_that_disagrees(pred, pub, meas, odd):
     verdict = prediction.agreement(pred, pub, meas, 128)
     assert verdict.value == odd
     assert verdict.note.count(". ") == 0  # one sentence
+
+
+def test_a_served_folder_the_planner_cannot_read_is_a_reason(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    info = _info("x", 2048)
+    info.model_root = str(tmp_path)
+    why = prediction.served_architecture(info)
+    assert isinstance(why, str) and why.startswith(f"the planner cannot read {tmp_path}")
