@@ -354,7 +354,7 @@ def evictions_from_events(
 
 def _events_sentence(listener: EventListener, res: Residency) -> str:
     return (
-        f"evicted blocks counted from the server's KV events ({listener.endpoint}: "
+        f"counted from the server's KV events ({listener.endpoint}: "
         f"{listener.subscriber.received_batches:,} batches, no gap; BlockRemoved of "
         f"{res.block_size}-token blocks)"
     )
