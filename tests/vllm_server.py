@@ -149,7 +149,8 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def running(url: str) -> VllmServer:
-    """A vLLM server someone started (`CTXLAB_VLLM_URL`); its model and pool as it reports."""
+    """A vLLM server someone started (`CTXLAB_VLLM_URL`); its model and pool as it reports,
+    and its KV-event publisher where `CTXLAB_VLLM_KV_EVENTS` names it."""
     from ctxlab.probe.metrics import parse
 
     try:
@@ -159,7 +160,9 @@ def running(url: str) -> VllmServer:
         raise RuntimeError(f"CTXLAB_VLLM_URL={url} is not a vLLM server: {exc}") from None
     info = next(lb for name, lb, _ in samples if name == "vllm:cache_config_info")
     block = int(info["block_size"])
-    return VllmServer(url, model, block, int(info["num_gpu_blocks"]) * block, Path(os.devnull))
+    events = os.environ.get("CTXLAB_VLLM_KV_EVENTS")  # its publisher, as the script printed
+    pool = int(info["num_gpu_blocks"]) * block
+    return VllmServer(url, model, block, pool, Path(os.devnull), events or None)
 
 
 @pytest.fixture(scope="session")
@@ -177,7 +180,11 @@ def vllm_server() -> Iterator[VllmServer]:
 
 if __name__ == "__main__":  # start the test server by hand: python tests/vllm_server.py
     with vllm_serve() as s:
-        print(f"ready {s.url} (log {s.log}); Ctrl-C stops it", file=sys.stderr)
+        print(
+            f"ready {s.url} (log {s.log}); Ctrl-C stops it\n"
+            f"CTXLAB_VLLM_URL={s.url} CTXLAB_VLLM_KV_EVENTS={s.kv_events}",
+            file=sys.stderr,
+        )
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)

@@ -8,7 +8,9 @@ probe before it measured anything (unreachable, wrong key, not OpenAI-compatible
 model), 3 the server stopped answering, or answered something the probe cannot use (a
 malformed stream, a field of the wrong type, an HTTP error), after the calibration: the
 report with the finished sections, and the failing one marked with the reason, is still
-written.
+written. `--kv-events` off loopback, or without pyzmq/msgpack, is exit 2 before anything is
+sent; an endpoint where nothing publishes costs the probe nothing (the events figure says
+no events arrived).
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import contextlib
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ctxlab.commands.options import JsonOpt, output_file
 from ctxlab.json_output import dumps
 from ctxlab.outputs import write_text
+
+if TYPE_CHECKING:
+    from ctxlab.probe.report import ProbeReport
 
 DEFAULT_OUT = Path("out/probe/probe.json")
 
@@ -63,6 +69,20 @@ def register(app: typer.Typer) -> None:
         full: bool = typer.Option(
             False, "--full", help="The longer step-time design (more lengths and batch sizes)."
         ),
+        arch: str = typer.Option(
+            None,
+            "--arch",
+            help="The served model's architecture for the planner's prediction of the pool "
+            "(a preset, config.json or GGUF file; default: the folder the server loaded when "
+            "it is on this machine, else the preset of the served name).",
+        ),
+        kv_events: str = typer.Option(
+            None,
+            "--kv-events",
+            help="The server's KV-event publisher on this machine (vLLM --kv-events-config, "
+            "ctxlab serve --kv-events-endpoint), e.g. tcp://127.0.0.1:5557: its capacity from "
+            "the events beside the others, and a residency timeline beside the report.",
+        ),
         yes: bool = typer.Option(
             False, "--yes", help="No 5 s pause after the printed plan on a terminal."
         ),
@@ -81,7 +101,7 @@ def register(app: typer.Typer) -> None:
             server=server, model=model, api_key=api_key,
             sections=tuple(s for s in sections.replace(" ", "").split(",") if s),
             max_requests=max_requests, max_tokens=max_tokens, max_seconds=max_seconds,
-            longest=longest, quick=not full,
+            longest=longest, quick=not full, arch=arch, kv_events=kv_events,
         ).check()  # fmt: skip
         console = Console(stderr=True)
         bars: list = []  # the progress bar starts once the server answered (so a bad URL
@@ -117,6 +137,8 @@ def register(app: typer.Typer) -> None:
             path = out.with_name(out.stem + "-step-profile.json")
             write_text(path, dumps(profile, indent=1) + "\n", "--out")
             doc["profile_file"] = str(path)
+        if report.residency is not None:
+            doc["residency_file"] = _residency(report, out)
         write_text(out, dumps(doc, indent=1) + "\n", "--out")
         if as_json:
             typer.echo(dumps(doc))  # strict JSON: a NaN a server sent is null
@@ -146,6 +168,9 @@ def _tables(console, doc: dict, out: Path) -> None:
 
             table.add_row(f["name"], Figure(**f).shown(), f["how"], f["note"])
         console.print(table)
+    for f in doc["sections"].get("capacity", []):
+        if f["name"] == "capacity: which figure disagrees":
+            console.print(f"capacity, predicted / published / measured: {f['note']}", markup=False)
     for section, why in doc["failed"].items():
         console.print(f"failed: {section}: {why}", markup=False)
     for section, why in doc["not_run"].items():
@@ -161,7 +186,23 @@ def _tables(console, doc: dict, out: Path) -> None:
         console.print(f"step profile: {doc['profile_file']} (ctxlab simulate --profile)")
         command = simulate_command(s["model"], doc["profile_file"])
         console.print(f"simulate this deployment: {command}", soft_wrap=True, markup=False)
+    if doc.get("residency_file"):
+        console.print(f"KV residency (events): {doc['residency_file']} and its .png")
     console.print(f"report: {out}")
+
+
+def _residency(report: ProbeReport, out: Path) -> str:
+    """The residency timeline from the KV events, as `ctxlab watch` writes it, beside the
+    report (JSON and PNG); the JSON's path."""
+    from ctxlab.kvevents.plot import plot_residency
+
+    res = report.residency
+    assert res is not None
+    path = out.with_name(out.stem + "-residency.json")
+    body = {**report.details.get("kv events", {}), **res.to_json()}
+    write_text(path, dumps(body, indent=1) + "\n", "--out")
+    plot_residency(res, path.with_suffix(".png"), f"KV events while probing {report.server.url}")
+    return str(path)
 
 
 def simulate_command(model: str, profile: str) -> str:

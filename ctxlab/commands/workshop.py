@@ -211,6 +211,9 @@ def _run(
         _each(listed, _check_server)  # a bad URL, key or model costs a second, not a load
         loaded = load_default_model(cfg)
         backends = _connect(listed, loaded)
+        if server is None:  # the config's servers: each one's KV-event publisher, if given
+            for (_, backend), entry in zip(backends, cfg.servers, strict=True):
+                backend.kv_events = entry.kv_events
         try:
             return run_workshop(
                 cfg, folder, quick=quick, only=picked, config_label=label, loaded=loaded,

@@ -33,6 +33,7 @@ class ServerInfo:
     has_tokenize: bool = False
     has_metrics: bool = False
     extra: dict[str, str] = field(default_factory=dict)
+    model_root: str = ""  # vLLM's `root` in /v1/models: the folder or hub id it loaded
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -103,6 +104,7 @@ def identify(client: ProbeClient, model: str | None) -> ServerInfo:
         raise CtxlabError(f"{url} does not serve model {model!r}; it serves {', '.join(ids)}")
     card = found[ids.index(model)][1]
     info = ServerInfo(url, model, ids, "unknown", "", _count(src, card, "max_model_len"))
+    info.model_root = fields.text(src, card.get("root"), "root") or ""
     owned = fields.text(src, card.get("owned_by"), "owned_by") or ""
     if owned == "ctxlab":
         info.engine = "ctxlab"

@@ -6,10 +6,13 @@ prints it as tables."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.identify import ServerInfo
+
+if TYPE_CHECKING:
+    from ctxlab.kvevents.residency import Residency
 
 FORMAT = "ctxlab-probe/1"
 
@@ -28,6 +31,7 @@ class ProbeReport:
     sent: dict[str, int] = field(default_factory=dict)
     error: str = ""
     profile_file: str = ""
+    residency: Residency | None = field(default=None, repr=False)  # --kv-events (not written)
 
     def add(self, section: str, figures: list[Figure]) -> None:
         self.sections.setdefault(section, []).extend(figures)

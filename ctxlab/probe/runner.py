@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ctxlab.errors import CtxlabError
-from ctxlab.probe import capacity, isolation, prefix, steptime
+from ctxlab.probe import capacity, isolation, prediction, prefix, steptime
+from ctxlab.probe import events as probe_events
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.hints import cached_tokens_hint
@@ -44,6 +45,9 @@ class ProbeConfig:
     timeout: float = 300.0
     nonce: int = field(default_factory=lambda: secrets.randbits(32))
     profile_design: steptime.ProfileDesign | None = None  # library callers: their own design
+    arch: str | None = None  # the served model's architecture for the planner's prediction
+    kv_events: str | None = None  # the server's KV-event publisher, listened to throughout
+    architecture: prediction.Architecture | None = field(default=None, init=False)
 
     def check(self) -> ProbeConfig:
         check_url(self.server)
@@ -57,6 +61,10 @@ class ProbeConfig:
             raise CtxlabError("--max-requests, --max-tokens and --max-seconds must be positive")
         if not 16 <= self.longest <= 100_000:
             raise CtxlabError(f"--longest {self.longest} must be between 16 and 100000 tokens")
+        if self.arch is not None:
+            self.architecture = prediction.user_architecture(self.arch)
+        if self.kv_events is not None:
+            probe_events.check_endpoint(self.kv_events)
         return self
 
     def design(self) -> steptime.ProfileDesign:
@@ -100,8 +108,38 @@ def run(
     on_identified: Callable[[ServerInfo, dict[str, int]], None] | None = None,
 ) -> ProbeReport:
     """Run the probe; raises CtxlabError before anything is measured (bad URL, key, model),
-    otherwise always returns a report (its `error` says if the server died mid-run)."""
+    otherwise always returns a report (its `error` says if the server died mid-run). With
+    `kv_events`, the server's KV events are read throughout and the capacity they show is
+    added beside the published and the measured one (`report.residency` holds them)."""
     cfg.check()
+    listener = probe_events.EventListener(cfg.kv_events).start() if cfg.kv_events else None
+    try:
+        report = _run(cfg, step, on_identified)
+    finally:
+        res = listener.stop() if listener is not None else None
+    if listener is not None and res is not None:
+        pub = report.figure("capacity", "capacity published in /metrics")
+        value = pub.value if pub is not None and pub.how == "measured" else None
+        got = probe_events.capacity(res, listener, value if isinstance(value, int) else None)
+        report.add("capacity" if "capacity" in report.sections else "KV events", [got.figure])
+        report.residency = res
+        report.details["kv events"] = {
+            "endpoint": listener.endpoint,
+            "batches": listener.subscriber.received_batches,
+            "gaps": [
+                {"first": g.first, "last": g.last, "replayed": g.replayed, "missing": g.missing}
+                for g in listener.subscriber.gaps
+            ],
+            "events_dropped": listener.subscriber.dropped_events,
+        }
+    return report
+
+
+def _run(
+    cfg: ProbeConfig,
+    step: Callable[[str], None] | None,
+    on_identified: Callable[[ServerInfo, dict[str, int]], None] | None,
+) -> ProbeReport:
     say = step or (lambda _m: None)
     budget = Budget(cfg.max_requests, cfg.max_tokens, cfg.max_seconds)
     client = ProbeClient(cfg.server, cfg.model or "", cfg.api_key, budget, cfg.timeout)
@@ -240,6 +278,7 @@ def _sections(
                     "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
                 )
         figures.append(usage_gauge(scrape(client) if info.has_metrics else None))
+        figures += _predicted(cfg, info, samples, pub, figures, page, report)
         report.add("capacity", figures)
     if "profile" in cfg.sections:
         report.running = "profile"
@@ -260,6 +299,35 @@ def _sections(
             report.not_run["profile"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
+
+
+def _predicted(
+    cfg: ProbeConfig,
+    info: ServerInfo,
+    samples: list[tuple[str, dict[str, str], float]] | None,
+    published: Figure,
+    figures: list[Figure],
+    page: int | None,
+    report: ProbeReport,
+) -> list[Figure]:
+    """The planner's prediction for this server and the sentence saying which of predicted,
+    published and measured disagrees."""
+    arch = cfg.architecture or prediction.served_architecture(info)
+    pred = prediction.predict(info, samples, arch)
+    if pred.pool is not None:
+        report.details["engine pool"] = pred.pool
+    measured = next(
+        (f.value for f in figures if f.name == "prefix-cache capacity" and f.how == "measured"),
+        None,
+    )
+    pub = published.value if published.how == "measured" else None
+    verdict = prediction.agreement(
+        pred.tokens,
+        pub if isinstance(pub, int) else None,
+        measured if isinstance(measured, int) else None,
+        page or 1,
+    )
+    return [*pred.figures, verdict]
 
 
 def _pool(

@@ -8,6 +8,9 @@ OpenAI API (`ctxlab workshop` with no `--server`; `--server URL` replaces the li
     model = "meta-llama/Llama-3.1-8B" # optional: the model to use when it serves several
     timeout = 120                     # optional: seconds one request may take in total
                                       # (default 600; `--server-timeout` overrides it)
+    kv_events = "tcp://127.0.0.1:5557" # optional: its KV-event publisher on this machine
+                                      # (vLLM --kv-events-config): demonstration 4 counts
+                                      # the blocks it evicts from the events
 
 The first server carries every demonstration a server can run; every listed server gets
 the probe summary and demonstration 3 side by side (`server_compare.py`).
@@ -31,6 +34,18 @@ class ServerEntry(BaseModel):
     api_key: str | None = Field(default=None, exclude=True, repr=False)  # never written out
     model: str | None = None
     timeout: float | None = None  # seconds per request in total; None: DEFAULT_TIMEOUT
+    kv_events: str | None = None  # the server's KV-event publisher (tcp:// loopback, ipc://)
+
+    @field_validator("kv_events")
+    @classmethod
+    def _kv_events(cls, endpoint: str | None) -> str | None:
+        from ctxlab.errors import CtxlabError
+        from ctxlab.probe.events import check_endpoint
+
+        try:
+            return None if endpoint is None else check_endpoint(endpoint, "the endpoint")
+        except CtxlabError as exc:
+            raise ValueError(str(exc).rstrip(".")) from None
 
     @field_validator("timeout")
     @classmethod

@@ -77,6 +77,7 @@ class ServerLLM:
     tokenizer: Tokenizer  # the local model's: chats are rendered to ids with it
     vocab_size: int
     rotation: int = field(init=False)  # in [1, ordinary ids): never the identity
+    kv_events: str | None = None  # its KV-event publisher (`[[servers]] kv_events`), if any
 
     def __post_init__(self) -> None:
         span = self.vocab_size - min(LOW, self.vocab_size // 4)

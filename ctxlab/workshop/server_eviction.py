@@ -18,8 +18,10 @@ requests), and the simulator replays both orders with that profile, the probed p
 and the probed capacity as its pool. Its prediction is written to `eviction-prediction.json`
 before the first measured request is sent. Both orders then go to the server: all requests
 arrive at once, at most `concurrency` in flight, so TTFT (from the common start) includes
-the client-side queue, as the simulator's does. What a server does not report (evicted
-blocks, preemptions) is "not measurable" with the reason.
+the client-side queue, as the simulator's does. Evicted blocks are counted from the
+server's KV events (BlockRemoved, vLLM's format) while each order runs, when its
+`[[servers]]` entry names `kv_events`; otherwise, and for preemptions, which no server
+reports, the figure is "not measurable" with the reason.
 """
 
 from __future__ import annotations
@@ -46,11 +48,14 @@ from ctxlab.workshop.session import Session
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from ctxlab.kvevents.residency import Residency
+    from ctxlab.probe.events import EventListener
     from ctxlab.workshop.demonstration import Demonstration
     from ctxlab.workshop.server_backend import ServerLLM
     from ctxlab.workshop.server_findings import ServerRun
 
 
+SUBSCRIBE_S = 0.5  # seconds a new KV-event subscription is given before requests are sent
 MAX_REQUESTS = 96  # requests one order may send; a larger cache is "not measurable" here
 CAPACITY_REQUESTS = 400  # the capacity section's budget (it sends until the cache evicts)
 NOT_REPORTED = (
@@ -234,9 +239,24 @@ def run(session: Session, through: ServerRun, demo: Demonstration[BaseModel]) ->
         runs[order]["simulator"] = sim
     predicted_at = time.time()
     _write_prediction(session.out / "eviction-prediction.json", runs, sizing, predicted_at)
-    # 4. the server, both orders
-    for order in ORDERS:
-        runs[order]["server"] = send_all(server, workload.ordered(jobs, order), ev)
+    # 4. the server, both orders (its KV events read meanwhile, when it publishes them)
+    listener = _listen(server.kv_events)
+    starts: list[float] = []
+    try:
+        for order in ORDERS:
+            starts.append(time.time())
+            runs[order]["server"] = send_all(server, workload.ordered(jobs, order), ev)
+    finally:
+        residency = listener.stop() if listener is not None else None
+    events_note = ""
+    if listener is not None and residency is not None:
+        counted = evictions_from_events(listener, residency, starts)
+        if isinstance(counted, str):
+            events_note = counted
+        else:
+            for order, n in zip(ORDERS, counted, strict=True):
+                runs[order]["server"]["evictions"] = n
+            events_note = _events_sentence(listener, residency)
     for order in ORDERS:
         for side in runs[order].values():
             side["computed"] = side["queried"] - side["reused"]
@@ -245,8 +265,8 @@ def run(session: Session, through: ServerRun, demo: Demonstration[BaseModel]) ->
                 side[f"ttft_p{q}"] = pct(side["ttft_ms"], q)
     label = through.label
     _tables(session, res, runs, sizing, page, sent_cap, t_cap.wall_s, t_prof.wall_s, label)
-    _observe(res, runs)
-    _explain(session, res, runs, sizing, unique, label)
+    _observe(res, runs, events_note)
+    _explain(session, res, runs, sizing, unique, label, events_note)
     lead_ms = 1e3 * (runs["grouped"]["server"]["started"] - predicted_at)
     res.notes.append(
         "The simulator's prediction was computed from the probed profile and written to "
@@ -296,6 +316,50 @@ def send_all(server: ServerLLM, jobs: list, ev: EvictionSection) -> dict:
     }
 
 
+def _listen(endpoint: str | None) -> EventListener | None:
+    """A listener on the server's KV events, subscribed before the first measured request."""
+    if endpoint is None:
+        return None
+    from ctxlab.probe.events import EventListener
+
+    listener = EventListener(endpoint).start()
+    time.sleep(SUBSCRIBE_S)  # a ZMQ subscription reaches the publisher a moment later
+    return listener
+
+
+def evictions_from_events(
+    listener: EventListener, res: Residency, starts: list[float]
+) -> list[int] | str:
+    """Blocks removed while each order ran (from its start to the next one's, the last to
+    the end of listening: the publisher stamps a batch when the step that made it ends), or
+    why the events cannot say (none arrived, or batches were missed)."""
+    sub = listener.subscriber
+    if sub.received_batches == 0:
+        return (
+            f"no KV events arrived from {listener.endpoint} while the orders ran: is it the "
+            "server's publisher (vLLM: --kv-events-config with publisher zmq)?"
+        )
+    missing = sum(g.missing for g in sub.gaps)
+    if missing or sub.dropped_events:
+        return (
+            f"{missing} batches of the KV events from {listener.endpoint} were missed and "
+            f"{sub.dropped_events} events let go, so a count of evicted blocks would be short"
+        )
+    bounds = [*starts[1:], float("inf")]
+    return [
+        sum(1 for e in res.evictions if start <= e.at < end)
+        for start, end in zip(starts, bounds, strict=True)
+    ]
+
+
+def _events_sentence(listener: EventListener, res: Residency) -> str:
+    return (
+        f"counted from the server's KV events ({listener.endpoint}: "
+        f"{listener.subscriber.received_batches:,} batches, no gap; BlockRemoved of "
+        f"{res.block_size}-token blocks)"
+    )
+
+
 def _tables(
     session: Session,
     res: DemoResult,
@@ -322,10 +386,13 @@ def _tables(
         f"on {label}",
         "measured and modeled",
         [Column("arrivals"), Column("side"), Column("reused tokens"),
-         Column("computed prompt tokens"), Column("recomputed tokens"), Column("hit requests")],
-        note="server rows: usage cached_tokens of each request (measured); simulator rows: "
-        "predicted from the probed profile, page and capacity before the server was measured; "
-        "recomputed = computed prompt tokens minus tokens no earlier request had computed",
+         Column("computed prompt tokens"), Column("recomputed tokens"), Column("hit requests"),
+         Column("evicted blocks")],
+        note="server rows: usage cached_tokens of each request (measured), evicted blocks from "
+        "the server's KV events (BlockRemoved) where its [[servers]] entry names kv_events, "
+        "else n/a; simulator rows: predicted from the probed profile, page and capacity before "
+        "the server was measured; recomputed = computed prompt tokens minus tokens no earlier "
+        "request had computed",
     )  # fmt: skip
     serving = Table(
         "eviction_server_serving", "serving",
@@ -341,7 +408,7 @@ def _tables(
         for side in ("server", "simulator"):
             r = runs[order][side]
             storage.add(order, side, r["reused"], r["computed"], r["recomputed"],
-                        r["hit_requests"])  # fmt: skip
+                        r["hit_requests"], r["evictions"])  # fmt: skip
             serving.add(order, side, r["ttft_p50"], r["ttft_p95"], r["ttft_p99"], r["makespan_s"])
     probe = Table(
         "eviction_server_probe", "storage",
@@ -358,23 +425,34 @@ def _tables(
     res.tables += [probe, storage, serving]
 
 
-def _observe(res: DemoResult, runs: dict) -> None:
+def _observe(res: DemoResult, runs: dict, events_note: str) -> None:
     g, i = runs["grouped"]["server"], runs["interleaved"]["server"]
     si = runs["interleaved"]["simulator"]
     res.observe("reused_tokens", g["reused"], i["reused"])
     res.observe("recomputed_tokens", g["recomputed"], i["recomputed"])
-    res.observe("evictions", None, None, why_missing=NOT_REPORTED)
+    counted = i["evictions"] is not None
+    why = None if counted else (events_note or NOT_REPORTED)
+    res.observe("evictions", g["evictions"], i["evictions"], why_missing=why)
     res.observe_latency("ttft_p50_ms", g["ttft_ms"], i["ttft_ms"], 1)
     for q in (95, 99):
         res.observe(f"ttft_p{q}_ms", g[f"ttft_p{q}"], i[f"ttft_p{q}"], 1)
     res.observe("sim_vs_engine_reused_tokens", i["reused"], si["reused"])
-    res.observe("sim_vs_engine_evictions", None, None, why_missing=NOT_REPORTED)
+    if counted:
+        res.observe("sim_vs_engine_evictions", i["evictions"], si["evictions"])
+    else:
+        res.observe("sim_vs_engine_evictions", None, None, why_missing=why)
     # the prediction against the server's TTFTs: a bootstrap of the difference of medians
     res.observe_latency("sim_vs_engine_ttft_p50_ms", i["ttft_ms"], si["ttft_ms"], 1)
 
 
 def _explain(
-    session: Session, res: DemoResult, runs: dict, s: Sizing, unique: int, label: str
+    session: Session,
+    res: DemoResult,
+    runs: dict,
+    s: Sizing,
+    unique: int,
+    label: str,
+    events_note: str = "",
 ) -> None:
     f = res.figures
     g, i = runs["grouped"]["server"], runs["interleaved"]["server"]
@@ -414,4 +492,12 @@ def _explain(
             "it as a paged LRU cache holding as many tokens as those prompts, so its reuse "
             "prediction is a model of a different kind of cache and may miss for that reason."
         )
-    res.notes.append(f"Evicted blocks: not measurable ({NOT_REPORTED}).")
+    if i["evictions"] is not None:
+        res.notes.append(
+            f"Evicted blocks: {f.say('evictions_grouped', g['evictions'])} grouped and "
+            f"{f.say('evictions_interleaved', i['evictions'])} interleaved, {events_note}; the "
+            f"simulator predicted {f.say('sim_evictions_interleaved', si['evictions'])} "
+            f"interleaved and {f.say('sim_evictions_grouped', sg['evictions'])} grouped."
+        )
+    else:
+        res.notes.append(f"Evicted blocks: not measurable ({events_note or NOT_REPORTED}).")

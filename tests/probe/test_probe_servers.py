@@ -58,6 +58,11 @@ def test_capacity_within_one_page_of_the_pool(paged):
     assert abs(cap.value - POOL) <= page
     pub = f["capacity published in /metrics"]
     assert pub.value == POOL and "vllm:cache_config_info" in pub.note
+    # vLLM's metric names, but not vLLM: the planner's vLLM model must not be applied
+    predicted = f["capacity predicted by the planner"]
+    assert predicted.how == "not measurable" and "--kv-pool-tokens" in predicted.note
+    verdict = f["capacity: which figure disagrees"]
+    assert verdict.value == "none" and "published and the measured" in verdict.note
 
 
 @pytest.mark.model

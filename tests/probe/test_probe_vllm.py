@@ -6,6 +6,7 @@ vLLM's CPU build is not installed."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,14 @@ from tests.cli.conftest import run_in_process
 from tests.vllm_server import VLLM, VllmServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.server, pytest.mark.xdist_group(VLLM)]
+
+
+def _log(server: VllmServer) -> str:
+    """vLLM's start-up log ('' for a server started by hand: its log is not ours)."""
+    try:
+        return server.log.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _figures(doc: dict, section: str) -> dict[str, dict]:
@@ -23,10 +32,12 @@ def test_probe_finds_vllm_page_isolation_and_pool(
     vllm_server: VllmServer, monkeypatch, capsys, tmp_path
 ):
     out = tmp_path / "probe.json"
+    events = ("--kv-events", vllm_server.kv_events) if vllm_server.kv_events else ()
     r = run_in_process(
         monkeypatch, capsys, "probe", "--server", vllm_server.url, "--yes", "--out", str(out),
         "--sections", "prefix,isolation,capacity", "--longest", "300",
         "--max-seconds", "7200",  # not the 900 s default: a loaded 2-core box took 18 minutes
+        *events,
     )  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(out.read_text())
@@ -54,6 +65,29 @@ def test_probe_finds_vllm_page_isolation_and_pool(
     assert len(doc["details"]["capacity trials"]) <= 2  # confirmed, not searched
     assert "requests" in cap["sent by the capacity section"]["value"]
     assert "sent by the capacity section" in r.out
+
+    # the planner's prediction from what vLLM publishes: its folder's config.json (float32),
+    # block 128, max_model_len 2048 and the pool the block override sets
+    predicted = cap["capacity predicted by the planner"]
+    assert predicted["value"] == vllm_server.pool_tokens, predicted
+    assert "num_gpu_blocks_override" in predicted["note"]
+    logged = re.search(r"Overriding num_gpu_blocks=(\d+)", _log(vllm_server))
+    if logged:  # the pool's own block count, before the override: vLLM's log against ours
+        assert f"alone give {logged.group(1)} blocks" in predicted["note"]
+    blocks = vllm_server.pool_tokens // page
+    assert cap["num_gpu_blocks predicted / published"]["value"] == f"{blocks} / {blocks}"
+    assert doc["details"]["engine pool"]["num_blocks"] == blocks
+    verdict = cap["capacity: which figure disagrees"]
+    assert verdict["value"] == "none", verdict
+    assert "capacity, predicted / published / measured: the predicted, published" in r.out
+
+    if vllm_server.kv_events:  # the capacity again, from vLLM's own KV events
+        from_events = cap["capacity from KV events"]
+        assert from_events["how"] == "measured", from_events
+        assert abs(from_events["value"] - vllm_server.pool_tokens) <= page
+        residency = json.loads((tmp_path / "probe-residency.json").read_text())
+        assert residency["summary"]["block_size"] == page and residency["evictions"]
+        assert (tmp_path / "probe-residency.png").is_file()
 
 
 def test_a_model_vllm_does_not_serve_is_one_sentence(

@@ -1,0 +1,81 @@
+"""Demonstration 4 through a server that publishes its KV events (`[[servers]] kv_events`):
+the evicted blocks are counted from the events (BlockRemoved while each order ran), not
+inferred, and judged like the local engine's. `ctxlab serve --kv-events-endpoint` publishes
+vLLM's format (tests/kvevents), so the same code reads vLLM; the key's bad values are one
+sentence."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kvevents.test_events import free_port
+from tests.probe.test_workshop_server import verdicts, workshop
+from tests.servers import CTXLAB_ARGS, CTXLAB_PAGE, ctxlab_serve
+
+pytest.importorskip("zmq")
+pytest.importorskip("msgpack")
+
+
+def test_a_kv_events_key_off_loopback_is_one_sentence(tmp_path):
+    config = tmp_path / "servers.toml"
+    config.write_text(
+        '[[servers]]\nlabel = "vllm"\nurl = "http://127.0.0.1:9"\n'
+        'kv_events = "tcp://192.168.1.2:5557"\n'
+    )
+    run = workshop(tmp_path / "out", str(config), "--only", "4")
+    assert run.res.code == 2 and len(run.res.err_lines) == 1, run.res.err
+    assert "kv_events" in run.res.err and "not on this machine's loopback" in run.res.err
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_eviction_counts_blocks_from_the_servers_events(tmp_path):
+    """Its own server: the publisher is a flag the shared `ctxlab serve` lacks."""
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    with ctxlab_serve(*CTXLAB_ARGS, "--kv-events-endpoint", ep) as url:
+        config = tmp_path / "servers.toml"
+        config.write_text(f'[[servers]]\nlabel = "paged"\nurl = "{url}"\nkv_events = "{ep}"\n')
+        run = workshop(tmp_path / "out", str(config), "--only", "4")
+    assert run.res.code == 0, run.res.err[-3000:]
+    four = run.results["demos"]["eviction"]
+    assert four["status"] == "run"
+    evictions = four["observations"]["evictions"]
+    grouped, interleaved = evictions["baseline"], evictions["observed"]
+    assert isinstance(grouped, int) and isinstance(interleaved, int)
+    # the interleaved order's prefixes overflow the cache: it must evict blocks
+    assert interleaved > 0 and interleaved >= grouped
+    v4 = verdicts(run.results, 4)
+    assert v4["evictions"]["verdict"] != "not measurable"
+    assert v4["sim_vs_engine_evictions"]["verdict"] != "not measurable"
+    storage = next(t for t in four["tables"] if t["key"] == "eviction_server_storage")
+    server_rows = [r for r in storage["rows"] if r[1] == "server"]
+    assert [r[-1] for r in server_rows] == [grouped, interleaved]
+    assert any(f"BlockRemoved of {CTXLAB_PAGE}-token blocks" in n for n in four["notes"])
+
+
+def _listener(batches: int, gaps: list | None = None):
+    from types import SimpleNamespace
+
+    sub = SimpleNamespace(received_batches=batches, gaps=gaps or [], dropped_events=0)
+    return SimpleNamespace(endpoint="ipc:///tmp/x", subscriber=sub)
+
+
+def test_removals_are_counted_per_order_window():
+    from ctxlab.kvevents.events import BlockRemoved, BlockStored, EventBatch
+    from ctxlab.kvevents.residency import Residency
+    from ctxlab.kvevents.subscriber import Gap
+    from ctxlab.workshop.server_eviction import evictions_from_events
+
+    stored = BlockStored(tuple(range(1, 7)), None, tuple(range(6 * 4)), 4)
+    batches = [
+        EventBatch(0, 10.0, (stored,)),
+        EventBatch(1, 11.0, (BlockRemoved((1,)),)),  # grouped: one
+        EventBatch(2, 20.0, (BlockRemoved((2, 3)),)),  # interleaved, at its start
+        EventBatch(3, 29.0, (BlockRemoved((4,)),)),  # interleaved
+    ]
+    res = Residency().feed_all(batches)
+    assert evictions_from_events(_listener(4), res, [10.0, 20.0]) == [1, 3]
+    silent = evictions_from_events(_listener(0), Residency(), [10.0, 20.0])
+    assert isinstance(silent, str) and silent.startswith("no KV events arrived")
+    missed = evictions_from_events(_listener(4, [Gap(5, 6)]), res, [10.0, 20.0])
+    assert isinstance(missed, str) and "2 batches" in missed
