@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import ctxlab_server, llamacpp_server  # noqa: F401 (session servers)
+from tests.servers import (  # noqa: F401 (session servers)
+    ctxlab_served,
+    ctxlab_server,
+    llamacpp_server,
+)
 from tests.vllm_server import vllm_server  # noqa: F401 (the session's vLLM, `make vllm`)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

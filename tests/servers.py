@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -148,11 +150,35 @@ def installed(command: str, *args: str, timeout: float = 300) -> subprocess.Comp
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
 
 
+def free_port() -> int:
+    """A loopback port nobody listens on now (for a server or a publisher to bind)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Served:
+    """The session's `ctxlab serve`: its base URL and its KV-event publisher (vLLM's format),
+    which the workshop's demonstration 4 reads its evictions from."""
+
+    url: str
+    kv_events: str
+
+
 @pytest.fixture(scope="session")
-def ctxlab_server(gguf_path: Path) -> Iterator[str]:
-    """The session's `ctxlab serve` (`CTXLAB_ARGS`), for tests that only read from it."""
-    with ctxlab_serve(*CTXLAB_ARGS) as url:
-        yield url
+def ctxlab_served(gguf_path: Path) -> Iterator[Served]:
+    """The session's `ctxlab serve` (`CTXLAB_ARGS`, publishing its KV events on loopback),
+    for tests that only read from it."""
+    events = f"tcp://127.0.0.1:{free_port()}"
+    with ctxlab_serve(*CTXLAB_ARGS, "--kv-events-endpoint", events) as url:
+        yield Served(url, events)
+
+
+@pytest.fixture(scope="session")
+def ctxlab_server(ctxlab_served: Served) -> str:
+    """The session's `ctxlab serve`'s base URL."""
+    return ctxlab_served.url
 
 
 @pytest.fixture(scope="session")

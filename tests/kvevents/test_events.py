@@ -3,7 +3,6 @@ memory cap, and residency read from a stream (capacity, evictions, miss reasons)
 
 from __future__ import annotations
 
-import socket
 import time
 
 import msgpack
@@ -22,6 +21,7 @@ from ctxlab.kvevents.events import (
 from ctxlab.kvevents.publisher import EventPublisher, block_id
 from ctxlab.kvevents.residency import Request, Residency, count_evictions, first_eviction
 from ctxlab.kvevents.subscriber import Subscriber, check_loopback
+from tests.servers import free_port
 
 # What vLLM 0.32.0's own encoder (msgspec, `KVEventBatch`) wrote for a batch of a
 # BlockStored (hashes b"ab" and 7), a BlockStored with extra_keys and group_idx, a
@@ -35,12 +35,6 @@ VLLM_PAYLOAD = (
     b"\xa4salt\xc0\xa9group_idx\x00\x83\xa4type\xacBlockRemoved\xacblock_hashes\x91\x07\xa6"
     b"medium\xa3GPU\x81\xa4type\xb0AllBlocksCleared\xc0"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_decodes_vllm_own_bytes():

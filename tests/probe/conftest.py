@@ -24,6 +24,7 @@ from tests.serve.conftest import serve_model  # noqa: F401 (fixture)
 from tests.servers import (  # noqa: F401
     ROOT,
     ctxlab_serve,
+    free_port,
     installed,
     llamacpp_serve,
     stop,
@@ -118,14 +119,6 @@ def stand_in(script: Script) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def probe_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -10,8 +10,7 @@ import json
 import pytest
 
 from tests.cli.conftest import run_in_process
-from tests.kvevents.test_events import free_port
-from tests.servers import CTXLAB_ARGS, CTXLAB_PAGE, CTXLAB_POOL, SHARED, ctxlab_serve
+from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, SHARED, Served, free_port
 
 pytest.importorskip("zmq")
 pytest.importorskip("msgpack")
@@ -52,16 +51,16 @@ def test_a_silent_endpoint_never_holds_the_probe(ctxlab_server, monkeypatch, cap
 
 @pytest.mark.server
 @pytest.mark.model
-def test_events_confirm_ctxlab_serves_pool(monkeypatch, capsys, tmp_path):
-    """Its own server: the publisher is a flag of `ctxlab serve` the shared one lacks."""
-    ep = f"tcp://127.0.0.1:{free_port()}"
+@pytest.mark.xdist_group(SHARED)
+def test_events_confirm_ctxlab_serves_pool(ctxlab_served: Served, monkeypatch, capsys, tmp_path):
+    """The shared server publishes its KV events; the probe fills its cache (what it
+    evicts, no later test reads back)."""
     out = tmp_path / "probe.json"
-    with ctxlab_serve(*CTXLAB_ARGS, "--kv-events-endpoint", ep) as url:
-        r = run_in_process(
-            monkeypatch, capsys, "probe", "--server", url, "--yes", "--out", str(out),
-            "--sections", "prefix,capacity", "--longest", str(3 * CTXLAB_PAGE),
-            "--kv-events", ep,
-        )  # fmt: skip
+    r = run_in_process(
+        monkeypatch, capsys, "probe", "--server", ctxlab_served.url, "--yes", "--out", str(out),
+        "--sections", "prefix,capacity", "--longest", str(3 * CTXLAB_PAGE),
+        "--kv-events", ctxlab_served.kv_events,
+    )  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(out.read_text())
     cap = _figures(doc, "capacity")

@@ -27,7 +27,7 @@ import pytest
 from ctxlab.workshop.demonstration import LOCAL
 from ctxlab.workshop.registry import REGISTERED
 from tests.cli.conftest import Result, run_in_process
-from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, LLAMACPP_SLOTS, SHARED
+from tests.servers import CTXLAB_PAGE, CTXLAB_POOL, LLAMACPP_SLOTS, SHARED, Served
 from tests.workshop.report_numbers import unmatched
 
 # every demonstration a server takes part in (or that says why it cannot)
@@ -102,14 +102,15 @@ def workshop(out: Path, *args: str) -> Run:
 
 
 @pytest.fixture(scope="module")
-def through_both(llamacpp_server, ctxlab_server, tmp_path_factory) -> Run:
-    """Every demonstration through llama.cpp's server, then through `ctxlab serve`."""
+def through_both(llamacpp_server, ctxlab_served: Served, tmp_path_factory) -> Run:
+    """Every demonstration through llama.cpp's server, then through `ctxlab serve`, whose
+    KV events demonstration 4 reads its evictions from."""
     tmp = tmp_path_factory.mktemp("workshop-servers")
     config = tmp / "servers.toml"
     config.write_text(
         f'[[servers]]\nlabel = "llamacpp"\nurl = "{llamacpp_server}"\n\n'
-        f'[[servers]]\nlabel = "paged"\nurl = "{ctxlab_server}"\napi_key = "sk-not-needed"\n\n'
-        + SMALLER
+        f'[[servers]]\nlabel = "paged"\nurl = "{ctxlab_served.url}"\n'
+        f'api_key = "sk-not-needed"\nkv_events = "{ctxlab_served.kv_events}"\n\n' + SMALLER
     )
     return workshop(tmp / "out", str(config), "--only", ",".join(map(str, SERVER_DEMOS)))
 
@@ -286,6 +287,24 @@ def test_ctxlab_eviction_measured_to_the_page(through_both):
     assert measured(four["observations"]["sim_vs_engine_ttft_p50_ms"])
     peer_files = list((through_both.out / "peers").glob("*/eviction-prediction.json"))
     assert len(peer_files) == 1  # its own prediction, beside the first server's
+
+
+def test_ctxlab_eviction_counts_blocks_from_the_servers_events(through_both):
+    # 4 through a server that publishes its KV events (`[[servers]] kv_events`): the evicted
+    # blocks counted from BlockRemoved while each order ran, not inferred, and measured like
+    # the engine's (verdicts are judged on the first server, llama.cpp, which publishes none)
+    four = paged(through_both)["demos"]["eviction"]
+    evictions = four["observations"]["evictions"]
+    assert measured(evictions)
+    grouped, interleaved = evictions["baseline"], evictions["observed"]
+    assert isinstance(grouped, int) and isinstance(interleaved, int)
+    # the interleaved order's prefixes overflow the cache: it must evict blocks
+    assert interleaved > 0 and interleaved >= grouped
+    assert measured(four["observations"]["sim_vs_engine_evictions"])
+    storage = next(t for t in four["tables"] if t["key"] == "eviction_server_storage")
+    server_rows = [r for r in storage["rows"] if r[1] == "server"]
+    assert [r[-1] for r in server_rows] == [grouped, interleaved]
+    assert any(f"BlockRemoved of {PAGE}-token blocks" in n for n in four["notes"])
 
 
 def test_ctxlab_chat_and_seven_on_ctxlab(through_both):

@@ -1,16 +1,14 @@
 """Demonstration 4 through a server that publishes its KV events (`[[servers]] kv_events`):
 the evicted blocks are counted from the events (BlockRemoved while each order ran), not
-inferred, and judged like the local engine's. `ctxlab serve --kv-events-endpoint` publishes
-vLLM's format (tests/kvevents), so the same code reads vLLM; the key's bad values are one
-sentence."""
+inferred. The run through the session's `ctxlab serve`, which publishes vLLM's format
+(tests/kvevents), is read in tests/probe/test_workshop_server.py; here the counting windows
+and the key's bad values."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.kvevents.test_events import free_port
-from tests.probe.test_workshop_server import verdicts, workshop
-from tests.servers import CTXLAB_ARGS, CTXLAB_PAGE, ctxlab_serve
+from tests.probe.test_workshop_server import workshop
 
 pytest.importorskip("zmq")
 pytest.importorskip("msgpack")
@@ -25,32 +23,6 @@ def test_a_kv_events_key_off_loopback_is_one_sentence(tmp_path):
     run = workshop(tmp_path / "out", str(config), "--only", "4")
     assert run.res.code == 2 and len(run.res.err_lines) == 1, run.res.err
     assert "kv_events" in run.res.err and "not on this machine's loopback" in run.res.err
-
-
-@pytest.mark.model
-@pytest.mark.server
-def test_eviction_counts_blocks_from_the_servers_events(tmp_path):
-    """Its own server: the publisher is a flag the shared `ctxlab serve` lacks."""
-    ep = f"tcp://127.0.0.1:{free_port()}"
-    with ctxlab_serve(*CTXLAB_ARGS, "--kv-events-endpoint", ep) as url:
-        config = tmp_path / "servers.toml"
-        config.write_text(f'[[servers]]\nlabel = "paged"\nurl = "{url}"\nkv_events = "{ep}"\n')
-        run = workshop(tmp_path / "out", str(config), "--only", "4")
-    assert run.res.code == 0, run.res.err[-3000:]
-    four = run.results["demos"]["eviction"]
-    assert four["status"] == "run"
-    evictions = four["observations"]["evictions"]
-    grouped, interleaved = evictions["baseline"], evictions["observed"]
-    assert isinstance(grouped, int) and isinstance(interleaved, int)
-    # the interleaved order's prefixes overflow the cache: it must evict blocks
-    assert interleaved > 0 and interleaved >= grouped
-    v4 = verdicts(run.results, 4)
-    assert v4["evictions"]["verdict"] != "not measurable"
-    assert v4["sim_vs_engine_evictions"]["verdict"] != "not measurable"
-    storage = next(t for t in four["tables"] if t["key"] == "eviction_server_storage")
-    server_rows = [r for r in storage["rows"] if r[1] == "server"]
-    assert [r[-1] for r in server_rows] == [grouped, interleaved]
-    assert any(f"BlockRemoved of {CTXLAB_PAGE}-token blocks" in n for n in four["notes"])
 
 
 def _listener(batches: int, gaps: list | None = None):
