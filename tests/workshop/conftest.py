@@ -105,10 +105,10 @@ pool_tokens = 1024
 
 [long_vs_retrieval]
 context_tokens = 400
-k_values = [1, 2]
-answer_questions = 3
+k_values = [1]
+answer_questions = 2
 cold_questions = 1
-answer_tokens = 6
+answer_tokens = 4
 
 [useful_context]
 enabled = true

@@ -1,0 +1,141 @@
+"""Demonstration 11 (long context against retrieval): its records and verdicts without the
+model, and its rows read from the shared tiny run (`tiny_run`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ctxlab.errors import CtxlabError
+from ctxlab.workshop.demo_long_vs_retrieval import (
+    Row,
+    _same,
+    _shared_prefix,
+    against,
+    organisations,
+    points,
+    verdict,
+    wins,
+)
+
+
+def row(name: str, correct: list[bool], usd: float, kind: str = "retrieval") -> Row:
+    r = Row(name, kind, 1 if kind == "retrieval" else None)  # type: ignore[arg-type]
+    r.questions = [f"q{i}" for i in range(len(correct))]
+    r.correct = list(correct)
+    r.answers = ["x" if c else "y" for c in correct]
+    r.usd = [usd] * len(correct)
+    return r
+
+
+def test_the_slice_is_whole_organisations_in_the_fixtures_order() -> None:
+    from ctxlab.rag import corpus_fixture
+
+    fx = corpus_fixture(0)
+    groups = organisations(fx)
+    assert len(groups) == 24
+    assert all(g[0].startswith("profile-") for g in groups)
+    # half the organisations have a second version and a news item repeating the old one
+    assert sum(len(g) == 2 for g in groups) == 12
+    assert {d for g in groups for d in g} == {d.doc_id for d in fx.docs}
+    # every gold question is about an organisation's profile
+    assert {q.doc_id for q in fx.questions} <= {g[0] for g in groups}
+
+
+def test_the_whole_corpus_wins_by_answers_or_by_price_within_noise() -> None:
+    warm = row("whole corpus, warm", [True] * 12, 0.001, "warm")
+    worse = row("bm25@1", [False] * 12, 0.0005)
+    assert points(against(worse, warm)).low > 0
+    assert wins(worse, warm)
+    assert verdict(worse, warm) == "whole corpus answers better beyond noise; cheaper: bm25@1"
+    same_dearer = row("bm25@2", [True] * 12, 0.002)
+    assert wins(same_dearer, warm)
+    assert verdict(same_dearer, warm) == "answers within noise; cheaper: whole corpus (warm)"
+    same_cheaper = row("bm25@4", [True] * 12, 0.0005)
+    assert not wins(same_cheaper, warm)
+    better = row("bm25@8", [True] * 12, 0.002)
+    loses = row("whole corpus, warm", [False] * 12, 0.001, "warm")
+    assert not wins(better, loses)  # cheaper, but it answers worse beyond noise
+    assert verdict(better, loses).startswith("bm25@8 answers better beyond noise")
+
+
+def test_pairs_follow_the_question_ids() -> None:
+    warm = row("whole corpus, warm", [True, False, True], 0.001, "warm")
+    cold = row("whole corpus, cold", [False], 0.002, "cold")
+    cold.questions = ["q2"]  # the cold row asked only q2: paired with warm's q2 (right)
+    assert points(against(cold, warm)).value == pytest.approx(100.0)
+    cold.answers = ["x"]
+    assert _same(cold, warm) == 1
+    cold.answers = ["z"]
+    assert _same(cold, warm) == 0
+
+
+def test_shared_prefix() -> None:
+    assert _shared_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert _shared_prefix([[7, 8], [7, 8]]) == 2
+
+
+def test_a_slice_past_the_window_is_one_sentence(tmp_path: Path) -> None:
+    from ctxlab.workshop.config_file import load_config
+
+    bad = tmp_path / "long.toml"
+    bad.write_text("[long_vs_retrieval]\ncontext_tokens = 5000\n")
+    with pytest.raises(
+        CtxlabError, match=r"long_vs_retrieval\.context_tokens .* needs 5076 tokens"
+    ):
+        load_config(bad)
+    bad.write_text("[long_vs_retrieval]\ncold_questions = 99\n")
+    with pytest.raises(CtxlabError, match="cold_questions 99"):
+        load_config(bad)
+
+
+# -- the tiny run ---------------------------------------------------------------------------
+def _tables(tiny_run) -> dict[str, dict]:
+    results, _ = tiny_run
+    d = results["demos"]["long_vs_retrieval"]
+    assert d["status"] == "run", d["status"]
+    return {t["key"]: t for t in d["tables"]}
+
+
+def _rows(table: dict) -> dict[str, dict[str, object]]:
+    names = [c["name"] for c in table["columns"]]
+    return {r[0]: dict(zip(names, r, strict=True)) for r in table["rows"]}
+
+
+@pytest.mark.model
+def test_rows_are_each_k_then_the_whole_corpus_cold_and_warm(tiny_run) -> None:
+    t = _tables(tiny_run)
+    task = _rows(t["long_vs_retrieval_task"])
+    assert list(task) == ["bm25@1", "whole corpus, cold", "whole corpus, warm"]
+    for name, r in task.items():
+        assert r["95 % interval low"] <= r["accuracy %"] <= r["95 % interval high"]
+        assert r["questions answered"] == (1 if "cold" in name else 2)
+    # the whole slice holds every evidence sentence: measured, not assumed
+    assert task["whole corpus, warm"]["evidence in the prompt %"] == pytest.approx(100.0)
+    assert task["whole corpus, warm"]["whole corpus (warm) minus this row, points"] is None
+    serving = _rows(t["long_vs_retrieval_serving"])
+    warm, cold = serving["whole corpus, warm"], serving["whole corpus, cold"]
+    assert cold["reused tokens per answer"] == 0  # a fresh salt: nothing reused
+    # the corpus prefix is read from the cache: all but the question's own page or two
+    assert warm["reused tokens per answer"] >= warm["prompt tokens per answer"] - 64
+    assert serving["bm25@1"]["reused tokens per answer"] < warm["reused tokens per answer"]
+    for r in serving.values():
+        assert r["TTFT 95 % low ms"] <= r["TTFT median ms"] <= r["TTFT 95 % high ms"]
+        assert r["CPU s per answer"] > 0
+
+
+@pytest.mark.model
+def test_costs_and_the_verdict_column(tiny_run) -> None:
+    cost = _rows(_tables(tiny_run)["long_vs_retrieval_cost"])
+    per = "hosted USD per 1,000 answers"
+    warm, cold = cost["whole corpus, warm"], cost["whole corpus, cold"]
+    assert warm[per] < cold[per]  # the cache read is priced below uncached input
+    assert warm["x whole corpus (warm)"] == pytest.approx(1.0)
+    assert cost["bm25@1"]["context tokens per question"] < warm["context tokens per question"]
+    said = str(cost["bm25@1"]["whole corpus (warm) against this row"])
+    assert said.removeprefix("long context wins: ").split(";")[0] in (
+        "whole corpus answers better beyond noise",
+        "bm25@1 answers better beyond noise",
+        "answers within noise",
+    )
