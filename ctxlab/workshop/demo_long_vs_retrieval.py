@@ -22,10 +22,13 @@ Accuracy, citations and evidence recall are paired over the same questions (`ctx
 paired bootstrap, exact McNemar), with n and Wilson intervals; TTFT is the engine's (or the
 client's clock through a server), CPU seconds this process's around each request (the
 engine's work on the local backend; through a server they would be the client's, so they
-are not reported); the hosted price of each answer comes from the workshop's rate card
-(`[cost] rate_card`), the warm row's shared prefix priced as one cache write and a cache read
-per answer. A verdict column says, for each retrieval row, whether the whole corpus answers
-better, worse or within noise, and which of the two costs less.
+are not reported); the hosted price of each answer comes from the workshop's prices
+(`[cost]`, or its `rate_card`), the warm row's shared prefix priced as one cache write and a
+cache read per answer; a run whose `[cost]` names no card is priced under the shipped dated
+card too (`ctxlab/data/rate_card.toml`), and the CPU seconds at `cpu_hourly` give the
+self-hosted figure. A verdict column says, for each retrieval row, whether the whole corpus
+answers better, worse or within noise, which of the two costs less, and which starts its
+answer sooner; "long context wins" where it answers better, or within noise for less.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from ctxlab.stats import Interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
 from ctxlab.workshop.demonstration import Demonstration, Metric, ServerMode
 from ctxlab.workshop.measure import Timer
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
@@ -81,6 +84,7 @@ class Row:
     ttft_ms: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
     usd: list[float] = field(default_factory=list)  # hosted price of each answer
+    usd_dated: list[float] = field(default_factory=list)  # under the shipped dated card
 
     def accuracy(self) -> Interval:
         return stats.proportion(self.correct)
@@ -108,7 +112,6 @@ class Write:
 
     ttft_ms: float
     cpu_s: float | None
-    usd: float  # the cache write's hosted price (spread over the row's answers)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class Measured:
     write: Write
     slot_bytes: int
     card_label: str
+    dated_label: str  # the shipped dated card beside a run priced without one, or ""
+    cpu_hourly: float  # self-hosted: what an hour of this machine's CPU costs
     through_server: bool
 
 
@@ -227,7 +232,6 @@ def _record(
     evidence: list[set[str]],
     got: tuple[str, int, int, int, float, float],
     bare: int,
-    usd: float,
 ) -> None:
     from ctxlab.memory.scoring import answer_match
     from ctxlab.rag.answer import cite
@@ -250,7 +254,6 @@ def _record(
     row.output_tokens.append(output)
     row.ttft_ms.append(ttft)
     row.cpu_s.append(cpu)
-    row.usd.append(usd)
 
 
 def _shared_prefix(ids: list[list[int]]) -> int:
@@ -299,12 +302,10 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         shared = _shared_prefix(ids) if len(ids) > 1 else 0
         corpus_tokens = counter.count_tokens(answer_chat("", whole, c.metadata))
         corpus_tokens -= counter.count_tokens(answer_chat("", [], c.metadata))
-        n = len(answered)
         # the one cache write of the warm row: the first question, its answer not scored
         with Timer() as t:
             (first,) = gen.generate([chats[0]], _params(1), cache_salt=f"{tag}-warm")
-        write_usd = card.cost(0, 0, cache_write_tokens=shared).total
-        write = Write(first.metrics.ttft * 1e3, None if server else t.cpu_s, write_usd)
+        write = Write(first.metrics.ttft * 1e3, None if server else t.cpu_s)
         tracker.advance()
         for i, q in enumerate(answered):
             evidence = evidence_chunks(store, q)
@@ -314,18 +315,19 @@ def measure(session: Session, tracker: Tracker) -> Measured:
                 found = order_passages(retriever.search(q.question, row.k, "bm25"), c.order)
                 chat = answer_chat(q.question, found, c.metadata)
                 got = _ask(gen, chat, c.answer_tokens, f"{tag}-{row.name}")
-                usd = card.cost(got[1], got[3]).total
-                _record(row, q, found, evidence, got, bare, usd)
+                _record(row, q, found, evidence, got, bare)
             got = _ask(gen, chats[i], c.answer_tokens, f"{tag}-warm")
-            # read the shared prefix from the cache; the write's price spread over n answers
-            usd = card.cost(got[1] - shared, got[3], 0, shared).total + write_usd / n
-            _record(warm, q, whole, evidence, got, bare, usd)
+            _record(warm, q, whole, evidence, got, bare)
             if i < c.cold_questions:
                 got = _ask(gen, chats[i], c.answer_tokens, f"{tag}-cold-{i}")
-                _record(cold, q, whole, evidence, got, bare, card.cost(got[1], got[3]).total)
+                _record(cold, q, whole, evidence, got, bare)
             tracker.advance()
-    if server:
-        for row in [*rows, cold, warm]:
+    dated = _dated_card(session, card)
+    for row in [*rows, cold, warm]:
+        row.usd = priced(row, card, shared)
+        if dated is not None:
+            row.usd_dated = priced(row, dated, shared)
+        if server:
             row.cpu_s = []
     facts = Slice(
         taken,
@@ -342,8 +344,32 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         write,
         session.requests.slot_bytes(gen),
         _card_label(card),
+        "" if dated is None else _card_label(dated),
+        session.cfg.cost.self_hosted_prices().cpu_hourly,
         server,
     )
+
+
+def priced(row: Row, card: RateCard, shared: int) -> list[float]:
+    """The hosted price of each of `row`'s answers under `card`, from its exact prompt and
+    output tokens: all uncached input, except the warm row's `shared` prefix tokens, read
+    from the provider's cache, whose one write is spread over the row's answers."""
+    pairs = list(zip(row.prompt_tokens, row.output_tokens, strict=True))
+    if row.kind != "warm":
+        return [card.cost(p, o).total for p, o in pairs]
+    write = card.cost(0, 0, cache_write_tokens=shared).total / len(pairs)
+    return [card.cost(p - shared, o, 0, shared).total + write for p, o in pairs]
+
+
+def _dated_card(session: Session, card: RateCard) -> RateCard | None:
+    """The shipped dated card, priced beside a run whose `[cost]` names no card (same
+    currency only: nothing is converted)."""
+    from ctxlab.plan.rate_card import DEFAULT, load_rate_card
+
+    if session.cfg.cost.rate_card:
+        return None
+    dated = load_rate_card(DEFAULT)
+    return dated if dated.currency == card.currency else None
 
 
 def _params(max_tokens: int) -> SamplingParams:
@@ -353,6 +379,8 @@ def _params(max_tokens: int) -> SamplingParams:
 
 
 def _card_label(card: RateCard) -> str:
+    if card.source == "given":
+        return "the `[cost]` table's prices (no rate card named: undated)"
     return f"`{card.name}` ({card.tier}, {card.region}, prices of {card.date})"
 
 
@@ -396,7 +424,15 @@ def verdict(row: Row, warm: Row) -> str:
         answers = "answers within noise"
     long_usd, row_usd = warm.mean(warm.usd) or 0.0, row.mean(row.usd) or 0.0
     cheaper = "whole corpus (warm)" if long_usd < row_usd else row.name
-    return f"{answers}; cheaper: {cheaper}"
+    said = f"{answers}; cheaper: {cheaper}"
+    if warm.ttft_ms and row.ttft_ms:
+        # paired over the questions both answered (every retrieval row answers them all)
+        change = stats.median_difference(row.ttft_ms, warm.ttft_ms, paired_items=True)
+        if change.high < 0:
+            said += "; sooner: whole corpus (warm)"
+        elif change.low > 0:
+            said += f"; sooner: {row.name}"
+    return said
 
 
 def wins(row: Row, warm: Row) -> bool:
@@ -440,24 +476,29 @@ def observe(res: DemoResult, m: Measured) -> None:
         warm.mean(warm.context_tokens),
         1,
     )
-    res.observe(
-        "ttft_cold_ms",
-        stats.median(hi.ttft_ms),
-        stats.median(cold.ttft_ms),
-        1,
-        change=stats.median_difference(hi.ttft_ms, cold.ttft_ms),
-        test=f"bootstrap of the difference of medians, {len(hi.ttft_ms)} and "
-        f"{len(cold.ttft_ms)} requests",
-    )
-    res.observe(
-        "ttft_warm_ms",
-        stats.median(cold.ttft_ms),
-        stats.median(warm.ttft_ms),
-        1,
-        change=stats.median_difference(cold.ttft_ms, warm.ttft_ms),
-        test=f"bootstrap of the difference of medians, {len(cold.ttft_ms)} and "
-        f"{len(warm.ttft_ms)} requests",
-    )
+    not_cold = not_isolated(cold, res.figures)
+    if not_cold is not None:
+        res.observe("ttft_cold_ms", None, None, 1, why_missing=not_cold)
+        res.observe("ttft_warm_ms", None, None, 1, why_missing=not_cold)
+    else:
+        res.observe(
+            "ttft_cold_ms",
+            stats.median(hi.ttft_ms),
+            stats.median(cold.ttft_ms),
+            1,
+            change=stats.median_difference(hi.ttft_ms, cold.ttft_ms),
+            test=f"bootstrap of the difference of medians, {len(hi.ttft_ms)} and "
+            f"{len(cold.ttft_ms)} requests",
+        )
+        res.observe(
+            "ttft_warm_ms",
+            stats.median(cold.ttft_ms),
+            stats.median(warm.ttft_ms),
+            1,
+            change=stats.median_difference(cold.ttft_ms, warm.ttft_ms),
+            test=f"bootstrap of the difference of medians, {len(cold.ttft_ms)} and "
+            f"{len(warm.ttft_ms)} requests",
+        )
     res.observe(
         "ttft_warm_vs_retrieval_ms",
         stats.median(hi.ttft_ms),
@@ -476,6 +517,21 @@ def observe(res: DemoResult, m: Measured) -> None:
     )
     res.observe("cost_per_answer_cold_usd", hi.mean(hi.usd), cold.mean(cold.usd), 8)
     res.observe("cost_per_answer_warm_usd", hi.mean(hi.usd), warm.mean(warm.usd), 8)
+
+
+def not_isolated(cold: Row, f: Figures) -> str | None:
+    """Why the cold row was not cold, or None: every cold request carries a fresh cache
+    salt, so a server that still serves its prompt from the cache ignores the salt (llama.cpp
+    keeps each slot's last prompt whatever the salt)."""
+    reused = sum(cold.reused_tokens)
+    if reused == 0:
+        return None
+    return (
+        f"the server served {f.say('cold_reused_tokens', reused)} of the cold requests' "
+        f"{f.say('cold_prompt_tokens', sum(cold.prompt_tokens))} prompt "
+        "tokens from its cache despite a fresh cache_salt per request: it does not isolate "
+        "by cache_salt, so no request here was cold"
+    )
 
 
 def _row(m: Measured, kind: Kind) -> Row:
@@ -566,6 +622,12 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
             Column("context tokens per question", 1),
             Column(f"hosted {money} per 1,000 answers", 4),
             Column("x whole corpus (warm)", 2),
+            *(
+                [Column(f"hosted {money} per 1,000 answers, dated card", 4)]
+                if m.dated_label
+                else []
+            ),
+            Column(f"self-hosted {money} per 1,000 answers (CPU time)", 4),
             Column("whole corpus (warm) against this row"),
         ],
         note=f"priced with {m.card_label}: exact prompt and output tokens of each answer; "
@@ -574,7 +636,12 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
         "(spread over its answers) and a cache read per answer, the rest of its prompt "
         "uncached input; other rows all uncached input. The last column: answers better or "
         "worse beyond noise (the paired interval of the task table) or within noise, and "
-        "which costs less per answer; the provider's cache storage per hour is not priced",
+        "which costs less per answer (and which starts its answer sooner, where the paired "
+        "interval of the median TTFT difference excludes zero); the provider's cache storage "
+        "per hour is not priced"
+        + (f"; dated card: {m.dated_label}, priced the same way" if m.dated_label else "")
+        + f"; self-hosted: the CPU seconds per answer at {f.say('cpu_hourly', m.cpu_hourly, 2)} "
+        f"{money} an hour",
     )
     base = _per_1000(warm) or 0.0
     for row in m.rows:
@@ -616,11 +683,14 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
             said = "(the reference)"
         else:
             said = "the same prompts, nothing reused"
+        dated = row.mean(row.usd_dated)
         cost.add(
             row.name,
             row.mean(row.context_tokens),
             per,
             None if per is None or base == 0 else per / base,
+            *([None if dated is None else 1000 * dated] if m.dated_label else []),
+            None if cpu is None else cpu * m.cpu_hourly / 3.6,
             said,
         )
     res.tables += [task, serving, cost]
@@ -651,29 +721,13 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
             "or within noise at a higher price)."
         )
     )
-    # the prefix cache: warm against cold, the same prompts
-    kv_mib = s.shared_prefix_tokens * m.slot_bytes / 2**20
-    med_warm, med_cold = stats.median(warm.ttft_ms), stats.median(cold.ttft_ms)
-    res.gains.append(
-        Gain(
-            "whole corpus: warm prefix cache against cold",
-            f"the {f.say('shared_prefix_tokens', s.shared_prefix_tokens)} tokens every "
-            f"question's prompt shares are held once in the prefix cache "
-            f"({f.say('shared_prefix_kv_mib', kv_mib, 2)} MiB of KV at "
-            f"{f.say('slot_bytes', m.slot_bytes)} bytes a token) and read back: "
-            f"{f.say('reused_warm', warm.mean(warm.reused_tokens), 1)} of "
-            f"{f.say('prompt_warm', warm.mean(warm.prompt_tokens), 1)} prompt tokens per "
-            f"answer reused, against {f.say('reused_cold', cold.mean(cold.reused_tokens), 1)} "
-            "cold",
-            f"the first token after a median {f.say('ttft_warm_ms', med_warm, 1)} ms instead "
-            f"of {f.say('ttft_cold_ms', med_cold, 1)} ms "
-            f"({f.say('n_warm', len(warm.ttft_ms))} and {f.say('n_cold', len(cold.ttft_ms))} "
-            f"requests), and {f.say('usd_1000_warm', _per_1000(warm), 4)} instead of "
-            f"{f.say('usd_1000_cold', _per_1000(cold), 4)} {money} per 1,000 answers; the "
-            f"cold answers were the warm ones in {f.say('same_answers', _same(cold, warm))} "
-            f"of {f.say('n_cold', len(cold.answers))} cases (the same prompts)",
-        )
-    )
+    # the prefix cache: warm against cold, the same prompts (no case where nothing was cold)
+    med_warm = stats.median(warm.ttft_ms)
+    cold_gain = "whole corpus: warm prefix cache against cold"
+    if not_isolated(cold, f) is not None:
+        res.gains.append(Gain(cold_gain, None, None))
+    else:
+        res.gains.append(_cold_gain(f, m, cold_gain, money))
     # the decision: the whole corpus (warm) against the k that answered most
     p = against(best, warm)
     ci = points(p)
@@ -725,12 +779,42 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         f"{f.say('n_cold', len(cold.answers))} questions: its prompts are the warm row's, so "
         "its figures of interest are time and price."
     )
+    not_cold = not_isolated(cold, f)
+    if not_cold is not None:
+        res.notes.append(
+            f"The cold row was not cold: {not_cold}. Its TTFT is the cache's, not a prefill's."
+        )
     res.notes.append(
         "Hosted prices assume the provider caches the whole shared prefix, as this engine's "
         "prefix cache does in whole pages; providers set a minimum cacheable length and "
         "bill cache storage by the hour, which this table does not price. The slice is what "
         "fits the configured window: a longer corpus costs more per cold answer and, for "
         "a small model, buries the evidence deeper."
+    )
+
+
+def _cold_gain(f: Figures, m: Measured, what: str, money: str) -> Gain:
+    """The prefix cache's gain on the whole corpus: warm against cold, the same prompts."""
+    s, cold, warm = m.slice, _row(m, "cold"), _row(m, "warm")
+    kv_mib = s.shared_prefix_tokens * m.slot_bytes / 2**20
+    med_warm, med_cold = stats.median(warm.ttft_ms), stats.median(cold.ttft_ms)
+    return Gain(
+        what,
+        f"the {f.say('shared_prefix_tokens', s.shared_prefix_tokens)} tokens every "
+        f"question's prompt shares are held once in the prefix cache "
+        f"({f.say('shared_prefix_kv_mib', kv_mib, 2)} MiB of KV at "
+        f"{f.say('slot_bytes', m.slot_bytes)} bytes a token) and read back: "
+        f"{f.say('reused_warm', warm.mean(warm.reused_tokens), 1)} of "
+        f"{f.say('prompt_warm', warm.mean(warm.prompt_tokens), 1)} prompt tokens per "
+        f"answer reused, against {f.say('reused_cold', cold.mean(cold.reused_tokens), 1)} "
+        "cold",
+        f"the first token after a median {f.say('ttft_warm_ms', med_warm, 1)} ms instead "
+        f"of {f.say('ttft_cold_ms', med_cold, 1)} ms "
+        f"({f.say('n_warm', len(warm.ttft_ms))} and {f.say('n_cold', len(cold.ttft_ms))} "
+        f"requests), and {f.say('usd_1000_warm', _per_1000(warm), 4)} instead of "
+        f"{f.say('usd_1000_cold', _per_1000(cold), 4)} {money} per 1,000 answers; the "
+        f"cold answers were the warm ones in {f.say('same_answers', _same(cold, warm))} "
+        f"of {f.say('n_cold', len(cold.answers))} cases (the same prompts)",
     )
 
 

@@ -13,8 +13,10 @@ from ctxlab.workshop.demo_long_vs_retrieval import (
     _same,
     _shared_prefix,
     against,
+    not_isolated,
     organisations,
     points,
+    priced,
     verdict,
     wins,
 )
@@ -69,6 +71,36 @@ def test_pairs_follow_the_question_ids() -> None:
     assert _same(cold, warm) == 1
     cold.answers = ["z"]
     assert _same(cold, warm) == 0
+
+
+def test_the_warm_row_reads_its_prefix_and_writes_it_once() -> None:
+    from ctxlab.plan.rate_card import load_rate_card
+
+    card = load_rate_card("default")  # per million: input 2.00, cache read 0.20, output 12.00
+    warm = row("whole corpus, warm", [True, True], 0.0, "warm")
+    warm.prompt_tokens, warm.output_tokens = [1000, 1010], [10, 10]
+    cold = row("whole corpus, cold", [True, True], 0.0, "cold")
+    cold.prompt_tokens, cold.output_tokens = [1000, 1010], [10, 10]
+    write = 2.00 * 990 / 1e6 / 2  # 990 shared tokens written once (at the input rate), over 2
+    out = 12.00 * 10 / 1e6
+    assert priced(warm, card, 990) == pytest.approx(
+        [2.00 * 10 / 1e6 + 0.20 * 990 / 1e6 + out + write,
+         2.00 * 20 / 1e6 + 0.20 * 990 / 1e6 + out + write]
+    )  # fmt: skip
+    assert priced(cold, card, 990) == pytest.approx([2.00e-3 + out, 2.00 * 1010 / 1e6 + out])
+
+
+def test_a_cold_row_served_from_the_cache_is_not_cold() -> None:
+    from ctxlab.workshop.result import Figures
+
+    cold = row("whole corpus, cold", [True, False], 0.0, "cold")
+    cold.prompt_tokens, cold.reused_tokens = [370, 372], [0, 0]
+    assert not_isolated(cold, Figures()) is None
+    cold.reused_tokens = [0, 369]  # a server that ignores cache_salt (llama.cpp's slots)
+    f = Figures()
+    why = not_isolated(cold, f)
+    assert why is not None and "369 of the cold requests' 742 prompt tokens" in why
+    assert f.values == {"cold_reused_tokens": 369, "cold_prompt_tokens": 742}
 
 
 def test_shared_prefix() -> None:
@@ -131,6 +163,10 @@ def test_costs_and_the_verdict_column(tiny_run) -> None:
     per = "hosted USD per 1,000 answers"
     warm, cold = cost["whole corpus, warm"], cost["whole corpus, cold"]
     assert warm[per] < cold[per]  # the cache read is priced below uncached input
+    # the tiny run names no rate card: the shipped dated card is priced beside it
+    dated = "hosted USD per 1,000 answers, dated card"
+    assert 0 < warm[dated] < cold[dated]
+    assert all(r["self-hosted USD per 1,000 answers (CPU time)"] > 0 for r in cost.values())
     assert warm["x whole corpus (warm)"] == pytest.approx(1.0)
     assert cost["bm25@1"]["context tokens per question"] < warm["context tokens per question"]
     said = str(cost["bm25@1"]["whole corpus (warm) against this row"])
