@@ -13,10 +13,12 @@ through `session.requests.generator()`: the local engine, or the run's server. R
 
 - bm25@k at each k: the question's own prompt (a per-row cache salt: only the system prompt
   is shared between a row's questions);
-- whole corpus, cold: a fresh cache salt per request, so nothing is reused (`cold_questions`
-  of the answered questions; their answers are checked against the warm row's);
-- whole corpus, warm: one salt for the row, the corpus written to the prefix cache once (one
-  request, its cost spread over the row's answers) and read by every question after it.
+- whole corpus, cold: a cache salt nothing was cached under, so nothing is reused
+  (`cold_questions` of the answered questions; their answers are checked against the warm
+  row's);
+- whole corpus, warm: one salt for the row, the corpus written to the prefix cache once (the
+  cold row's first request, question 1 sent under the warm row's salt before anything is
+  cached there; its CPU seconds spread over the row's answers) and read by every answer.
 
 Accuracy, citations and evidence recall are paired over the same questions (`ctxlab.stats`:
 paired bootstrap, exact McNemar), with n and Wilson intervals; TTFT is the engine's (or the
@@ -108,7 +110,8 @@ class Slice:
 
 @dataclass(frozen=True)
 class Write:
-    """The warm row's one cache write: the corpus prefilled once under the row's salt."""
+    """The warm row's one cache write: the corpus prefilled once under the row's salt (the
+    cold row's first answer: question 1, nothing cached under that salt yet)."""
 
     ttft_ms: float
     cpu_s: float | None
@@ -302,25 +305,26 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         shared = _shared_prefix(ids) if len(ids) > 1 else 0
         corpus_tokens = counter.count_tokens(answer_chat("", whole, c.metadata))
         corpus_tokens -= counter.count_tokens(answer_chat("", [], c.metadata))
-        # the one cache write of the warm row: the first question, its answer not scored
-        with Timer() as t:
-            (first,) = gen.generate([chats[0]], _params(1), cache_salt=f"{tag}-warm")
-        write = Write(first.metrics.ttft * 1e3, None if server else t.cpu_s)
+        # the first cold answer is also the warm row's one cache write: nothing is cached
+        # under the warm row's salt yet, and its prompt is the corpus and question 1
+        evidence = [evidence_chunks(store, q) for q in answered]
+        bare = [counter.count_tokens(answer_chat(q.question, [], c.metadata)) for q in answered]
+        got = _ask(gen, chats[0], c.answer_tokens, f"{tag}-warm")
+        _record(cold, answered[0], whole, evidence[0], got, bare[0])
+        write = Write(got[4], None if server else got[5])
         tracker.advance()
         for i, q in enumerate(answered):
-            evidence = evidence_chunks(store, q)
-            bare = counter.count_tokens(answer_chat(q.question, [], c.metadata))
             for row in rows:
                 assert row.k is not None
                 found = order_passages(retriever.search(q.question, row.k, "bm25"), c.order)
                 chat = answer_chat(q.question, found, c.metadata)
                 got = _ask(gen, chat, c.answer_tokens, f"{tag}-{row.name}")
-                _record(row, q, found, evidence, got, bare)
+                _record(row, q, found, evidence[i], got, bare[i])
             got = _ask(gen, chats[i], c.answer_tokens, f"{tag}-warm")
-            _record(warm, q, whole, evidence, got, bare)
-            if i < c.cold_questions:
+            _record(warm, q, whole, evidence[i], got, bare[i])
+            if 0 < i < c.cold_questions:
                 got = _ask(gen, chats[i], c.answer_tokens, f"{tag}-cold-{i}")
-                _record(cold, q, whole, evidence, got, bare)
+                _record(cold, q, whole, evidence[i], got, bare[i])
             tracker.advance()
     dated = _dated_card(session, card)
     for row in [*rows, cold, warm]:
@@ -605,8 +609,9 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
         note="one request at a time (no batch queue in the TTFT), the rows interleaved "
         "question by question so they share the machine's state; reused: prompt tokens the "
         "prefix cache served (a retrieval row shares only its system prompt between "
-        "questions, under its own cache salt; the cold row a fresh salt per request); TTFT "
-        "median with the bootstrap 95 % interval of the median; CPU: this process around the "
+        "questions, under its own cache salt; each cold request a salt nothing was cached "
+        "under); TTFT median with the bootstrap 95 % interval of the median; CPU: this "
+        "process around the "
         f"request, the warm row's one cache write ({f.say('write_ttft_ms', m.write.ttft_ms, 1)} "
         "ms to its first "
         "token) spread over its answers"
