@@ -39,7 +39,7 @@ import secrets
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from pydantic import Field, model_validator
 
@@ -211,14 +211,22 @@ def steps(session: Session) -> int:
     return 2 + c.answer_questions
 
 
-def _ask(
-    gen: Generator, chat: list[dict[str, str]], max_tokens: int, salt: str
-) -> tuple[str, int, int, int, float, float]:
-    """One request alone: (text, prompt tokens, reused, output tokens, TTFT ms, CPU s)."""
+class Answered(NamedTuple):
+    """One request sent alone, as it came back."""
+
+    text: str
+    prompt_tokens: int
+    reused_tokens: int
+    output_tokens: int
+    ttft_ms: float
+    cpu_s: float
+
+
+def _ask(gen: Generator, chat: list[dict[str, str]], max_tokens: int, salt: str) -> Answered:
     with Timer() as t:
         (out,) = gen.generate([chat], _params(max_tokens), cache_salt=salt)
     m = out.metrics
-    return (
+    return Answered(
         out.text.strip(),
         len(out.prompt_token_ids),
         m.reused_tokens,
@@ -233,7 +241,7 @@ def _record(
     q: GoldQuestion,
     passages: list[Passage],
     evidence: list[set[str]],
-    got: tuple[str, int, int, int, float, float],
+    got: Answered,
     bare: int,
 ) -> None:
     from ctxlab.memory.scoring import answer_match
@@ -311,7 +319,7 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         bare = [counter.count_tokens(answer_chat(q.question, [], c.metadata)) for q in answered]
         got = _ask(gen, chats[0], c.answer_tokens, f"{tag}-warm")
         _record(cold, answered[0], whole, evidence[0], got, bare[0])
-        write = Write(got[4], None if server else got[5])
+        write = Write(got.ttft_ms, None if server else got.cpu_s)
         tracker.advance()
         for i, q in enumerate(answered):
             for row in rows:
