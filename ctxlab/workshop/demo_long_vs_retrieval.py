@@ -797,6 +797,15 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         res.notes.append(
             f"The cold row was not cold: {not_cold}. Its TTFT is the cache's, not a prefill's."
         )
+    kept = warm.mean(warm.reused_tokens) or 0.0
+    if kept < s.shared_prefix_tokens / 2:
+        res.notes.append(
+            f"The warm row was not warm: the cache served "
+            f"{f.say('reused_warm', kept, 1)} of the "
+            f"{f.say('shared_prefix_tokens', s.shared_prefix_tokens)} shared tokens per answer "
+            "(the requests between two questions evicted the corpus: a slot cache such as "
+            "llama.cpp's keeps one prompt per slot), so its TTFT and CPU are mostly a prefill's."
+        )
     res.notes.append(
         "Hosted prices assume the provider caches the whole shared prefix, as this engine's "
         "prefix cache does in whole pages; providers set a minimum cacheable length and "

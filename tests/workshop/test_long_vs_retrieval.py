@@ -9,7 +9,10 @@ import pytest
 
 from ctxlab.errors import CtxlabError
 from ctxlab.workshop.demo_long_vs_retrieval import (
+    Measured,
     Row,
+    Slice,
+    Write,
     _same,
     _shared_prefix,
     against,
@@ -175,3 +178,40 @@ def test_costs_and_the_verdict_column(tiny_run) -> None:
         "bm25@1 answers better beyond noise",
         "answers within noise",
     )
+
+
+def _measured(warm_reused: int, cold_reused: int) -> Measured:
+
+    rows = []
+    for name, kind, reused in (
+        ("bm25@1", "retrieval", 16),
+        ("whole corpus, cold", "cold", cold_reused),
+        ("whole corpus, warm", "warm", warm_reused),
+    ):
+        r = row(name, [True, False, True, False], 0.001, kind)
+        n = 1 if kind == "cold" else 4
+        r.questions, r.correct, r.answers = r.questions[:n], r.correct[:n], r.answers[:n]
+        r.usd = r.usd[:n]
+        r.prompt_tokens, r.reused_tokens = [320] * n, [reused] * n
+        r.context_tokens, r.evidence, r.ttft_ms = [300] * n, [1.0] * n, [100.0] * n
+        r.cpu_s = [1.0] * n
+        rows.append(r)
+    facts = Slice(1, 24, 2, 5, 300, 310, 4)
+    return Measured(rows, facts, Write(100.0, 1.0), 46080, "card", "", 0.1, True)
+
+
+@pytest.mark.parametrize(("warm_reused", "cold_reused"), [(304, 0), (32, 0), (304, 300)])
+def test_the_report_says_when_a_side_was_not_what_it_is_called(warm_reused, cold_reused) -> None:
+    from types import SimpleNamespace
+
+    from ctxlab.workshop.demo_long_vs_retrieval import DEMO, explain
+    from ctxlab.workshop.result import DemoResult
+
+    res = DemoResult.of(DEMO)
+    session = SimpleNamespace(cfg=SimpleNamespace(cost=SimpleNamespace(currency="USD")))
+    explain(session, res, _measured(warm_reused, cold_reused))  # type: ignore[arg-type]
+    notes = " ".join(res.notes)
+    assert ("The warm row was not warm" in notes) == (warm_reused < 155)
+    assert ("The cold row was not cold" in notes) == (cold_reused > 0)
+    cold_gain = res.gains[0]
+    assert (cold_gain.storage is None) == (cold_reused > 0)  # no case where nothing was cold
