@@ -15,6 +15,7 @@ from ctxlab.workshop import (
     demo_disagg,
     demo_eviction,
     demo_followup,
+    demo_long_vs_retrieval,
     demo_offload,
     demo_page_size,
     demo_prefix_miss,
@@ -36,6 +37,7 @@ REGISTERED: tuple[Demonstration[BaseModel], ...] = (
     demo_offload.DEMO,
     demo_disagg.DEMO,
     demo_followup.DEMO,
+    demo_long_vs_retrieval.DEMO,
 )
 
 BY_KEY: dict[str, Demonstration[BaseModel]] = {d.key: d for d in REGISTERED}

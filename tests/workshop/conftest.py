@@ -103,6 +103,13 @@ recall_tokens = 96
 answer_tokens = 5
 pool_tokens = 1024
 
+[long_vs_retrieval]
+context_tokens = 400
+k_values = [1]
+answer_questions = 2
+cold_questions = 1
+answer_tokens = 4
+
 [useful_context]
 enabled = true
 tasks = ["niah_single_noise"]

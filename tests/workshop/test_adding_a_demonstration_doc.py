@@ -22,17 +22,19 @@ def test_the_registration_lines_are_the_registrys() -> None:
     registry = (ROOT / "ctxlab" / "workshop" / "registry.py").read_text(encoding="utf-8")
     (diff,) = _blocks("diff")
     added = [line[1:] for line in diff.splitlines() if line.startswith("+")]
-    assert added == ["    demo_offload,", "    demo_offload.DEMO,"]
+    assert added == ["    demo_long_vs_retrieval,", "    demo_long_vs_retrieval.DEMO,"]
     for line in added:
         assert line in registry.splitlines(), line
-    assert "offload" in BY_KEY
+    assert "long_vs_retrieval" in BY_KEY
 
 
 def test_the_declaration_and_table_are_the_modules_own() -> None:
-    module = (ROOT / "ctxlab" / "workshop" / "demo_offload.py").read_text(encoding="utf-8")
+    module = (ROOT / "ctxlab" / "workshop" / "demo_long_vs_retrieval.py").read_text(
+        encoding="utf-8"
+    )
     declaration, section = _blocks("python")
     assert declaration in module and declaration.startswith("DEMO = Demonstration(")
-    assert section in module and section.startswith("class OffloadSection(Section):")
+    assert section in module and section.startswith("class LongContextSection(Section):")
     fields = set(Demonstration.__dataclass_fields__)
     for name in re.findall(r"^    (\w+)=", declaration, flags=re.M):
         assert name in fields, name

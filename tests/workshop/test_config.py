@@ -28,7 +28,9 @@ def test_full_adds_samples_and_excludes_quick() -> None:
     cfg, full = load_config(), load_config(full=True)
     assert full.retrieval_depth.answer_questions == full.retrieval_depth.questions
     assert cfg.retrieval_depth.answer_questions < full.retrieval_depth.answer_questions
-    assert full.model_copy(update={"retrieval_depth": cfg.retrieval_depth}) == cfg  # only that
+    assert cfg.long_vs_retrieval.answer_questions < full.long_vs_retrieval.answer_questions
+    same = {"retrieval_depth": cfg.retrieval_depth, "long_vs_retrieval": cfg.long_vs_retrieval}
+    assert full.model_copy(update=same) == cfg  # only those
     with pytest.raises(CtxlabError, match="choose one"):
         load_config(quick=True, full=True)
 
