@@ -44,8 +44,8 @@ pytestmark = [pytest.mark.model, pytest.mark.server, pytest.mark.xdist_group(SHA
 # of 2 requests instead of 3: the second of a group is still the hit), 5's metrics (they
 # compare truncation with tiered memory; the model summary stays to send the summarizer's
 # requests through the server, the "compact" strategy's are the same calls) and 6's chat
-# (2 answered questions instead of 4). A user's size table merged over `[quick]` is the
-# config path this exercises as well.
+# (2 answered questions instead of 4) and 11's rows (3 questions instead of 6). A user's
+# size table merged over `[quick]` is the config path this exercises as well.
 SMALLER = """
 [quick.prefix_miss]
 repeats = 2
@@ -58,6 +58,9 @@ strategies = ["truncation", "summary", "tiered"]
 
 [quick.retrieval_depth]
 answer_questions = 2
+
+[quick.long_vs_retrieval]
+answer_questions = 3
 """
 
 
