@@ -4,7 +4,8 @@ One rule for every base URL a command takes (`--server`, `--base-url`, `[[server
 http(s) URL with a host; a trailing `/v1` (the form OpenAI's own clients take) and trailing
 slashes are dropped, because ctxlab adds `/v1/...` itself. A URL may carry a password
 (`http://user:SECRET@host`): it is sent as given, but everything ctxlab prints or writes
-has the userinfo replaced, as an API key is never shown.
+has the userinfo replaced, as an API key is never shown. A query string or fragment may
+hold a key too (`?api_key=...`): printed URLs show it as `?***`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ from ctxlab.errors import CtxlabError
 HIDDEN = "***"
 # scheme://userinfo@ : the userinfo runs to the last "@" before the path, query or fragment
 _USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s?#'\"]*@")
+# a URL's query or fragment: from "?" or "#" to the end of the URL (space or quote)
+_QUERY = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"]*)([?#])[^\s'\"]*")
 
 
 def redact(text: str) -> str:
-    """`text` with the userinfo of every URL in it replaced (`http://***@host/...`)."""
-    return _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)
+    """`text` with the userinfo, query and fragment of every URL in it replaced
+    (`http://***@host/path?***`)."""
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN}@", text)
+    return _QUERY.sub(lambda m: f"{m.group(1)}{m.group(2)}{HIDDEN}", text)
 
 
 def public(url: str) -> str:

@@ -97,3 +97,24 @@ def test_redact_hides_any_userinfo(user, password, path):
         assert quote("Z9" + password, safe="") not in shown.replace("gpu.example", "")
         assert "gpu.example:8443" in shown
     assert redact(url).startswith("http://***@gpu.example:8443")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("where", ["?api_key=", "?token=a&key=", "#"])
+def test_a_key_in_the_query_string_is_refused_without_being_shown(cli, tmp_path, rag_db, name,
+                                                                  where):  # fmt: skip
+    """A URL with a query or fragment is refused (ctxlab adds its own paths); the sentence
+    that says so shows the query as `?***`, since a key is often passed there."""
+    result = cli(*argv(name, f"http://127.0.0.1:{_closed_port()}/{where}{SECRET}", tmp_path,
+                       rag_db))  # fmt: skip
+    assert result.code == 2 and "must not have a query or fragment" in result.err, result.err
+    _assert_nowhere(result, tmp_path)
+
+
+@given(key=_PART, mark=st.sampled_from("?#"), path=st.sampled_from(["", "/", "/v1/models"]))
+def test_redact_hides_any_query_or_fragment(key, mark, path):
+    secret = quote("Z9" + key, safe="")
+    text = f"error: --server 'http://gpu.example:8443{path}{mark}k={secret}' is refused"
+    shown = redact(text)
+    assert secret not in shown.replace("gpu.example", "")
+    assert f"http://gpu.example:8443{path}{mark}***" in shown
