@@ -244,3 +244,28 @@ def test_the_workshop_report_on_a_full_disk_keeps_the_older_report_whole(tmp_pat
         write_reports({"status": "complete"}, tmp_path)
     assert old.read_text() == '{"an": "older run"}\n'
     assert _left(tmp_path) == ["results.json"]
+
+
+@given(
+    mask=st.sampled_from([0o022, 0o002, 0o077, 0o027]), before=st.sampled_from([None, 0o640, 0o604])
+)
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_written_file_has_the_permissions_a_plain_write_gives(tmp_path, mask, before):
+    """Whole-or-absent writes go through a temporary file, which is created 0600; renamed
+    as it was, every report, results.json and plot was readable by its owner alone. A new
+    file gets 0666 less the umask, a replaced one keeps its mode."""
+    path = tmp_path / f"r-{mask:o}-{before}.json"
+    path.unlink(missing_ok=True)
+    if before is not None:
+        path.write_text("old", encoding="utf-8")
+        os.chmod(path, before)
+    old = os.umask(mask)
+    try:
+        outputs.write_text(path, "{}")
+    finally:
+        os.umask(old)
+    expected = before if before is not None else 0o666 & ~mask
+    assert path.stat().st_mode & 0o777 == expected
+    assert path.read_text(encoding="utf-8") == "{}"
