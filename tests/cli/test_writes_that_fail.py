@@ -269,3 +269,44 @@ def test_a_written_file_has_the_permissions_a_plain_write_gives(tmp_path, mask, 
     expected = before if before is not None else 0o666 & ~mask
     assert path.stat().st_mode & 0o777 == expected
     assert path.read_text(encoding="utf-8") == "{}"
+
+
+@pytest.mark.parametrize("command", ["rag", "memory"])
+def test_a_new_store_whose_schema_does_not_fit_names_the_full_disk(cli, tmp_path, monkeypatch,
+                                                                   command):  # fmt: skip
+    """The disk fills while a new store's tables are created: the sentence says the disk is
+    full (it said "cannot rollback - no transaction is active": SQLite had rolled back on
+    SQLITE_FULL, and a second ROLLBACK raised over the real error)."""
+    import ctxlab.memory.store as store
+
+    real = store.sqlite3.connect
+
+    class DiskFills:
+        """A connection on a disk that fills at the first CREATE: SQLite answers SQLITE_FULL
+        and has rolled the transaction back (what a full disk does to a journal write)."""
+
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._conn, name)
+
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+            if sql.lstrip().upper().startswith("CREATE"):
+                self._conn.execute("ROLLBACK")
+                raise sqlite3.OperationalError("database or disk is full")
+            return self._conn.execute(sql, *args)
+
+    monkeypatch.setattr(store.sqlite3, "connect", lambda *a, **k: DiskFills(real(*a, **k)))
+    db = tmp_path / "new.db"
+    source = tmp_path / "in.md"
+    source.write_text("# A\n\nThe launch moved to March.\n", encoding="utf-8")
+    if command == "rag":
+        r = cli("rag", "ingest", str(source), "--db", str(db))
+    else:
+        history = tmp_path / "history.jsonl"
+        history.write_text('{"role": "user", "content": "hello"}\n', encoding="utf-8")
+        r = cli("memory", "import", str(history), "--db", str(db))
+    assert r.code == 2, (r.out, r.err)
+    assert len(r.err_lines) == 1 and "database or disk is full" in r.err, r.err
+    assert "no transaction" not in r.err
