@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from ctxlab.errors import CtxlabError
+from ctxlab.outputs import check_folder
 
 STAMP = "ctxlab-export.json"
 
@@ -69,6 +70,9 @@ def export_folder(model: str, folder: Path | None = None, force: bool = False) -
         return folder
     if folder.exists() and not folder.is_dir():
         raise CtxlabError(f"--out {folder} exists and is not a folder")
+    # where the folder goes takes a file, checked before minutes of loading and converting
+    # (a read-only --out was found only when the 540 MB write began)
+    check_folder(folder.parent, "--out")
     from ctxlab.hf.gguf import from_gguf
 
     hf, tokenizer = from_gguf(model)

@@ -148,6 +148,7 @@ def _never(*_args, **_kwargs):
         (["workshop", "--quick", "--out", "{ro}/ws"], "ctxlab.workshop.runner.run_workshop"),
         (["rag", "ingest", "{docs}", "--db", "{ro}/rag.db"],
          "ctxlab.memory.embed.WordLlamaEmbedder"),
+        (["export-hf", "smollm2-135m", "--out", "{ro}/hf"], "ctxlab.hf.gguf.from_gguf"),
     ],
 )  # fmt: skip
 def test_a_read_only_destination_is_refused_before_the_work(
