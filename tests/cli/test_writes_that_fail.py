@@ -311,3 +311,17 @@ def test_a_new_store_whose_schema_does_not_fit_names_the_full_disk(cli, tmp_path
     assert r.code == 2, (r.out, r.err)
     assert len(r.err_lines) == 1 and "database or disk is full" in r.err, r.err
     assert "no transaction" not in r.err
+
+
+@pytest.mark.parametrize("command", ["rag", "memory"])
+def test_a_fixture_on_a_full_disk_names_the_file(cli, tmp_path, monkeypatch, command):
+    """`rag fixture` and `memory fixture` write through the helper: a full disk names the
+    file and leaves no half file (the CLI's last net said "a result file cannot be
+    written", no path)."""
+    _full_disk_after(monkeypatch, 5)
+    out = tmp_path / "fx"
+    r = cli(command, "fixture", "--out", str(out))
+    assert r.code == 2, (r.out, r.err)
+    assert len(r.err_lines) == 1 and f"error: {out}/" in r.err, r.err
+    assert "No space left on device (ENOSPC)" in r.err
+    assert [p for p in out.rglob("*") if p.is_file()] == []
