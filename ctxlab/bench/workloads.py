@@ -160,5 +160,6 @@ def duration(seconds: float) -> str:
     """A span as a person reads it (years, days, hours or seconds)."""
     for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600)):
         if seconds >= 2 * size:
-            return f"{seconds / size:,.1f} {unit}"
+            n = seconds / size
+            return f"{n:,.1f} {unit}" if n < 1e6 else f"{n:.3g} {unit}"  # not 300 digits
     return f"{seconds:,.0f} s"
