@@ -16,6 +16,9 @@ from urllib.parse import urlsplit, urlunsplit
 from ctxlab.errors import CtxlabError
 
 HIDDEN = "***"
+# paths ctxlab adds itself: a base URL that already ends in one names an endpoint, not a server
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/completions",
+             "/completions", "/v1/embeddings", "/tokenize", "/metrics", "/health")  # fmt: skip
 # scheme://userinfo@ : the userinfo runs to the last "@" before the path, query or fragment
 _USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s?#'\"]*@")
 # a URL's query or fragment: from "?" or "#" to the end of the URL (space or quote)
@@ -58,6 +61,13 @@ def base_url(url: str, flag: str = "--base-url") -> str:
     if parts.query or parts.fragment:
         raise CtxlabError(f"{flag} {redact(given)!r} must not have a query or fragment")
     root = given.rstrip("/")
+    endpoint = next((e for e in ENDPOINTS if root.endswith(e)), None)
+    if endpoint is not None:  # a whole endpoint URL: /v1/chat/completions/v1/completions 404'd
+        fix = root[: -len(endpoint)].rstrip("/") or "its root"
+        raise CtxlabError(
+            f"{flag} {redact(given)!r} names an endpoint ({endpoint}); give the server's root, "
+            f"{redact(fix)} (ctxlab adds the /v1/... paths itself)"
+        )
     if root.endswith("/v1"):
         root = root[: -len("/v1")].rstrip("/")
     return root
