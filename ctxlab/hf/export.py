@@ -73,6 +73,8 @@ def export_folder(model: str, folder: Path | None = None, force: bool = False) -
     # where the folder goes takes a file, checked before minutes of loading and converting
     # (a read-only --out was found only when the 540 MB write began)
     check_folder(folder.parent, "--out")
+    from safetensors import SafetensorError
+
     from ctxlab.hf.gguf import from_gguf
 
     hf, tokenizer = from_gguf(model)
@@ -86,7 +88,7 @@ def export_folder(model: str, folder: Path | None = None, force: bool = False) -
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own
         if is_current(folder, model):  # another process finished the same export first
             return folder
         raise CtxlabError(f"cannot write the model folder {folder}: {exc}") from None
