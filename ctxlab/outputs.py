@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,6 +126,7 @@ def atomic_write(path: Path, flag: str = "") -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, _mode_for(path))
         _sync(tmp)
         os.replace(tmp, path)
     except OSError as exc:
@@ -133,6 +135,31 @@ def atomic_write(path: Path, flag: str = "") -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions `path` gets: those of the file it replaces, else what a plain
+    `open(path, "w")` would give (0666 less the umask). A temporary file is created 0600,
+    which, renamed, would hide a report from every other user of the machine."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux shows it (setting it to
+    read it back would race with other threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _sync(path: Path) -> None:

@@ -20,6 +20,7 @@ from ctxlab.bench.metrics import RequestResult
 from ctxlab.peer import fields
 from ctxlab.peer.deadline import Deadline
 from ctxlab.peer.fields import BadAnswer, Source
+from ctxlab.peer.key import bearer
 from ctxlab.peer.sse import DONE, event
 from ctxlab.peer.url import public, redact
 
@@ -49,10 +50,7 @@ class Endpoint:
         return redact(public(self.base_url)) + self.path
 
     def headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json"}
-        if self.api_key:
-            h["Authorization"] = f"Bearer {self.api_key}"
-        return h
+        return {"Content-Type": "application/json", **bearer(self.api_key)}
 
     def payload(self, prompt: str | list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -25,7 +25,7 @@ import numpy as np
 
 from ctxlab.bench.client import TIMED_OUT, Endpoint, send
 from ctxlab.bench.metrics import RequestResult
-from ctxlab.bench.workloads import BenchRequest
+from ctxlab.bench.workloads import MAX_REPLAY_S, BenchRequest, duration
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
 
@@ -45,9 +45,21 @@ def arrival_times(n: int, rate: float, burstiness: float, seed: int) -> list[flo
         raise CtxlabError(f"--burstiness must be positive, got {burstiness}.")
     if math.isinf(rate):
         return [0.0] * n
+    if n <= 1:
+        return [0.0] * n
+    scale = 1.0 / rate / burstiness  # (rate * burstiness can underflow to 0)
     rng = np.random.default_rng([seed, 5])
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=max(0, n - 1))
-    return [0.0, *np.cumsum(gaps).tolist()][:n]
+    gaps = rng.gamma(shape=burstiness, scale=scale, size=n - 1) if math.isfinite(scale) else []
+    times = [0.0, *np.cumsum(gaps).tolist()] if math.isfinite(scale) else [0.0, math.inf]
+    if not times[-1] <= MAX_REPLAY_S:  # the trace replay's bound (inf and nan too)
+        # a rate of 1e-300 waited 1e300 s for its second request; say so before the clock
+        shown = duration(times[-1]) if math.isfinite(times[-1]) else "forever"
+        raise CtxlabError(
+            f"--request-rate {rate:g} (burstiness {burstiness:g}) spreads {n:,} requests over "
+            f"{shown}, past the {duration(MAX_REPLAY_S)} a run may wait; give a rate of at "
+            f"least about {max(n - 1, 1) / MAX_REPLAY_S:.3g} per second, or fewer --num-prompts."
+        )
+    return times
 
 
 PROBE_TIMEOUT_S = 60.0  # the test request asks for one token; a live server answers sooner

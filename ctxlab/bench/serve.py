@@ -21,6 +21,7 @@ from ctxlab.bench.report import result_document, result_lines
 from ctxlab.bench.runner import arrival_times, run
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_positive
+from ctxlab.peer.key import check_key
 from ctxlab.peer.url import base_url, public, redact
 from ctxlab.progress import progress
 
@@ -92,6 +93,7 @@ class BenchConfig:
         if self.dataset == "multi-turn":
             path = CHAT  # conversations need messages
         root = base_url(self.base_url, "--base-url")
+        check_key(self.api_key)  # a key a header cannot carry: one sentence, the key unshown
         return Endpoint(root, path, self.model, self.api_key, self.ignore_eos)
 
     def settings(self) -> dict[str, Any]:

@@ -137,8 +137,8 @@ def _check_trace(path: Path, reqs: list, time_scale: float) -> None:
         last = max(range(len(reqs)), key=lambda i: reqs[i].arrival)
         fits = MAX_REPLAY_S / max(span / time_scale, 1e-9)
         raise CtxlabError(
-            f"trace {path}: replaying it takes {_duration(span)} (line {reqs[last].line} arrives "
-            f"that long after the first), past the {_duration(MAX_REPLAY_S)} a replay may "
+            f"trace {path}: replaying it takes {duration(span)} (line {reqs[last].line} arrives "
+            f"that long after the first), past the {duration(MAX_REPLAY_S)} a replay may "
             f"wait; give --trace-time-scale {fits:.3g} or less, or fewer --num-prompts."
         )
     big = next((r for r in reqs if r.input_len + r.output_len > MAX_REQUEST_TOKENS), None)
@@ -156,8 +156,10 @@ def _check_trace(path: Path, reqs: list, time_scale: float) -> None:
         )
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """A span as a person reads it (years, days, hours or seconds)."""
     for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600)):
         if seconds >= 2 * size:
-            return f"{seconds / size:,.1f} {unit}"
+            n = seconds / size
+            return f"{n:,.1f} {unit}" if n < 1e6 else f"{n:.3g} {unit}"  # not 300 digits
     return f"{seconds:,.0f} s"

@@ -93,10 +93,12 @@ def register(app: typer.Typer) -> None:
         deployments you operate: the capacity test evicts other users' cached prefixes."""
         from rich.console import Console
 
+        from ctxlab.peer.key import check_key
         from ctxlab.probe.runner import ProbeConfig, run
         from ctxlab.progress import progress
 
         output_file(out, ".json")
+        check_key(api_key)  # a key a header cannot carry: one sentence, the key unshown
         cfg = ProbeConfig(
             server=server, model=model, api_key=api_key,
             sections=tuple(s for s in sections.replace(" ", "").split(",") if s),

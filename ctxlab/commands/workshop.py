@@ -117,8 +117,11 @@ def register(app: typer.Typer) -> None:
         if print_config:
             typer.echo(DEFAULT_TOML, nl=False)
             return
+        from ctxlab.peer.key import check_key
+
         picked = parse_only(only)
         timeout = check_timeout(server_timeout)
+        check_key(api_key)  # a key a header cannot carry: one sentence, the key unshown
         if config is not None:
             input_file(config, "the workshop config", "TOML file")
         cfg = load_config(config, quick=quick, full=full)

@@ -17,6 +17,7 @@ from ctxlab.errors import CtxlabError
 from ctxlab.eval.sample import TaskSample
 from ctxlab.peer import fields
 from ctxlab.peer.deadline import Deadline, request
+from ctxlab.peer.key import bearer, check_key
 from ctxlab.peer.url import base_url, public, redact
 
 
@@ -45,6 +46,7 @@ class OpenAIBackend:
 
     def __post_init__(self) -> None:
         self.base_url = base_url(self.base_url, "--base-url")
+        check_key(self.api_key)  # before any request: a bad key is one sentence, unshown
         self.http = httpx.Client()
 
     def served_model(self) -> str:
@@ -70,9 +72,7 @@ class OpenAIBackend:
 
     def _call(self, method: str, path: str, body: dict[str, object] | None = None) -> object:
         shown = redact(public(self.base_url)) + path
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+        headers = {"Content-Type": "application/json", **bearer(self.api_key)}
         try:
             reply = request(
                 self.http, method, self.base_url + path, Deadline(self.timeout_s),

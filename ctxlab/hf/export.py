@@ -18,9 +18,12 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from ctxlab.errors import CtxlabError
+from ctxlab.outputs import check_folder
 
 STAMP = "ctxlab-export.json"
 
@@ -59,6 +62,32 @@ def is_current(folder: Path, model: str) -> bool:
     return stamp == _source(model)
 
 
+class _Tensor(Protocol):
+    def numel(self) -> int: ...
+    def element_size(self) -> int: ...
+
+
+class _Weights(Protocol):
+    def parameters(self) -> Iterable[_Tensor]: ...
+
+
+def _weight_bytes(model: _Weights) -> int:
+    """Bytes the safetensors file will hold (a tied weight is one parameter, saved once)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _check_space(folder: Path, need: int) -> None:
+    """Refuse an export its file system cannot hold before the write starts (a disk with
+    2 KiB free was found only when the write failed)."""
+    free = shutil.disk_usage(folder.parent).free
+    if need > free:
+        raise CtxlabError(
+            f"--out {folder}: the export writes {need / 2**20:,.0f} MiB of weights, more than "
+            f"the {free / 2**20:,.1f} MiB free on its file system; free some space or choose "
+            "another folder."
+        )
+
+
 def export_folder(model: str, folder: Path | None = None, force: bool = False) -> Path:
     """Write `model` (a registry name or a .gguf path) as a Hugging Face folder; returns it.
 
@@ -69,9 +98,15 @@ def export_folder(model: str, folder: Path | None = None, force: bool = False) -
         return folder
     if folder.exists() and not folder.is_dir():
         raise CtxlabError(f"--out {folder} exists and is not a folder")
+    # where the folder goes takes a file, checked before minutes of loading and converting
+    # (a read-only --out was found only when the 540 MB write began)
+    check_folder(folder.parent, "--out")
+    from safetensors import SafetensorError
+
     from ctxlab.hf.gguf import from_gguf
 
     hf, tokenizer = from_gguf(model)
+    _check_space(folder, _weight_bytes(hf))
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
@@ -82,7 +117,7 @@ def export_folder(model: str, folder: Path | None = None, force: bool = False) -
         if folder.exists():
             shutil.rmtree(folder)
         os.replace(tmp, folder)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors reports a full disk as its own
         if is_current(folder, model):  # another process finished the same export first
             return folder
         raise CtxlabError(f"cannot write the model folder {folder}: {exc}") from None

@@ -19,6 +19,7 @@ from pathlib import Path
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import load_json
 from ctxlab.memory.messages import Message, read_history, write_history
+from ctxlab.outputs import write_text
 
 _SYLLABLES = (
     "ka ren tho mi sal vek or lin dra pe mo sti ul bar nes qui fal zor hem ta wyn cor "
@@ -51,7 +52,7 @@ class ConversationFixture:
         folder.mkdir(parents=True, exist_ok=True)
         history, facts = folder / "history.jsonl", folder / "facts.json"
         write_history(self.history, history)
-        facts.write_text(json.dumps([f.as_dict() for f in self.facts], indent=1) + "\n")
+        write_text(facts, json.dumps([f.as_dict() for f in self.facts], indent=1) + "\n")
         return history, facts
 
 

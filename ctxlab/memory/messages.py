@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import check_input_file, loads_json, read_text, shown
+from ctxlab.outputs import write_text
 
 ROLES = ("system", "user", "assistant", "tool")
 _DATE_START = re.compile(r"\d{4}-\d{2}-\d{2}")  # the extended form: sorts as text
@@ -116,4 +117,4 @@ def write_history(messages: Sequence[Message], path: Path) -> None:
         json.dumps({k: v for k, v in m.as_dict().items() if k != "id"}, ensure_ascii=False)
         for m in messages
     ]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_text(path, "\n".join(lines) + "\n")  # whole or absent (ctxlab.outputs)

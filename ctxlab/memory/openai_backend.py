@@ -33,6 +33,7 @@ class OpenAIChatBackend:
     ) -> None:
         import httpx
 
+        from ctxlab.peer.key import bearer
         from ctxlab.peer.url import base_url as root_url
         from ctxlab.peer.url import public, redact
 
@@ -44,7 +45,7 @@ class OpenAIChatBackend:
         self._tokenizer_path = tokenizer
         self._tokenizer: Any = None
         self.timeout_s = timeout_s  # total seconds per request
-        self._http = httpx.Client(headers={"Authorization": f"Bearer {api_key}"})
+        self._http = httpx.Client(headers=bearer(api_key))  # checked: never echoed
         self.count_method: str | None = "local tokenizer" if tokenizer else None
         self._probe_cache: dict[str, int] = {}
 

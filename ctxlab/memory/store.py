@@ -70,10 +70,7 @@ class Store:
             raise _explain(self.path, exc) from None
 
     def _rollback(self) -> None:
-        """ROLLBACK if a transaction is still open: on a full disk (SQLITE_FULL) SQLite has
-        rolled it back already, and a second ROLLBACK would raise over the real error."""
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+        _rollback(self.conn)
 
     def meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -148,6 +145,14 @@ def open_store(
     return Store(db, conn)
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """ROLLBACK if a transaction is still open: on a full disk (SQLITE_FULL) SQLite has
+    rolled it back already, and a second ROLLBACK would raise over the real error ("cannot
+    rollback - no transaction is active" where a new store's schema did not fit)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
 def _check_or_create(conn: sqlite3.Connection, db: Path, flag: str) -> None:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
@@ -165,7 +170,7 @@ def _check_or_create(conn: sqlite3.Connection, db: Path, flag: str) -> None:
             )
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
         return
     if "schema_version" not in tables:
@@ -193,7 +198,7 @@ def _migrate(conn: sqlite3.Connection, script: str) -> None:
             conn.execute(statement)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
 
 

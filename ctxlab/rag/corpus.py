@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import loads_json, read_text
+from ctxlab.outputs import write_text
 from ctxlab.rag.readers import SourceDoc
 
 _SYL = (
@@ -75,14 +76,13 @@ class CorpusFixture:
         questions.jsonl; returns the folder of documents."""
         docs = folder / "docs"
         docs.mkdir(parents=True, exist_ok=True)
-        for d in self.docs:
-            (docs / f"{Path(d.source).name}").write_text(
+        for d in self.docs:  # whole or absent, a full disk named (ctxlab.outputs)
+            write_text(
+                docs / f"{Path(d.source).name}",
                 f"---\ndoc_id: {d.doc_id}\ntitle: {d.title}\ndate: {d.date}\n---\n{d.text}\n",
-                encoding="utf-8",
             )
-        with (folder / "questions.jsonl").open("w", encoding="utf-8") as f:
-            for q in self.questions:
-                f.write(json.dumps(q.as_dict()) + "\n")
+        lines = "".join(json.dumps(q.as_dict()) + "\n" for q in self.questions)
+        write_text(folder / "questions.jsonl", lines)
         return docs
 
 

@@ -84,7 +84,12 @@ def collect(paths: list[Path]) -> list[SourceDoc]:
         if not p.exists():
             check_input_file(p, "document")  # says why: missing, a dangling link, a loop
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.suffix.lower() in SUFFIXES and f.is_file())
+            # every entry named like a document, not only the regular files: a FIFO, a
+            # dangling link or a device named notes.txt is refused by name (read_document),
+            # never skipped in silence
+            files = sorted(
+                f for f in p.rglob("*") if f.suffix.lower() in SUFFIXES and not f.is_dir()
+            )
             if not files:
                 raise CtxlabError(f"{shown(p)} holds no .txt, .md or .pdf files.")
             docs += [read_document(f, p) for f in files]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ctxlab.arch.limits import MAX_TOKENS
+from ctxlab.arch.limits import MAX_COUNT, MAX_TOKENS
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.errors import CtxlabError
 from ctxlab.inputs import SEED_MAX, check_threads
@@ -29,6 +29,7 @@ Pos = Annotated[int, Field(ge=1)]
 NonNeg = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
+MAX_FLOAT = 1e9  # prices, rates, seconds, GiB: past this a value is a typo (1e9 s is 31 years)
 
 
 def arch_from(source: str) -> ArchSpec:
@@ -58,6 +59,29 @@ class Section(BaseModel):
 
     # allow_inf_nan: every number of the contract is finite (TOML's inf would pass gt=0).
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _finite_but_absurd(self) -> Section:
+        """A number with no upper bound of its own (a count, a size, a price, a duration) is
+        at most MAX_COUNT (2**30) when whole and MAX_FLOAT (1e9) otherwise, for every table,
+        so 10^12 repeats or a 1e300 s wait is one sentence before the model loads, not a
+        run that never ends or overflows."""
+        for name, info in type(self).model_fields.items():
+            if any(hasattr(m, "le") or hasattr(m, "lt") for m in info.metadata):
+                continue  # the field's own bound (page sizes, seeds, shares) already holds
+            value = getattr(self, name)
+            for item in value if isinstance(value, list | tuple) else (value,):
+                if isinstance(item, bool) or not isinstance(item, int | float):
+                    continue
+                limit = MAX_COUNT if isinstance(item, int) else MAX_FLOAT
+                if abs(item) > limit:
+                    shown = f"{item:,}" if isinstance(item, int) else f"{item:g}"
+                    bound = "2**30" if isinstance(item, int) else "1e9"
+                    raise ValueError(
+                        f"{name} = {shown} is past {bound}, the most any number of the "
+                        "contract may be (no machine runs that much)"
+                    )
+        return self
 
 
 class ModelSection(Section):

@@ -47,6 +47,17 @@ class ServerEntry(BaseModel):
         except CtxlabError as exc:
             raise ValueError(str(exc).rstrip(".")) from None
 
+    @field_validator("api_key")
+    @classmethod
+    def _key(cls, key: str | None) -> str | None:
+        from ctxlab.errors import CtxlabError
+        from ctxlab.peer.key import check_key
+
+        try:
+            return check_key(key, "api_key")
+        except CtxlabError as exc:
+            raise ValueError(str(exc).rstrip(".")) from None
+
     @field_validator("timeout")
     @classmethod
     def _timeout(cls, value: float | None) -> float | None:

@@ -149,8 +149,12 @@ def _server_lines(res: JSONObject) -> list[str]:
             local.append(n)
     ran_local = ", ".join(local) + (" and the eval" if res.get("useful_context") else "")
     lines = [
-        f"server: {server['label']}; demonstrations {', '.join(through) or 'none'} went "
-        "through it"
+        f"server: {server['label']}; "
+        + (
+            f"demonstrations {', '.join(through)} went through it"
+            if through
+            else "no demonstration went through it"
+        )
         + "".join(f"; {x}" for x in instead)
         + (
             "; not measurable through it: "

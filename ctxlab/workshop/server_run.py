@@ -63,7 +63,7 @@ def start(
                 chat_api = api if chat_reason is None else None
     except ServerGone as exc:
         run = ServerRun(server, label, None, False, show)
-        run.stop("before", exc)
+        run.stop("before the first demonstration, while its page size was measured", exc)
         return run
     run = ServerRun(server, label, pre, cached, show, chat_reason)
     session.requests = ServerRequests(session, server, chat_api)

@@ -127,3 +127,44 @@ def test_a_scaled_replay_within_a_day_is_accepted(tmp_path):
         trace_requests(path, 512, None, 1.0)
     reqs = trace_requests(path, 512, None, 0.5)
     assert [r.arrival for r in reqs] == [0.0, 24 * 3600.0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--request-rate", "1e-300"], "spreads 2 requests over "),
+        (["--request-rate", "1e-6", "--num-prompts", "3"], "spreads 3 requests over "),
+        (["--request-rate", "1e-200", "--burstiness", "1e-200"], "burstiness 1e-200"),
+    ],
+)
+def test_bench_serve_refuses_a_rate_it_would_wait_on_for_years(
+    cli, tmp_path, monkeypatch, flags, said
+):
+    """--request-rate 1e-300 waited 1e300 s for its second request (the trace replay's day
+    bound held only for traces): one sentence before any request."""
+    monkeypatch.setattr("ctxlab.bench.serve.run_bench", _never)
+    r = cli("bench", "serve", "--base-url", "http://127.0.0.1:9", "--model", "m",
+            "--num-prompts", "2", *flags, "--out", str(tmp_path / "out"))  # fmt: skip
+    assert r.code == 2, (r.out, r.err)
+    assert len(r.err_lines) == 1 and said in r.err and "a run may wait" in r.err, r.err
+    assert len(r.err) < 400, r.err  # a span of 1e300 s is "1.78e+292 years", not 300 digits
+
+
+@given(
+    n=st.integers(1, 500),
+    rate=st.floats(1e-300, 1e300),
+    burstiness=st.floats(1e-300, 1e3),
+)
+@settings(max_examples=200, deadline=None)
+def test_arrival_times_fit_in_a_day_or_are_refused(n, rate, burstiness):
+    from ctxlab.bench.runner import arrival_times
+    from ctxlab.bench.workloads import MAX_REPLAY_S
+
+    try:
+        times = arrival_times(n, rate, burstiness, 0)
+    except CtxlabError as exc:
+        assert "a run may wait" in str(exc)
+        return
+    assert len(times) == n and times[0] == 0.0
+    assert all(0.0 <= t <= MAX_REPLAY_S for t in times)
+    assert times == sorted(times)

@@ -94,6 +94,7 @@ CASES = [
     ("absurd-context", ["plan", "llama-3.1-8b", "--context", "1000000000000"], "absurdly large"),
     ("absurd-page", ["plan", "llama-3.1-8b", "--page-size", "1000000000"], "absurdly large"),
     ("absurd-synthetic", ["simulate", "synthetic:n=1000000000", "llama-3.1-8b"], "absurdly"),
+    ("absurd-gpus", ["plan", "llama-3.1-8b", "--gpus", "1000000000"], "ctxlab accepts up to 4,096"),
     ("absurd-trace-line", ["simulate", "huge_trace.jsonl", "llama-3.1-8b"], "line 1"),
     # impossible head counts
     ("kv-heads-above-query", ["plan", "--config", "kv64.json"], "64 KV heads for 32"),

@@ -120,6 +120,25 @@ def test_rag_ingest_refuses_a_fifo_named_like_text(cli, tmp_path):
     assert "is a named pipe (FIFO)" in r.err
 
 
+@pytest.mark.parametrize("odd_entry", ["fifo", "dangling"])
+def test_rag_ingest_of_a_folder_names_what_is_not_a_document(cli, tmp_path, odd_entry):
+    """A folder walk reads every entry named like a document: a FIFO or a dangling link
+    named notes.txt is refused by name (it was skipped in silence: "1 new")."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nThe launch moved to March.\n", encoding="utf-8")
+    if odd_entry == "fifo":
+        os.mkfifo(folder / "notes.txt")
+    else:
+        (folder / "notes.txt").symlink_to(tmp_path / "gone.txt")
+    with bounded():
+        r = cli("rag", "ingest", str(folder), "--db", str(tmp_path / "rag.db"))
+    assert r.code == 2, r.out
+    said = "is a named pipe (FIFO)" if odd_entry == "fifo" else "which does not exist"
+    assert len(r.err_lines) == 1 and "notes.txt" in r.err and said in r.err, r.err
+    assert not (tmp_path / "rag.db").exists()
+
+
 def test_rag_ingest_takes_a_file_whose_name_is_not_utf8(cli, tmp_path):
     folder = tmp_path / "docs"
     folder.mkdir()

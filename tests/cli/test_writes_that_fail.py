@@ -148,6 +148,7 @@ def _never(*_args, **_kwargs):
         (["workshop", "--quick", "--out", "{ro}/ws"], "ctxlab.workshop.runner.run_workshop"),
         (["rag", "ingest", "{docs}", "--db", "{ro}/rag.db"],
          "ctxlab.memory.embed.WordLlamaEmbedder"),
+        (["export-hf", "smollm2-135m", "--out", "{ro}/hf"], "ctxlab.hf.gguf.from_gguf"),
     ],
 )  # fmt: skip
 def test_a_read_only_destination_is_refused_before_the_work(
@@ -244,3 +245,83 @@ def test_the_workshop_report_on_a_full_disk_keeps_the_older_report_whole(tmp_pat
         write_reports({"status": "complete"}, tmp_path)
     assert old.read_text() == '{"an": "older run"}\n'
     assert _left(tmp_path) == ["results.json"]
+
+
+@given(
+    mask=st.sampled_from([0o022, 0o002, 0o077, 0o027]), before=st.sampled_from([None, 0o640, 0o604])
+)
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_a_written_file_has_the_permissions_a_plain_write_gives(tmp_path, mask, before):
+    """Whole-or-absent writes go through a temporary file, which is created 0600; renamed
+    as it was, every report, results.json and plot was readable by its owner alone. A new
+    file gets 0666 less the umask, a replaced one keeps its mode."""
+    path = tmp_path / f"r-{mask:o}-{before}.json"
+    path.unlink(missing_ok=True)
+    if before is not None:
+        path.write_text("old", encoding="utf-8")
+        os.chmod(path, before)
+    old = os.umask(mask)
+    try:
+        outputs.write_text(path, "{}")
+    finally:
+        os.umask(old)
+    expected = before if before is not None else 0o666 & ~mask
+    assert path.stat().st_mode & 0o777 == expected
+    assert path.read_text(encoding="utf-8") == "{}"
+
+
+@pytest.mark.parametrize("command", ["rag", "memory"])
+def test_a_new_store_whose_schema_does_not_fit_names_the_full_disk(cli, tmp_path, monkeypatch,
+                                                                   command):  # fmt: skip
+    """The disk fills while a new store's tables are created: the sentence says the disk is
+    full (it said "cannot rollback - no transaction is active": SQLite had rolled back on
+    SQLITE_FULL, and a second ROLLBACK raised over the real error)."""
+    import ctxlab.memory.store as store
+
+    real = store.sqlite3.connect
+
+    class DiskFills:
+        """A connection on a disk that fills at the first CREATE: SQLite answers SQLITE_FULL
+        and has rolled the transaction back (what a full disk does to a journal write)."""
+
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self._conn = conn
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._conn, name)
+
+        def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+            if sql.lstrip().upper().startswith("CREATE"):
+                self._conn.execute("ROLLBACK")
+                raise sqlite3.OperationalError("database or disk is full")
+            return self._conn.execute(sql, *args)
+
+    monkeypatch.setattr(store.sqlite3, "connect", lambda *a, **k: DiskFills(real(*a, **k)))
+    db = tmp_path / "new.db"
+    source = tmp_path / "in.md"
+    source.write_text("# A\n\nThe launch moved to March.\n", encoding="utf-8")
+    if command == "rag":
+        r = cli("rag", "ingest", str(source), "--db", str(db))
+    else:
+        history = tmp_path / "history.jsonl"
+        history.write_text('{"role": "user", "content": "hello"}\n', encoding="utf-8")
+        r = cli("memory", "import", str(history), "--db", str(db))
+    assert r.code == 2, (r.out, r.err)
+    assert len(r.err_lines) == 1 and "database or disk is full" in r.err, r.err
+    assert "no transaction" not in r.err
+
+
+@pytest.mark.parametrize("command", ["rag", "memory"])
+def test_a_fixture_on_a_full_disk_names_the_file(cli, tmp_path, monkeypatch, command):
+    """`rag fixture` and `memory fixture` write through the helper: a full disk names the
+    file and leaves no half file (the CLI's last net said "a result file cannot be
+    written", no path)."""
+    _full_disk_after(monkeypatch, 5)
+    out = tmp_path / "fx"
+    r = cli(command, "fixture", "--out", str(out))
+    assert r.code == 2, (r.out, r.err)
+    assert len(r.err_lines) == 1 and f"error: {out}/" in r.err, r.err
+    assert "No space left on device (ENOSPC)" in r.err
+    assert [p for p in out.rglob("*") if p.is_file()] == []

@@ -22,6 +22,55 @@ def test_an_out_path_that_is_a_file_is_one_sentence(monkeypatch, capsys, tmp_pat
     assert r.code == 2 and len(r.err_lines) == 1 and "not a folder" in r.err
 
 
+def test_a_disk_that_fills_mid_write_is_one_sentence_and_no_folder(monkeypatch, capsys, tmp_path):
+    """safetensors reports a full disk as its own SafetensorError, not an OSError: it was a
+    traceback (the issue 33 re-walk, a tmpfs with 60 KiB left)."""
+    from safetensors import SafetensorError
+
+    class Full:
+        def parameters(self) -> list:
+            return []
+
+        def save_pretrained(self, folder: str) -> None:
+            (tmp_path / "partial").write_text("x")
+            raise SafetensorError("Error while serializing: I/O error: No space left on device")
+
+    monkeypatch.setattr("ctxlab.hf.gguf.from_gguf", lambda model: (Full(), Full()))
+    out = tmp_path / "hf"
+    r = run_in_process(monkeypatch, capsys, "export-hf", "smollm2-135m", "--out", str(out))
+    assert r.code == 2 and len(r.err_lines) == 1, r.err
+    assert f"cannot write the model folder {out}" in r.err and "No space left" in r.err
+    assert not out.exists() and not list(tmp_path.glob(".hf-*"))  # the temporary folder too
+
+
+def test_an_export_the_disk_cannot_hold_is_refused_before_the_write(monkeypatch, capsys, tmp_path):
+    """The weights' size is compared with the free space before anything is written."""
+    import shutil
+
+    class Weight:
+        def numel(self) -> int:
+            return 1000
+
+        def element_size(self) -> int:
+            return 4
+
+    class Model:
+        def parameters(self):
+            return [Weight(), Weight()]
+
+        def save_pretrained(self, folder: str) -> None:
+            raise AssertionError("written although the disk cannot hold it")
+
+    monkeypatch.setattr("ctxlab.hf.gguf.from_gguf", lambda model: (Model(), Model()))
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**6, 10**6, 7000)
+    )
+    out = tmp_path / "hf"
+    r = run_in_process(monkeypatch, capsys, "export-hf", "smollm2-135m", "--out", str(out))
+    assert r.code == 2 and len(r.err_lines) == 1, r.err
+    assert "more than the 0.0 MiB free" in r.err and not out.exists()
+
+
 @pytest.mark.model
 @pytest.mark.slow
 def test_the_folder_loads_back_as_the_same_model(monkeypatch, capsys, tmp_path, hf_model):

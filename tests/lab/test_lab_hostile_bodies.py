@@ -10,6 +10,8 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
+
 FORM = {"arch": "preset", "preset": "llama-3.1-8b", "context": "8192", "concurrency": "3"}
 
 
@@ -59,3 +61,24 @@ def test_a_chunked_body_that_lies_about_its_size_is_a_400(lab_url):
     assert resp.status == 400
     assert "malformed" in json.loads(resp.read())["error"]
     conn.close()
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (b"[1, 2]", "must be a JSON object"),
+        (b'"plan me"', "must be a JSON object"),
+        (b'{"arch": "preset", "preset": "llama-3.1-8b", "context": 1e400}', "not a finite number"),
+        (b'{"arch": "preset", "preset": "llama-3.1-8b", "context": NaN}', "not a finite number"),
+        (b'{"arch": "preset", "preset": "llama-3.1-8b", "context": 8192, '
+         b'"concurrency": 1000000000000000}', "absurdly large"),
+        (b'{"arch": "\xff\xfe"}', "not UTF-8"),
+        (b"[" * 100_000 + b"]" * 100_000, "too large"),
+    ],
+)  # fmt: skip
+def test_other_hostile_bodies_are_a_400_naming_why(lab_url, raw, said):
+    """The issue 33 re-walk's variants: a body that is not an object, a non-finite or absurd
+    number, bytes that are not UTF-8, nesting past any form."""
+    status, doc = _post(lab_url, raw)
+    assert status == 400, doc
+    assert said in doc["error"], doc

@@ -97,3 +97,68 @@ def test_redact_hides_any_userinfo(user, password, path):
         assert quote("Z9" + password, safe="") not in shown.replace("gpu.example", "")
         assert "gpu.example:8443" in shown
     assert redact(url).startswith("http://***@gpu.example:8443")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("where", ["?api_key=", "?token=a&key=", "#"])
+def test_a_key_in_the_query_string_is_refused_without_being_shown(cli, tmp_path, rag_db, name,
+                                                                  where):  # fmt: skip
+    """A URL with a query or fragment is refused (ctxlab adds its own paths); the sentence
+    that says so shows the query as `?***`, since a key is often passed there."""
+    result = cli(*argv(name, f"http://127.0.0.1:{_closed_port()}/{where}{SECRET}", tmp_path,
+                       rag_db))  # fmt: skip
+    assert result.code == 2 and "must not have a query or fragment" in result.err, result.err
+    _assert_nowhere(result, tmp_path)
+
+
+@given(key=_PART, mark=st.sampled_from("?#"), path=st.sampled_from(["", "/", "/v1/models"]))
+def test_redact_hides_any_query_or_fragment(key, mark, path):
+    secret = quote("Z9" + key, safe="")
+    text = f"error: --server 'http://gpu.example:8443{path}{mark}k={secret}' is refused"
+    shown = redact(text)
+    assert secret not in shown.replace("gpu.example", "")
+    assert f"http://gpu.example:8443{path}{mark}***" in shown
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+@pytest.mark.parametrize("key", [f"{SECRET}\r\nX-Injected: 1", f"{SECRET}-clé", f"{SECRET} x"])
+def test_a_key_a_header_cannot_carry_is_one_sentence_that_does_not_show_it(
+    cli, tmp_path, rag_db, name, key
+):
+    """A key with a line break was quoted whole in httpx's refusal (printed); one with an
+    accented letter was a UnicodeEncodeError traceback. Now: one sentence, exit 2, the key
+    nowhere, and nothing sent."""
+    with hostile(Script(key="right")) as (url, script):
+        result = cli(*argv(name, url, tmp_path, rag_db), "--api-key", key)
+    assert result.code == 2, (result.out, result.err)
+    assert "an HTTP header cannot carry" in result.err_lines[-1], result.err
+    _assert_nowhere(result, tmp_path)
+    assert script.auth == []
+
+
+def test_workshop_refuses_such_a_key_from_the_flag_and_the_config(cli, tmp_path):
+    bad = f"{SECRET}\nX: 1"
+    result = cli("workshop", "--server", "http://127.0.0.1:9", "--api-key", bad,
+                 "--out", str(tmp_path / "w"))  # fmt: skip
+    assert result.code == 2 and "an HTTP header cannot carry" in result.err, result.err
+    config = tmp_path / "w.toml"
+    config.write_text(
+        f'[[servers]]\nlabel = "a"\nurl = "http://127.0.0.1:9"\napi_key = "{SECRET}\\u00e9"\n',
+        encoding="utf-8",
+    )
+    result = cli("workshop", str(config), "--out", str(tmp_path / "w2"))
+    assert result.code == 2 and "an HTTP header cannot carry" in result.err, result.err
+    _assert_nowhere(result, tmp_path / "w2")
+
+
+@given(st.text(max_size=20))
+def test_check_key_accepts_exactly_what_a_header_carries(key):
+    from ctxlab.errors import CtxlabError
+    from ctxlab.peer.key import bearer, check_key
+
+    fits = all(0x21 <= ord(ch) <= 0x7E for ch in key)
+    try:
+        assert check_key(key) == key and fits
+        assert bearer(key) == ({"Authorization": f"Bearer {key}"} if key else {})
+    except CtxlabError as exc:
+        assert not fits and (not key or key not in str(exc) or len(key) < 3)

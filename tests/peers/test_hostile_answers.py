@@ -46,6 +46,13 @@ STREAMED = {
     "cached 1e30": (_usage(cached_tokens=1e30), "cached_tokens"),
     "negative prompt tokens": (_usage(prompt_tokens=-3), "usage.prompt_tokens"),
     "negative completion tokens": (_usage(completion_tokens=-1), "usage.completion_tokens"),
+    # the issue 33 re-walk's variants
+    "text a number": (
+        lambda b: [{"choices": [{"index": 0, "text": 7}]}, *good_events(b)[1:]],
+        "choices[0].text = 7",
+    ),
+    "prompt tokens a bool": (_usage(prompt_tokens=True), "usage.prompt_tokens = true"),
+    "prompt tokens 3.5": (_usage(prompt_tokens=3.5), "usage.prompt_tokens = 3.5"),
 }
 
 
@@ -69,6 +76,18 @@ WHOLE = {
     "cached above the prompt": (
         _reply(lambda d, n: d["usage"].update(prompt_tokens_details={"cached_tokens": n + 9})),
         "more cached tokens",
+    ),
+    # the issue 33 re-walk's variants
+    "content a list": (
+        _reply(lambda d, n: d["choices"][0]["message"].update(content=["a"])),
+        "choices[0].message.content",
+    ),
+    "choices empty": (_reply(lambda d, n: d.update(choices=[])), "not a list with one choice"),
+    "answer a string": (lambda b: json.dumps("hello"), "not a JSON object"),
+    "answer an HTML page": (lambda b: "<html><body>hi</body></html>", "did not answer with JSON"),
+    "prompt tokens a bool": (
+        _reply(lambda d, n: d["usage"].update(prompt_tokens=True)),
+        "usage.prompt_tokens = true",
     ),
 }
 
@@ -107,6 +126,8 @@ def test_a_broken_chat_answer_is_one_sentence(cli, tmp_path, rag_db, name, mode)
         (Script(tokenize={"tokens": ["a", "b"]}), "tokens[0]"),
         (Script(props={"total_slots": "four"}), "total_slots"),
         (Script(props={"total_slots": 2, "default_generation_settings": []}), "default_gen"),
+        (Script(models={"data": [{"id": 7}]}), "data[0].id = 7"),
+        (Script(models={"data": "m"}), 'data = "m"'),
     ],
     ids=[
         "model id null",
@@ -114,6 +135,8 @@ def test_a_broken_chat_answer_is_one_sentence(cli, tmp_path, rag_db, name, mode)
         "tokenize strings",
         "props slots",
         "props settings a list",
+        "model id a number",
+        "models data a string",
     ],
 )
 @pytest.mark.parametrize("name", ["probe", "workshop"])

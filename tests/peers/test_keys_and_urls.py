@@ -72,3 +72,20 @@ def test_one_rule_for_every_base_url(scheme, host, path):
 def test_a_base_url_that_is_not_one_is_one_sentence(bad):
     with pytest.raises(CtxlabError, match="--base-url"):
         base_url(bad)
+
+
+@given(
+    host=_HOST,
+    prefix=st.sampled_from(["", "/api", "/v1/../x"]),
+    endpoint=st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/models",
+                              "/chat/completions", "/tokenize", "/metrics"]),
+    slash=st.sampled_from(["", "/"]),
+)  # fmt: skip
+def test_a_base_url_that_names_an_endpoint_says_the_root_to_give(host, prefix, endpoint, slash):
+    """`--base-url http://h/v1/chat/completions` was taken as a root and sent to
+    /v1/chat/completions/v1/completions (a 404 naming the doubled path)."""
+    with pytest.raises(CtxlabError) as err:
+        base_url(f"http://{host}{prefix}{endpoint}{slash}")
+    message = str(err.value)
+    assert f"names an endpoint ({endpoint})" in message
+    assert f"give the server's root, http://{host}{prefix}" in message

@@ -125,13 +125,18 @@ def test_server_that_hangs_ends_at_server_timeout(cli, tmp_path, keep_torch_thre
         took = time.monotonic() - start
     assert took < 60, took  # the model loads once per session; the wait is the 2 s
     line = one_sentence(res, 3)
-    assert line.startswith(f"error: the server at {url} stopped answering before")
+    assert line.startswith(
+        f"error: the server at {url} stopped answering before the first demonstration, while "
+        "its page size was measured"
+    )  # ("stopped answering before (...)" named nothing)
     assert "within 2 s" in line
     assert script.posts.count("/v1/completions") == 1  # nothing after the first silence
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "stopped early" and "stopped answering" in results["error"]
     assert results["demos"]["prefix_miss"]["status"] == "not measurable"
-    assert "stopped answering" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "stopped answering" in report and "**Status: STOPPED EARLY**" in report
+    assert "no demonstration went through it" in report  # not "demonstrations none went"
 
 
 def test_server_timeout_reaches_every_client(tmp_path):

@@ -210,6 +210,12 @@ BAD = [
     ({"model": MODEL, "prompt": "hi \ud800 there"}, "lone surrogate"),
     ({"model": MODEL, "prompt": [5, -1]}, "token id -1 at prompt[1] is out of range"),
     ({"model": MODEL, "prompt": "hi", "seed": 2**64}, "seed"),
+    # the issue 33 re-walk's variants: absurd sizes and counts
+    ({"model": MODEL, "prompt": "hi", "max_tokens": 10**30}, "maximum context length is 8192"),
+    ({"model": MODEL, "prompt": "hi", "n": 10**9}, "n is not supported"),
+    ({"model": MODEL, "prompt": "hi", "stop": [f"x{i}" for i in range(100_000)]}, "stop"),
+    ({"model": MODEL, "prompt": "hi", "seed": -1}, "seed"),
+    (b'{"model": "smollm2-135m", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", "4,300"),
 ]
 BAD_CHAT = [
     ({"model": MODEL, "messages": []}, "messages is empty"),

@@ -141,3 +141,53 @@ def test_docs_list_every_metric() -> None:
     for demo in REGISTERED:
         for name in demo.metric_names:
             assert f"`{name}`" in text, name
+
+
+def _numbers(doc: dict, path: tuple[str, ...] = ()):
+    """(key path, value) of every number in the default contract (lists: their first item),
+    predictions and size tables left out (their bounds are the predicted metric's)."""
+    for key, value in doc.items():
+        if isinstance(value, dict):
+            if not path and key in ("predictions", "quick", "full"):
+                continue
+            yield from _numbers(value, (*path, key))
+        elif isinstance(value, list) and value and isinstance(value[0], int | float):
+            yield (*path, key), value[0]
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield (*path, key), value
+
+
+ABSURD = sorted(_numbers(tomllib.loads(DEFAULT_TOML)))
+
+
+@pytest.mark.parametrize(("path", "value"), ABSURD, ids=[".".join(p) for p, _ in ABSURD])
+def test_every_number_of_the_contract_refuses_an_absurd_value(tmp_path: Path, path, value):
+    """10^12 of anything (repeats, documents, tokens, a seed past 2**64) and 1e300 of any
+    price, rate or second is one sentence naming the key, before anything loads: a run of
+    10^12 repeats never ends and 1e300 seconds overflow a sleep."""
+    big = "1e300" if isinstance(value, float) else str(10**12 if "seed" not in path[-1] else 2**70)
+    table, key = ".".join(path[:-1]), path[-1]
+    shown = f"[{big}]" if _is_list(path) else big
+    text = (f"[{table}]\n" if table else "") + f"{key} = {shown}\n"
+    if len(path) > 2:  # an inline table (recurrent_vs_kv.short): write it whole
+        default = _lookup(path[:-1])
+        inner = ", ".join(f"{k} = {big if k == key else repr(v)}" for k, v in default.items())
+        text = f"[{path[0]}]\n{path[1]} = {{ {inner} }}\n"
+    cfg_path = tmp_path / "absurd.toml"
+    cfg_path.write_text(text, encoding="utf-8")
+    with pytest.raises(CtxlabError) as err:
+        load_config(cfg_path)
+    message = str(err.value)
+    assert message.startswith(str(cfg_path)) and key in message, message
+    assert "\n" not in message
+
+
+def _lookup(path: tuple[str, ...]):
+    doc = tomllib.loads(DEFAULT_TOML)
+    for part in path:
+        doc = doc[part]
+    return doc
+
+
+def _is_list(path: tuple[str, ...]) -> bool:
+    return isinstance(_lookup(path), list)

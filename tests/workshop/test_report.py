@@ -102,3 +102,20 @@ def test_cli_mistakes_exit_2_with_one_sentence(tmp_path: Path, monkeypatch, caps
     assert r.code == 2 and "not a demonstration number" in r.err
     r = run_cli(monkeypatch, capsys, "--print-config", cwd=tmp_path)
     assert r.code == 0 and "[predictions.warm_prefix]" in r.out
+
+
+def test_the_report_opens_with_a_summary_that_follows_the_run(tiny_run) -> None:
+    """Issue 33's README walk: the report opens with what was decided (the verdict counts and
+    the run's status), on what (CPU, cores, ctxlab version and commit, torch, the engine), and
+    the status line below it says the same status as results.json."""
+    results, out = tiny_run
+    text = (out / "report.md").read_text(encoding="utf-8")
+    head = text.split("## Predictions against observations")[0]
+    assert head.index("## Summary") < head.index("**Status")
+    counts = results["verdict_counts"]
+    assert f"{counts['held']} held, {counts['failed']} failed" in head
+    assert f"the run is {results['status']}." in head
+    run = results["run"]
+    assert f"({run['cores']} cores," in head and "at commit `" in head and "torch `" in head
+    status = "complete" if results["status"] == "complete" else results["status"].upper()
+    assert f"**Status: {status}**" in head
