@@ -32,7 +32,8 @@ from ctxlab.outputs import write_text
 from ctxlab.peer.url import base_url as root_url
 
 eval_app = typer.Typer(
-    help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity.",
+    help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity, "
+    "where attention goes.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -293,6 +294,82 @@ def lost_in_middle(
     doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json)
     if as_json:
         typer.echo(dumps(doc, indent=2))
+
+
+@eval_app.command("attention")
+def attention(
+    tokens: int = typer.Option(2048, "--tokens", help="Prompt length in tokens (real prose)."),
+    prompts: int = typer.Option(
+        4, "--prompts", help="Disjoint prompts; the interval is across them."
+    ),
+    queries: int = typer.Option(
+        64, "--queries", help="Query positions per prompt, evenly over its second half."
+    ),
+    sinks: int = typer.Option(4, "--sinks", help="k: the first tokens counted as sinks."),
+    model: ModelOpt = DEFAULT_MODEL,
+    plot: Path = typer.Option(
+        None, "--plot", help="Write a PNG: per layer and KV head, sinks and heavy hitters."
+    ),
+    threads: ThreadsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Attention sinks and heavy hitters per layer and KV head, measured on this model."""
+    from ctxlab.commands.options import plot_path
+
+    for value, flag in ((tokens, "--tokens"), (prompts, "--prompts"), (queries, "--queries")):
+        if value < 1:
+            raise CtxlabError(f"{flag} must be a positive whole number, got {value}")
+    if tokens < 16:
+        raise CtxlabError(f"--tokens must be at least 16, got {tokens}")
+    if not 1 <= sinks < tokens // 2:
+        raise CtxlabError(f"--sinks must be from 1 to under half of --tokens, got {sinks}")
+    if plot is not None:
+        plot_path(plot)
+    from ctxlab.model.registry import model_label, model_positions
+
+    limit = model_positions(model)
+    if limit is not None and tokens > limit:
+        raise CtxlabError(f"--tokens {tokens:,} is beyond the model's {limit:,} positions")
+    set_threads(threads)
+    from ctxlab.eval.attention import measure_prompts
+    from ctxlab.eval.attention_report import LABELS, plot_attention, summarize
+    from ctxlab.model.open_model import open_model
+    from ctxlab.progress import progress
+
+    loaded = open_model(model, enabled=not as_json)
+    with progress(f"measuring attention on {prompts} prompts", total=prompts) as bar:
+        measures = measure_prompts(loaded, tokens, prompts, queries, sinks, bar.advance)
+    doc = summarize(measures, loaded.config.sliding_windows, sinks)
+    doc = {"model": model_label(model), **doc}
+    if plot is not None:
+        doc["plot"] = str(plot_attention(doc, model_label(model), plot))
+    if as_json:
+        typer.echo(dumps(doc, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    uniform = doc["uniform"]
+    table = Table(
+        title=f"{doc['model']}: attention mass, mean ± half the 95 % interval across {prompts} "
+        f"prompts "
+        f"of {tokens:,} tokens, {doc['queries_per_prompt']} queries each; uniform would give "
+        f"{uniform['sinks']:.4f} to the first {sinks} tokens"
+    )
+    names = ("first", "sinks", "oldest", "top1", "top20")
+    table.add_column("layer")
+    for name in names:
+        table.add_column(LABELS[name], justify="right")
+    rows = [(str(r["layer"]) + (f" (W {r['window']})" if r["window"] else ""), r)
+            for r in doc["layers"]]  # fmt: skip
+    rows += [(f"all {kind} ({g['layers']})", g) for kind, g in doc["by_kind"].items()]
+    for label, r in rows:
+        table.add_row(
+            label, *(f"{r[n]['value']:.3f} ± {(r[n]['high'] - r[n]['low']) / 2:.3f}" for n in names)
+        )
+    Console().print(table)
+    if plot is not None:
+        Console().print(f"plot: {plot}")
 
 
 def register(app: typer.Typer) -> None:

@@ -140,6 +140,12 @@ ROWS: tuple[Row, ...] = (
         "eval lost-in-middle --documents 2 --samples 1 --seed 1 --model smollm2-135m "
         "--threads 1 --out {tmp} --json",
     ),
+    Row(
+        "eval attention --tokens 32 --prompts 2 --queries 2 --sinks 2 --model smollm2-135m "
+        "--threads 1 --plot {tmp}/attention.png --json",
+        '"by_kind"',
+    ),
+    Row("eval attention --tokens 24 --prompts 1 --queries 1", "first k tokens"),
     Row("eval summarize {eval_rows} --threshold 80 --compact"),
     Row("eval summarize {eval_rows} --relative-threshold 0.9 --json", '"effective'),
     # memory
