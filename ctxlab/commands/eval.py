@@ -19,8 +19,10 @@ from ctxlab.commands.options import (
     BudgetOpt,
     JsonOpt,
     ModelOpt,
+    RopeScalingOpt,
     SeedOpt,
     ThreadsOpt,
+    announce_rope_scaling,
     input_file,
     output_dir,
     set_threads,
@@ -86,6 +88,7 @@ def grid(
         600.0, "--timeout", help="Total seconds per request to --base-url, however it trickles."
     ),
     model: ModelOpt = DEFAULT_MODEL,
+    rope_scaling: RopeScalingOpt = None,
     threshold: float = typer.Option(
         None, "--threshold", help="Effective-length bar: absolute score (default 85.6, RULER's)."
     ),
@@ -136,23 +139,31 @@ def grid(
         seed=seed,
         runs=runs,
     )
+    from ctxlab.model.rope_override import RopeOverride
+
+    override = RopeOverride.parse(rope_scaling)
+    if backend == "openai" and override is not None:
+        raise CtxlabError("a remote server's RoPE is its own; give --rope-scaling without openai")
     if backend == "ctxlab":
         from ctxlab.model.registry import model_positions
 
         # A missing model, or a length beyond its positions, is one sentence before any work.
         limit = model_positions(model)
+        if limit is not None and override is not None:
+            limit = override.positions(limit)
         if limit is not None and max(grid_lengths) > limit:
             raise CtxlabError(
                 f"--lengths {max(grid_lengths):,} is beyond the model's {limit:,} positions; "
                 f"give lengths up to {limit:,}"
             )
     folder = _out_dir(out, "eval")
+    announce_rope_scaling(rope_scaling)
     from ctxlab.eval.harness import run_eval
 
     key = api_key or os.environ.get("OPENAI_API_KEY")
     summary = run_eval(
         grid_spec, backend, base_url, model, folder, threshold, relative, as_json,
-        api_key=key, timeout_s=timeout,
+        api_key=key, timeout_s=timeout, rope_scaling=rope_scaling,
     )  # fmt: skip
     if as_json:
         typer.echo(dumps(summary, indent=2))

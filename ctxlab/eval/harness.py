@@ -47,8 +47,10 @@ def run_eval(
     batch_size: int = 4,
     api_key: str | None = None,
     timeout_s: float = 600.0,
+    rope_scaling: str | None = None,
 ) -> dict[str, Any]:
-    """`api_key` and `timeout_s` (total seconds per request) are for backend openai."""
+    """`api_key` and `timeout_s` (total seconds per request) are for backend openai;
+    `rope_scaling` (`ctxlab.model.rope_override`) for this engine, named in every row."""
     from ctxlab.progress import progress
 
     console = Console(stderr=True)
@@ -69,9 +71,9 @@ def run_eval(
         from ctxlab.eval.engine_backend import EngineBackend, token_counter
         from ctxlab.model.open_model import open_model
 
-        loaded = open_model(model, enabled=not quiet)
+        loaded = open_model(model, enabled=not quiet, rope_scaling=rope_scaling)
         count = token_counter(loaded.tokenizer)
-        model_name = model
+        model_name = model if loaded.rope_override is None else f"{model}+{loaded.rope_override}"
         pool = pool_tokens_for(grid, batch_size)
 
         def backend_for(run: PolicyRun) -> Any:

@@ -118,12 +118,13 @@ ROWS: tuple[Row, ...] = (
         "offload",
     ),
     Row("generate Hello --max-tokens 1 --no-prefix-cache --block-size 16", "prompt"),
+    Row("generate Hello --max-tokens 1 --rope-scaling yarn:2 --json", '"text"'),
     Row("--version", "ctxlab "),
     # eval
     Row(
         "eval --tasks niah_single_noise --lengths 256 --depths 1 --samples 1 --seed 1 "
         "--policy snapkv --budget 0.5 --threshold 80 --model smollm2-135m --out {tmp} "
-        "--json",
+        "--rope-scaling dynamic:2 --json",
         '"effective_length"',
     ),
     Row(
@@ -221,7 +222,7 @@ ROWS: tuple[Row, ...] = (
         seam="uvicorn",
     ),
     Row(
-        "serve --port 0 --kv-format int8 --no-prefix-cache --block-size 16",
+        "serve --port 0 --kv-format int8 --no-prefix-cache --block-size 16 --rope-scaling linear:2",
         "ready http://127.0.0.1:",
         seam="uvicorn",
     ),
