@@ -285,6 +285,13 @@ def lost_in_middle(
     documents: int = typer.Option(10, "--documents", help="Documents per prompt (k)."),
     samples: int = typer.Option(3, "--samples", help="Seeds per position."),
     seed: SeedOpt = 0,
+    policy: str = typer.Option(
+        "full",
+        "--policy",
+        help="Comma list, e.g. full,snapkv@0.5: the same prompts under each, so position "
+        "bias and eviction read together.",
+    ),
+    budget: BudgetOpt = None,
     model: ModelOpt = DEFAULT_MODEL,
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/lim-TIMESTAMP).", show_default=False
@@ -292,17 +299,23 @@ def lost_in_middle(
     threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score by the gold document's position among k documents (Liu et al., 2023)."""
+    """Accuracy by the gold document's position among k documents (Liu et al., 2023), with
+    Wilson intervals, for each policy."""
     from ctxlab.eval.harness import run_lost_in_middle
+    from ctxlab.eval.runner import PolicyRun
+    from ctxlab.eval.suites import parse_policy_runs
 
     if documents < 2 or samples < 1:
         raise CtxlabError("--documents must be at least 2 and --samples at least 1")
+    runs = [PolicyRun(name, b) for name, b in parse_policy_runs(policy, budget)]
+    if not runs:
+        raise CtxlabError("--policy names no policy; give e.g. full or full,snapkv@0.5")
     set_threads(threads)
     folder = _out_dir(out, "lim")
     from ctxlab.model.registry import resolve_model_path
 
     resolve_model_path(model)
-    doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json)
+    doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json, runs)
     if as_json:
         typer.echo(dumps(doc, indent=2))
 

@@ -139,7 +139,8 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "eval lost-in-middle --documents 2 --samples 1 --seed 1 --model smollm2-135m "
-        "--threads 1 --out {tmp} --json",
+        "--policy full,snapkv --budget 0.5 --threads 1 --out {tmp} --json",
+        '"snapkv@0.5"',
     ),
     Row(
         "eval attention --tokens 32 --prompts 2 --queries 2 --sinks 2 --model smollm2-135m "
