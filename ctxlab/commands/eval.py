@@ -2,7 +2,8 @@
 
 `ctxlab eval` runs a task x length x depth grid for each policy and writes one JSON row per
 sample, a summary table, heatmaps and score-against-bytes plots. Subcommands run the lost-in-
-the-middle sweep and streaming perplexity, and re-summarize a rows file.
+the-middle sweep (per policy), streaming perplexity and the attention measurement (sinks and
+heavy hitters), and re-summarize a rows file.
 """
 
 from __future__ import annotations
