@@ -1,7 +1,7 @@
 """What every engine command passes to `LLM(...)`, checked before the model loads.
 
 `EngineOptions` holds the engine's settings (model, policy, budget, KV format, page size,
-pool, dtype, prefix cache, weight format) and `check()` runs every check that needs no
+pool, dtype, prefix cache, weight format, RoPE scaling) and `check()` runs every check that needs no
 model, so a typo costs a second, not a model load. The CLI (`ctxlab.commands.options`)
 builds it from its flags; the workshop builds it from its config. It sits below both, at
 the engine's layer, and imports torch only where a check needs it (building a policy, the
@@ -35,6 +35,7 @@ class EngineOptions:
     dtype: str = "float32"
     prefix_cache: bool = True
     weights: str = "fp32"
+    rope_scaling: str | None = None
 
     def check(self) -> EngineOptions:
         """Every check that needs no model, before the model loads; returns self."""
@@ -57,6 +58,9 @@ class EngineOptions:
             raise CtxlabError(
                 f"--kv-format {self.kv_format!r} is unknown; use one of {', '.join(KV_FORMATS)}."
             )
+        from ctxlab.model.rope_override import RopeOverride
+
+        RopeOverride.parse(self.rope_scaling)
         if self.policy is None and self.budget is not None:
             raise CtxlabError("--budget needs a --policy (e.g. --policy snapkv --budget 256).")
         if self.policy is not None:  # the name and the budget's spelling: no torch needed
@@ -96,6 +100,7 @@ class EngineOptions:
             "dtype": self.dtype,
             "enable_prefix_caching": self.prefix_cache,
             "weights": self.weights,
+            "rope_scaling": self.rope_scaling,
         }
 
 

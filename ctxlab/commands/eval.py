@@ -2,7 +2,8 @@
 
 `ctxlab eval` runs a task x length x depth grid for each policy and writes one JSON row per
 sample, a summary table, heatmaps and score-against-bytes plots. Subcommands run the lost-in-
-the-middle sweep and streaming perplexity, and re-summarize a rows file.
+the-middle sweep (per policy), streaming perplexity and the attention measurement (sinks and
+heavy hitters), and re-summarize a rows file.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from ctxlab.commands.options import (
     BudgetOpt,
     JsonOpt,
     ModelOpt,
+    RopeScalingOpt,
     SeedOpt,
     ThreadsOpt,
+    announce_rope_scaling,
     input_file,
     output_dir,
     set_threads,
@@ -32,7 +35,8 @@ from ctxlab.outputs import write_text
 from ctxlab.peer.url import base_url as root_url
 
 eval_app = typer.Typer(
-    help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity.",
+    help="Long-context evaluation: RULER-style grid, lost in the middle, streaming perplexity, "
+    "where attention goes.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -85,6 +89,7 @@ def grid(
         600.0, "--timeout", help="Total seconds per request to --base-url, however it trickles."
     ),
     model: ModelOpt = DEFAULT_MODEL,
+    rope_scaling: RopeScalingOpt = None,
     threshold: float = typer.Option(
         None, "--threshold", help="Effective-length bar: absolute score (default 85.6, RULER's)."
     ),
@@ -135,23 +140,31 @@ def grid(
         seed=seed,
         runs=runs,
     )
+    from ctxlab.model.rope_override import RopeOverride
+
+    override = RopeOverride.parse(rope_scaling)
+    if backend == "openai" and override is not None:
+        raise CtxlabError("a remote server's RoPE is its own; give --rope-scaling without openai")
     if backend == "ctxlab":
         from ctxlab.model.registry import model_positions
 
         # A missing model, or a length beyond its positions, is one sentence before any work.
         limit = model_positions(model)
+        if limit is not None and override is not None:
+            limit = override.positions(limit)
         if limit is not None and max(grid_lengths) > limit:
             raise CtxlabError(
                 f"--lengths {max(grid_lengths):,} is beyond the model's {limit:,} positions; "
                 f"give lengths up to {limit:,}"
             )
     folder = _out_dir(out, "eval")
+    announce_rope_scaling(rope_scaling)
     from ctxlab.eval.harness import run_eval
 
     key = api_key or os.environ.get("OPENAI_API_KEY")
     summary = run_eval(
         grid_spec, backend, base_url, model, folder, threshold, relative, as_json,
-        api_key=key, timeout_s=timeout,
+        api_key=key, timeout_s=timeout, rope_scaling=rope_scaling,
     )  # fmt: skip
     if as_json:
         typer.echo(dumps(summary, indent=2))
@@ -273,6 +286,13 @@ def lost_in_middle(
     documents: int = typer.Option(10, "--documents", help="Documents per prompt (k)."),
     samples: int = typer.Option(3, "--samples", help="Seeds per position."),
     seed: SeedOpt = 0,
+    policy: str = typer.Option(
+        "full",
+        "--policy",
+        help="Comma list, e.g. full,snapkv@0.5: the same prompts under each, so position "
+        "bias and eviction read together.",
+    ),
+    budget: BudgetOpt = None,
     model: ModelOpt = DEFAULT_MODEL,
     out: Path = typer.Option(
         None, "--out", help="Output folder (default out/lim-TIMESTAMP).", show_default=False
@@ -280,19 +300,101 @@ def lost_in_middle(
     threads: ThreadsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score by the gold document's position among k documents (Liu et al., 2023)."""
+    """Accuracy by the gold document's position among k documents (Liu et al., 2023), with
+    Wilson intervals, for each policy."""
     from ctxlab.eval.harness import run_lost_in_middle
+    from ctxlab.eval.runner import PolicyRun
+    from ctxlab.eval.suites import parse_policy_runs
 
     if documents < 2 or samples < 1:
         raise CtxlabError("--documents must be at least 2 and --samples at least 1")
+    runs = [PolicyRun(name, b) for name, b in parse_policy_runs(policy, budget)]
+    if not runs:
+        raise CtxlabError("--policy names no policy; give e.g. full or full,snapkv@0.5")
     set_threads(threads)
     folder = _out_dir(out, "lim")
     from ctxlab.model.registry import resolve_model_path
 
     resolve_model_path(model)
-    doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json)
+    doc = run_lost_in_middle(model, documents, samples, seed, folder, as_json, runs)
     if as_json:
         typer.echo(dumps(doc, indent=2))
+
+
+@eval_app.command("attention")
+def attention(
+    tokens: int = typer.Option(2048, "--tokens", help="Prompt length in tokens (real prose)."),
+    prompts: int = typer.Option(
+        4, "--prompts", help="Disjoint prompts; the interval is across them."
+    ),
+    queries: int = typer.Option(
+        64, "--queries", help="Query positions per prompt, evenly over its second half."
+    ),
+    sinks: int = typer.Option(4, "--sinks", help="k: the first tokens counted as sinks."),
+    model: ModelOpt = DEFAULT_MODEL,
+    plot: Path = typer.Option(
+        None, "--plot", help="Write a PNG: per layer and KV head, sinks and heavy hitters."
+    ),
+    threads: ThreadsOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Attention sinks and heavy hitters per layer and KV head, measured on this model."""
+    from ctxlab.commands.options import plot_path
+
+    for value, flag in ((tokens, "--tokens"), (prompts, "--prompts"), (queries, "--queries")):
+        if value < 1:
+            raise CtxlabError(f"{flag} must be a positive whole number, got {value}")
+    if tokens < 16:
+        raise CtxlabError(f"--tokens must be at least 16, got {tokens}")
+    if not 1 <= sinks < tokens // 2:
+        raise CtxlabError(f"--sinks must be from 1 to under half of --tokens, got {sinks}")
+    if plot is not None:
+        plot_path(plot)
+    from ctxlab.model.registry import model_label, model_positions
+
+    limit = model_positions(model)
+    if limit is not None and tokens > limit:
+        raise CtxlabError(f"--tokens {tokens:,} is beyond the model's {limit:,} positions")
+    set_threads(threads)
+    from ctxlab.eval.attention import measure_prompts
+    from ctxlab.eval.attention_report import LABELS, plot_attention, summarize
+    from ctxlab.model.open_model import open_model
+    from ctxlab.progress import progress
+
+    loaded = open_model(model, enabled=not as_json)
+    with progress(f"measuring attention on {prompts} prompts", total=prompts) as bar:
+        measures = measure_prompts(loaded, tokens, prompts, queries, sinks, bar.advance)
+    doc = summarize(measures, loaded.config.sliding_windows, sinks)
+    doc = {"model": model_label(model), **doc}
+    if plot is not None:
+        doc["plot"] = str(plot_attention(doc, model_label(model), plot))
+    if as_json:
+        typer.echo(dumps(doc, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    uniform = doc["uniform"]
+    table = Table(
+        title=f"{doc['model']}: attention mass, mean ± half the 95 % interval across {prompts} "
+        f"prompts "
+        f"of {tokens:,} tokens, {doc['queries_per_prompt']} queries each; uniform would give "
+        f"{uniform['sinks']:.4f} to the first {sinks} tokens"
+    )
+    names = ("first", "sinks", "oldest", "top1", "top20")
+    table.add_column("layer")
+    for name in names:
+        table.add_column(LABELS[name], justify="right")
+    rows = [(str(r["layer"]) + (f" (W {r['window']})" if r["window"] else ""), r)
+            for r in doc["layers"]]  # fmt: skip
+    rows += [(f"all {kind} ({g['layers']})", g) for kind, g in doc["by_kind"].items()]
+    for label, r in rows:
+        table.add_row(
+            label, *(f"{r[n]['value']:.3f} ± {(r[n]['high'] - r[n]['low']) / 2:.3f}" for n in names)
+        )
+    Console().print(table)
+    if plot is not None:
+        Console().print(f"plot: {plot}")
 
 
 def register(app: typer.Typer) -> None:

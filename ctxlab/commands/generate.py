@@ -28,6 +28,7 @@ from ctxlab.commands.options import (
     NoPrefixCacheOpt,
     PageSizeOpt,
     PolicyOpt,
+    RopeScalingOpt,
     ThreadsOpt,
     WeightsOpt,
     check_sampling,
@@ -72,6 +73,7 @@ def register(app: typer.Typer) -> None:
         budget: BudgetOpt = None,
         kv_format: KVFormatOpt = None,
         weights: WeightsOpt = "fp32",
+        rope_scaling: RopeScalingOpt = None,
         offload_bytes: OffloadBytesOpt = None,
         offload_dir: OffloadDirOpt = None,
     ) -> None:
@@ -99,7 +101,7 @@ def register(app: typer.Typer) -> None:
         params = SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
         )
-        loaded = open_model(model, options.dtype, weights=weights)
+        loaded = open_model(model, options.dtype, weights=weights, rope_scaling=rope_scaling)
         llm = LLM(loaded, **{k: v for k, v in options.llm_kwargs().items() if k != "model"})
         attach(llm.engine, tier)
         request = [{"role": "user", "content": prompt}] if chat else prompt

@@ -79,6 +79,17 @@ WeightsOpt = Annotated[
         "the fastest decode here) or int4 (the GGUF's own 4-bit blocks). See docs/decode.md.",
     ),
 ]
+RopeScalingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rope-scaling",
+        help="Scale RoPE on a checkpoint that does not: linear:F (position interpolation), "
+        "dynamic:F (NTK) or yarn:F (YaRN), F from 1 to 64; the model then runs to trained x F "
+        "positions. Without the fine-tuning these methods are paired with (docs/eval.md). "
+        "none: the checkpoint's own.",
+        show_default=False,
+    ),
+]
 # `generate` and `serve` name the model's precision with `--weights` alone; their old
 # `--dtype float32|bfloat16` (the same choice under a second vocabulary) is one sentence.
 GoneDTypeOpt = Annotated[str | None, typer.Option("--dtype", hidden=True)]
@@ -293,6 +304,15 @@ def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int
         raise CtxlabError(f"--top-k must be 0 (off) or a positive whole number, got {top_k}.")
 
 
+def announce_rope_scaling(text: str | None) -> None:
+    """Check a `--rope-scaling` value and print its caveat once, on stderr (nothing for none)."""
+    from ctxlab.model.rope_override import caveat
+
+    line = caveat(text)
+    if line is not None:
+        typer.echo(line, err=True)
+
+
 def engine_options(flags: Mapping[str, object]) -> EngineOptions:
     """The checked `EngineOptions` of an engine command, from its flags (`locals()` at the
     top of the command): every field the command has a flag for, `--no-prefix-cache` as
@@ -301,4 +321,6 @@ def engine_options(flags: Mapping[str, object]) -> EngineOptions:
     given = {f.name: flags[f.name] for f in fields(EngineOptions) if f.name in flags}
     if "no_prefix_cache" in flags:
         given["prefix_cache"] = not flags["no_prefix_cache"]
-    return EngineOptions(**given).check()  # type: ignore[arg-type]
+    options = EngineOptions(**given).check()  # type: ignore[arg-type]
+    announce_rope_scaling(options.rope_scaling)
+    return options

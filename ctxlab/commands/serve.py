@@ -35,6 +35,7 @@ from ctxlab.commands.options import (
     NoPrefixCacheOpt,
     PageSizeOpt,
     PolicyOpt,
+    RopeScalingOpt,
     ThreadsOpt,
     WeightsOpt,
     engine_options,
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
         no_prefix_cache: NoPrefixCacheOpt = False,
         gone_dtype: GoneDTypeOpt = None,
         weights: WeightsOpt = "fp32",
+        rope_scaling: RopeScalingOpt = None,
         max_num_seqs: int = typer.Option(
             64, "--max-num-seqs", help="Most requests running in one batch."
         ),
@@ -126,7 +128,6 @@ def register(app: typer.Typer) -> None:
                 "the offload tier serves one colocated engine: give no --offload-bytes or "
                 "--offload-dir with --disaggregated or --role."
             )
-        from ctxlab.model.registry import model_positions
         from ctxlab.serve.server import check_log_level
 
         check_log_level(log_level)
@@ -138,7 +139,7 @@ def register(app: typer.Typer) -> None:
                     "--disaggregated or --role."
                 )
         _check_kv_events(kv_events_endpoint, kv_events_replay_endpoint, disaggregated, role)
-        _check_max_model_len(max_model_len, model_positions(model))  # before the model loads
+        _check_max_model_len(max_model_len, _positions(model, rope_scaling))  # before the load
         set_threads(threads)
         roles.pin()
         if metrics_prefix not in ("ctxlab", "vllm"):
@@ -164,6 +165,7 @@ def register(app: typer.Typer) -> None:
                 max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens,
                 max_model_len=max_model_len,
+                rope_scaling=rope_scaling,
                 threads=1,
             )
         )
@@ -231,6 +233,16 @@ def _check_kv_events(
         check_loopback(replay, "--kv-events-replay-endpoint")
     msgpack_module()
     zmq_module()
+
+
+def _positions(model: str, rope_scaling: str | None) -> int | None:
+    """The positions the model will run to: its file's, times F under --rope-scaling."""
+    from ctxlab.model.registry import model_positions
+    from ctxlab.model.rope_override import RopeOverride
+
+    trained = model_positions(model)
+    override = RopeOverride.parse(rope_scaling)
+    return trained if trained is None or override is None else override.positions(trained)
 
 
 def _check_max_model_len(max_model_len: int | None, trained: int | None) -> None:

@@ -33,6 +33,8 @@ class LLM:
     the GGUF's own Q4_0/Q4_1 codes: the fewest bytes and the fastest batch-1 decode, but 2-3x
     slower than int8 for batches and prefill). Given a `LoadedModel`, `weights` must match
     the format it was loaded with. Measurements and reasons: docs/decode.md.
+    `rope_scaling` ("linear:F", "dynamic:F", "yarn:F") scales RoPE on a checkpoint that does
+    not, and runs it to trained x F positions (`ctxlab.model.rope_override`).
     """
 
     def __init__(
@@ -50,11 +52,14 @@ class LLM:
         max_model_len: int | None = None,
         kv_format: str | None = None,
         weights: str = "fp32",
+        rope_scaling: str | None = None,
     ):
         if isinstance(model, str):
             from ctxlab.model import load_model
 
-            loaded = load_model(model, dtype=dtype, device=device, weights=weights)
+            loaded = load_model(
+                model, dtype=dtype, device=device, weights=weights, rope_scaling=rope_scaling
+            )
             model_id = model if weights == "fp32" else f"{model}@{weights}"
         else:
             have = getattr(getattr(model, "model", None), "weight_format", "fp32")
@@ -63,7 +68,9 @@ class LLM:
                     f"this model is already loaded with {have} weights; load it with "
                     f"load_model(..., weights={weights!r}) to run {weights}."
                 )
-            loaded = model
+            from ctxlab.model.rope_override import apply_rope_override
+
+            loaded = apply_rope_override(model, rope_scaling)
             model_id = str(getattr(loaded, "source_path", "model"))
             model_id += "" if have == "fp32" else f"@{have}"
         self.loaded = loaded

@@ -28,6 +28,7 @@ from ctxlab.eval.summary import (
     plot_score_vs_bytes,
 )
 from ctxlab.outputs import save_figure, write_text
+from ctxlab.stats import Interval
 
 
 def pool_tokens_for(grid: Grid, batch_size: int) -> int:
@@ -47,8 +48,10 @@ def run_eval(
     batch_size: int = 4,
     api_key: str | None = None,
     timeout_s: float = 600.0,
+    rope_scaling: str | None = None,
 ) -> dict[str, Any]:
-    """`api_key` and `timeout_s` (total seconds per request) are for backend openai."""
+    """`api_key` and `timeout_s` (total seconds per request) are for backend openai;
+    `rope_scaling` (`ctxlab.model.rope_override`) for this engine, named in every row."""
     from ctxlab.progress import progress
 
     console = Console(stderr=True)
@@ -69,9 +72,9 @@ def run_eval(
         from ctxlab.eval.engine_backend import EngineBackend, token_counter
         from ctxlab.model.open_model import open_model
 
-        loaded = open_model(model, enabled=not quiet)
+        loaded = open_model(model, enabled=not quiet, rope_scaling=rope_scaling)
         count = token_counter(loaded.tokenizer)
-        model_name = model
+        model_name = model if loaded.rope_override is None else f"{model}+{loaded.rope_override}"
         pool = pool_tokens_for(grid, batch_size)
 
         def backend_for(run: PolicyRun) -> Any:
@@ -195,19 +198,25 @@ def _check_documents_fit(documents: int, seed: int, count: TokenCounter, limit: 
 
 
 def run_lost_in_middle(
-    model: str, documents: int, samples: int, seed: int, out_dir: Path, quiet: bool
+    model: str,
+    documents: int,
+    samples: int,
+    seed: int,
+    out_dir: Path,
+    quiet: bool,
+    runs: Sequence[PolicyRun] = (PolicyRun(),),
 ) -> dict[str, Any]:
-    """Mean score by gold position, over `samples` seeds; rows and a plot in out_dir."""
-    import matplotlib
+    """Accuracy by gold position for each policy run, over `samples` seeds (the same prompts
+    for every run, so position bias and eviction read together); rows and a plot in out_dir.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    A prompt counts as answered when its string-match score is 100; each position's accuracy
+    has its Wilson 95 % interval (n = samples)."""
     from ctxlab.eval.engine_backend import EngineBackend, token_counter
     from ctxlab.eval.lost_in_middle import lost_in_middle_samples
     from ctxlab.eval.scoring import string_match
     from ctxlab.model.open_model import open_model
     from ctxlab.progress import progress
+    from ctxlab.stats import wilson
 
     console = Console(stderr=quiet)
     loaded = open_model(model)
@@ -217,57 +226,89 @@ def run_lost_in_middle(
         s for k in range(samples) for s in lost_in_middle_samples(documents, seed + k, count)
     ]
     longest = max(s.prompt_tokens + s.max_new_tokens for s in all_samples)
-    backend = EngineBackend(loaded, PolicyRun(), kv_pool_tokens=longest * 4 + 1024)
     rows = []
-    with progress("answering the prompts", total=len(all_samples)) as bar:
-        for start in range(0, len(all_samples), 4):
-            batch = all_samples[start : start + 4]
-            for s, gen in zip(batch, backend.generate(batch), strict=True):
-                rows.append(
-                    {
-                        "task": s.task,
-                        "position": round(s.depth * (documents - 1)),
-                        "seed": s.seed,
-                        "score": string_match(gen.text, s.references, s.metric),
-                        "prediction": gen.text,
-                        "references": list(s.references),
-                        "prompt_tokens": s.prompt_tokens,
-                        "resident_kv_bytes": gen.resident_kv_bytes,
-                    }
+    curves: dict[str, list[Interval]] = {}
+    kv_dtype = ""
+    with progress("answering the prompts", total=len(all_samples) * len(runs)) as bar:
+        for run in runs:
+            label = run.policy if run.budget is None else f"{run.policy}@{run.budget}"
+            backend = EngineBackend(loaded, run, kv_pool_tokens=longest * 4 + 1024)
+            kv_dtype = backend.kv_dtype
+            for start in range(0, len(all_samples), 4):
+                batch = all_samples[start : start + 4]
+                for s, gen in zip(batch, backend.generate(batch), strict=True):
+                    rows.append(
+                        {
+                            "task": s.task,
+                            "policy": run.policy,
+                            "budget": run.budget,
+                            "position_mode": backend.position_mode,
+                            "position": round(s.depth * (documents - 1)),
+                            "seed": s.seed,
+                            "score": string_match(gen.text, s.references, s.metric),
+                            "prediction": gen.text,
+                            "references": list(s.references),
+                            "prompt_tokens": s.prompt_tokens,
+                            "resident_kv_bytes": gen.resident_kv_bytes,
+                        }
+                    )
+                bar.advance(len(batch))
+            mine = [r for r in rows if r["policy"] == run.policy and r["budget"] == run.budget]
+            curves[label] = [
+                wilson(
+                    sum(r["score"] == 100 for r in mine if r["position"] == p),
+                    sum(1 for r in mine if r["position"] == p),
                 )
-            bar.advance(len(batch))
+                for p in range(documents)
+            ]
     write_text(out_dir / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    by_pos = [
-        sum(r["score"] for r in rows if r["position"] == p) / samples for p in range(documents)
-    ]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(
-        range(1, documents + 1),
-        by_pos,
-        "o-",
-        label=f"mean score over {samples} seed(s) at each position",
-    )
-    ax.set_xlabel("position of the gold document (1 = first)")
-    ax.set_ylabel("score (0-100)")
-    ax.set_ylim(-5, 105)
-    ax.set_title(
-        f"lost in the middle: {documents} documents, {samples} seeds ({backend.kv_dtype} KV)"
-    )
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    png = out_dir / "lost_in_middle.png"
-    save_figure(fig, png, dpi=110)
-    plt.close(fig)
-    table = Table(title="score by gold-document position")
+    png = _plot_lost_in_middle(curves, documents, samples, kv_dtype, out_dir / "lost_in_middle.png")
+    table = Table(title=f"accuracy by gold-document position [Wilson 95 %], n = {samples} each")
     table.add_column("position")
-    table.add_column("score", justify="right")
-    for p, score in enumerate(by_pos):
-        table.add_row(str(p + 1), f"{score:.1f}")
+    for label in curves:
+        table.add_column(label, justify="right")
+    for p in range(documents):
+        cells = (f"{100 * c[p].value:.0f} [{100 * c[p].low:.0f}, {100 * c[p].high:.0f}]"
+                 for c in curves.values())  # fmt: skip
+        table.add_row(str(p + 1), *cells)
     console.print(table)
     console.print(f"rows: {out_dir / 'rows.jsonl'}; plot: {png}")
+    first = next(iter(curves.values()))
     return {
         "documents": documents,
         "samples": samples,
-        "score_by_position": by_pos,
+        "score_by_position": [100 * c.value for c in first],
+        "accuracy_by_position": {
+            label: [c.to_json() for c in curve] for label, curve in curves.items()
+        },
         "plot": str(png),
     }
+
+
+def _plot_lost_in_middle(
+    curves: dict[str, list[Interval]], documents: int, samples: int, kv_dtype: str, png: Path
+) -> Path:
+    """One line per policy: accuracy by gold position with its Wilson interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    shift = 0.08
+    for i, (label, curve) in enumerate(curves.items()):
+        x = [p + 1 + (i - (len(curves) - 1) / 2) * shift for p in range(documents)]
+        y = [100 * c.value for c in curve]
+        err = [[100 * (c.value - c.low) for c in curve], [100 * (c.high - c.value) for c in curve]]
+        ax.errorbar(x, y, yerr=err, fmt="o-", capsize=2, label=label)
+    ax.set_xlabel("position of the gold document (1 = first)")
+    ax.set_ylabel("accuracy (%), Wilson 95 %")
+    ax.set_ylim(-5, 105)
+    ax.set_title(
+        f"lost in the middle: {documents} documents, n = {samples} per point ({kv_dtype} KV)"
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, png, dpi=110)
+    plt.close(fig)
+    return png

@@ -45,6 +45,7 @@ class LoadedModel:
     config: ModelConfig
     source_path: Path
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
+    rope_override: str | None = None  # `--rope-scaling` applied on load (rope_override.py)
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -81,11 +82,17 @@ def load_model(
     dtype: str | torch.dtype = "float32",
     device: str = "cpu",
     weights: str = DEFAULT_WEIGHTS,
+    rope_scaling: str | None = None,
 ) -> LoadedModel:
     """Load a registry name (default: smollm2-135m), a .gguf file or an HF safetensors folder.
 
-    `weights` stores the linear layers as fp32, bf16, int8 or int4 (`ctxlab.model.weights`).
+    `weights` stores the linear layers as fp32, bf16, int8 or int4 (`ctxlab.model.weights`);
+    `rope_scaling` (`linear:F`, `dynamic:F`, `yarn:F` or none) scales RoPE on a checkpoint
+    that does not (`ctxlab.model.rope_override`).
     """
+    from ctxlab.model.rope_override import RopeOverride, apply_rope_override
+
+    RopeOverride.parse(rope_scaling)  # a bad value is one sentence before any tensor is read
     torch_dtype = parse_dtype(dtype)
     check_weights(weights)
     path = resolve_model_path(model)
@@ -104,7 +111,7 @@ def load_model(
     if weights != "fp32":
         convert_weights(net, weights, path if path.suffix.lower() == ".gguf" else None)
     net.eval()
-    return LoadedModel(model=net, config=cfg, source_path=path)
+    return apply_rope_override(LoadedModel(model=net, config=cfg, source_path=path), rope_scaling)
 
 
 # ---------------------------------------------------------------------- GGUF

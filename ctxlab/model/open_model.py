@@ -12,12 +12,19 @@ from ctxlab.progress import progress
 
 
 def open_model(
-    model: str, dtype: str = "float32", *, weights: str = "fp32", enabled: bool = True
+    model: str,
+    dtype: str = "float32",
+    *,
+    weights: str = "fp32",
+    enabled: bool = True,
+    rope_scaling: str | None = None,
 ) -> LoadedModel:
     """A `LoadedModel` with its tokenizer built, each step shown as progress."""
     shown = dtype if weights == "fp32" else f"{dtype}, {weights} weights"
+    if rope_scaling and rope_scaling.lower() != "none":
+        shown += f", RoPE {rope_scaling}"
     with progress(f"loading {model_label(model)} ({shown})", enabled=enabled):
-        loaded = load_model(model, dtype=dtype, weights=weights)
+        loaded = load_model(model, dtype=dtype, weights=weights, rope_scaling=rope_scaling)
     with progress("loading the tokenizer", enabled=enabled):
         _ = loaded.tokenizer
     return loaded

@@ -124,12 +124,13 @@ ROWS: tuple[Row, ...] = (
         "offload",
     ),
     Row("generate Hello --max-tokens 1 --no-prefix-cache --block-size 16", "prompt"),
+    Row("generate Hello --max-tokens 1 --rope-scaling yarn:2 --json", '"text"'),
     Row("--version", "ctxlab "),
     # eval
     Row(
         "eval --tasks niah_single_noise --lengths 256 --depths 1 --samples 1 --seed 1 "
         "--policy snapkv --budget 0.5 --threshold 80 --model smollm2-135m --out {tmp} "
-        "--json",
+        "--rope-scaling dynamic:2 --json",
         '"effective_length"',
     ),
     Row(
@@ -144,8 +145,15 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "eval lost-in-middle --documents 2 --samples 1 --seed 1 --model smollm2-135m "
-        "--threads 1 --out {tmp} --json",
+        "--policy full,snapkv --budget 0.5 --threads 1 --out {tmp} --json",
+        '"snapkv@0.5"',
     ),
+    Row(
+        "eval attention --tokens 32 --prompts 2 --queries 2 --sinks 2 --model smollm2-135m "
+        "--threads 1 --plot {tmp}/attention.png --json",
+        '"by_kind"',
+    ),
+    Row("eval attention --tokens 24 --prompts 1 --queries 1", "first k tokens"),
     Row("eval summarize {eval_rows} --threshold 80 --compact"),
     Row("eval summarize {eval_rows} --relative-threshold 0.9 --json", '"effective'),
     # memory
@@ -221,7 +229,7 @@ ROWS: tuple[Row, ...] = (
         seam="uvicorn",
     ),
     Row(
-        "serve --port 0 --kv-format int8 --no-prefix-cache --block-size 16",
+        "serve --port 0 --kv-format int8 --no-prefix-cache --block-size 16 --rope-scaling linear:2",
         "ready http://127.0.0.1:",
         seam="uvicorn",
     ),

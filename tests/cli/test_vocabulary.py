@@ -65,7 +65,10 @@ SHARED = {
     "model": (
         {"--model"},
         ["ctxlab generate", "ctxlab eval", "ctxlab eval perplexity", "ctxlab profile",
-         "ctxlab simulate", "ctxlab eval lost-in-middle"],
+         "ctxlab simulate", "ctxlab eval lost-in-middle", "ctxlab eval attention"],
+    ),
+    "rope scaling": (
+        {"--rope-scaling"}, ["ctxlab generate", "ctxlab eval", "ctxlab serve"],
     ),
     "json": (
         {"--json"},
@@ -91,7 +94,8 @@ def test_same_option_object_means_same_help():
         for p in command.params:
             if remote and "--model" in p.opts:
                 continue
-            if "--device-flops" in p.opts or "--page-size" in p.opts or "--model" in p.opts:
+            shared = ("--device-flops", "--page-size", "--model", "--rope-scaling")
+            if any(flag in p.opts for flag in shared):
                 helps.setdefault(p.opts[0], set()).add(p.help or "")
     assert all(len(texts) == 1 for texts in helps.values()), helps
 
