@@ -58,7 +58,7 @@ class EngineOptions:
             raise CtxlabError(
                 f"--kv-format {self.kv_format!r} is unknown; use one of {', '.join(KV_FORMATS)}."
             )
-        from ctxlab.model.rope_override import RopeOverride
+        from ctxlab.arch.rope_scaling import RopeOverride
 
         RopeOverride.parse(self.rope_scaling)
         if self.policy is None and self.budget is not None:

@@ -140,7 +140,7 @@ def grid(
         seed=seed,
         runs=runs,
     )
-    from ctxlab.model.rope_override import RopeOverride
+    from ctxlab.arch.rope_scaling import RopeOverride
 
     override = RopeOverride.parse(rope_scaling)
     if backend == "openai" and override is not None:

@@ -306,7 +306,7 @@ def check_sampling(max_tokens: int, temperature: float, top_p: float, top_k: int
 
 def announce_rope_scaling(text: str | None) -> None:
     """Check a `--rope-scaling` value and print its caveat once, on stderr (nothing for none)."""
-    from ctxlab.model.rope_override import caveat
+    from ctxlab.arch.rope_scaling import caveat
 
     line = caveat(text)
     if line is not None:

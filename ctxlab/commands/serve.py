@@ -237,8 +237,8 @@ def _check_kv_events(
 
 def _positions(model: str, rope_scaling: str | None) -> int | None:
     """The positions the model will run to: its file's, times F under --rope-scaling."""
+    from ctxlab.arch.rope_scaling import RopeOverride
     from ctxlab.model.registry import model_positions
-    from ctxlab.model.rope_override import RopeOverride
 
     trained = model_positions(model)
     override = RopeOverride.parse(rope_scaling)

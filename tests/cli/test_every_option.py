@@ -267,7 +267,7 @@ ROWS: tuple[Row, ...] = (
     Row(
         "probe --server {url} --api-key k --model smollm2-135m --out {tmp}/probe.json "
         "--sections prefix --max-requests 6 --max-tokens 4000 --max-seconds 60 --longest 32 "
-        "--yes --json",
+        "--arch smollm2-135m --kv-events tcp://127.0.0.1:{port_a} --yes --json",
         '"sections"',
     ),
     Row(

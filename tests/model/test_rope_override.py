@@ -9,10 +9,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from ctxlab.arch.rope_scaling import RopeOverride  # noqa: E402
 from ctxlab.errors import CtxlabError  # noqa: E402
 from ctxlab.model import DenseBackend, LlamaModel, LoadedModel, ModelConfig  # noqa: E402
 from ctxlab.model.rope import compute_inv_freq  # noqa: E402
-from ctxlab.model.rope_override import RopeOverride, apply_rope_override  # noqa: E402
+from ctxlab.model.rope_override import apply_rope_override  # noqa: E402
 
 TRAINED = 64
 CFG = ModelConfig(
