@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ctxlab.workshop.registry import BY_KEY, REGISTERED
-from ctxlab.workshop.result import LAYERS, JSONObject, fmt
+from ctxlab.workshop.result import LAYERS, JSONObject, fmt, is_number
 
 
 @dataclass
@@ -79,7 +79,9 @@ def _summary(res: JSONObject) -> list[Block]:
         + "."
     )
     heads = [
-        f"{d['number']}. {d['title']}: {d['summary']}"
+        f"{d['number']}. {d['title']}: "
+        + "".join(f"{f}. " for f in [_measured(res, d)] if f)
+        + d["summary"]
         for d in res["demos"].values()
         if d["status"] == "run" and d["summary"]
     ]
@@ -87,6 +89,25 @@ def _summary(res: JSONObject) -> list[Block]:
     if heads:
         out += [Block("p", "Headline figures:"), Block("list", items=heads)]
     return out
+
+
+def _measured(res: JSONObject, demo: JSONObject) -> str:
+    """A demonstration's headline figures: its metrics the config requires, baseline ->
+    observed as measured, with the verdict where one was judged ("" when none was measured)."""
+    prefix = f"{demo['key']}."
+    wanted = [
+        r.removeprefix(prefix) for r in res["config"]["required_metrics"] if r.startswith(prefix)
+    ]
+    judged = {v["metric"]: v["verdict"] for v in res["verdicts"] if v["key"] == demo["key"]}
+    shown = []
+    for name in wanted:
+        o = demo["observations"].get(name)
+        if o is None or not all(is_number(o[k]) for k in ("baseline", "observed")):
+            continue
+        verdict = f" ({judged[name]})" if name in judged else ""
+        was, now = fmt(o["baseline"], o["digits"]), fmt(o["observed"], o["digits"])
+        shown.append(f"{name} {was} -> {now}{verdict}")
+    return "; ".join(shown)
 
 
 def _status(res: JSONObject) -> list[Block]:

@@ -119,3 +119,32 @@ def test_the_report_opens_with_a_summary_that_follows_the_run(tiny_run) -> None:
     assert f"({run['cores']} cores," in head and "at commit `" in head and "torch `" in head
     status = "complete" if results["status"] == "complete" else results["status"].upper()
     assert f"**Status: {status}**" in head
+
+
+def test_the_headline_figures_are_measured_values(tiny_run) -> None:
+    """Each demonstration's headline line starts with what was measured: every metric the
+    config requires of it that has both values, baseline -> observed as results.json holds
+    them, with its verdict (a line that described the workload alone told a reader nothing
+    the run found)."""
+    from ctxlab.workshop.result import fmt, is_number
+
+    results, out = tiny_run
+    text = (out / "report.md").read_text(encoding="utf-8")
+    head = text.split("**Status")[0]
+    verdicts = {(v["key"], v["metric"]): v["verdict"] for v in results["verdicts"]}
+    shown = 0
+    for ref in results["config"]["required_metrics"]:
+        key, _, name = ref.partition(".")
+        demo = results["demos"].get(key)
+        if demo is None or demo["status"] != "run" or not demo["summary"]:
+            continue
+        o = demo["observations"].get(name)
+        if o is None or not all(is_number(o[k]) for k in ("baseline", "observed")):
+            continue
+        line = next(x for x in head.splitlines() if x.startswith(f"- {demo['number']}. "))
+        figure = f"{name} {fmt(o['baseline'], o['digits'])} -> {fmt(o['observed'], o['digits'])}"
+        assert figure in line, (figure, line)
+        if (key, name) in verdicts:
+            assert f"{figure} ({verdicts[key, name]})" in line
+        shown += 1
+    assert shown >= 5  # the tiny run measures most of what the default config requires
