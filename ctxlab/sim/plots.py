@@ -83,6 +83,18 @@ def usage_plot(result, path: Path, title: str) -> Path:
     return path
 
 
+def _save_two_axes(plt, fig, ax, ax2, title: str, path: Path) -> Path:
+    """Both axes' lines in one legend under the plot, the title, the file written."""
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    _legend_below(ax, lines[0] + lines2[0], lines[1] + lines2[1])
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def sweep_plot(name: str, labels: list[str], rows: list[dict], path: Path, title: str) -> Path:
     plt = _plt()
     x = np.arange(len(labels))
@@ -97,14 +109,7 @@ def sweep_plot(name: str, labels: list[str], rows: list[dict], path: Path, title
     ax2.plot(x, [r["ttft_p99"] for r in rows], "^--", color="tab:red", label="TTFT p99")
     ax2.set_ylabel("TTFT (s, log scale; right axis)")
     ax2.set_yscale("log")
-    lines = ax.get_legend_handles_labels()
-    lines2 = ax2.get_legend_handles_labels()
-    _legend_below(ax, lines[0] + lines2[0], lines[1] + lines2[1])
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save_two_axes(plt, fig, ax, ax2, title, path)
 
 
 def rate_plot(swept, answer, rows: list[dict], path: Path, title: str) -> Path:
@@ -129,11 +134,4 @@ def rate_plot(swept, answer, rows: list[dict], path: Path, title: str) -> Path:
     ax2.plot(x, [rows[i]["ttft_p99"] for i in order], "^--", color="tab:red", label="TTFT p99")
     ax2.set_ylabel("TTFT p99 (s, log scale; right axis)")
     ax2.set_yscale("log")
-    lines = ax.get_legend_handles_labels()
-    lines2 = ax2.get_legend_handles_labels()
-    _legend_below(ax, lines[0] + lines2[0], lines[1] + lines2[1])
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save_two_axes(plt, fig, ax, ax2, title, path)
