@@ -330,9 +330,15 @@ def _listen(endpoint: str | None) -> EventListener | None:
 def evictions_from_events(
     listener: EventListener, res: Residency, starts: list[float]
 ) -> list[int] | str:
-    """Blocks removed while each order ran (from its start to the next one's, the last to
-    the end of listening: the publisher stamps a batch when the step that made it ends), or
-    why the events cannot say (none arrived, or batches were missed)."""
+    """Blocks of each order evicted while it ran (from its start to the next one's, the last
+    to the end of listening: the publisher stamps a batch when the step that made it ends), or
+    why the events cannot say (none arrived, or batches were missed).
+
+    Only blocks stored in the same window count: each order starts on a pool the earlier
+    work (the capacity fill, the profile, the other order) left full, and the removal of
+    those older blocks is room being made, not this order's eviction; the simulator, which
+    starts each order on an empty pool, counts the same thing. Counting every removal in the
+    window added about one pool to each order."""
     sub = listener.subscriber
     if sub.received_batches == 0:
         return (
@@ -347,7 +353,11 @@ def evictions_from_events(
         )
     bounds = [*starts[1:], float("inf")]
     return [
-        sum(1 for e in res.evictions if start <= e.at < end)
+        sum(
+            1
+            for e in res.evictions
+            if start <= e.at < end and e.lifetime_s is not None and e.at - e.lifetime_s >= start
+        )
         for start, end in zip(starts, bounds, strict=True)
     ]
 

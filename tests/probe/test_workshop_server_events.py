@@ -39,15 +39,21 @@ def test_removals_are_counted_per_order_window():
     from ctxlab.workshop.server_eviction import evictions_from_events
 
     stored = BlockStored(tuple(range(1, 7)), None, tuple(range(6 * 4)), 4)
+    later = BlockStored(tuple(range(7, 10)), None, tuple(range(100, 100 + 3 * 4)), 4)
     batches = [
         EventBatch(0, 10.0, (stored,)),
-        EventBatch(1, 11.0, (BlockRemoved((1,)),)),  # grouped: one
-        EventBatch(2, 20.0, (BlockRemoved((2, 3)),)),  # interleaved, at its start
-        EventBatch(3, 29.0, (BlockRemoved((4,)),)),  # interleaved
+        EventBatch(1, 11.0, (BlockRemoved((1,)),)),  # grouped: one of its own
+        # interleaved starts on the blocks grouped left: making room is not its eviction
+        EventBatch(2, 20.0, (BlockRemoved((2, 3)),)),
+        EventBatch(3, 21.0, (later,)),
+        EventBatch(4, 29.0, (BlockRemoved((4, 7, 8)),)),  # two of its own, one older
     ]
     res = Residency().feed_all(batches)
-    assert evictions_from_events(_listener(4), res, [10.0, 20.0]) == [1, 3]
+    assert evictions_from_events(_listener(5), res, [10.0, 20.0]) == [1, 2]
+    # a block stored before the stream was read has no known age: never counted
+    unknown = Residency().feed_all([EventBatch(0, 12.0, (BlockRemoved((42,)),))])
+    assert evictions_from_events(_listener(1), unknown, [10.0, 20.0]) == [0, 0]
     silent = evictions_from_events(_listener(0), Residency(), [10.0, 20.0])
     assert isinstance(silent, str) and silent.startswith("no KV events arrived")
-    missed = evictions_from_events(_listener(4, [Gap(5, 6)]), res, [10.0, 20.0])
+    missed = evictions_from_events(_listener(5, [Gap(5, 6)]), res, [10.0, 20.0])
     assert isinstance(missed, str) and "2 batches" in missed
