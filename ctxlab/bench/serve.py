@@ -93,7 +93,9 @@ class BenchConfig:
         if self.dataset == "multi-turn":
             path = CHAT  # conversations need messages
         root = base_url(self.base_url, "--base-url")
-        check_key(self.api_key)  # a key a header cannot carry: one sentence, the key unshown
+        check_key(
+            self.api_key
+        )  # a key with a space, a break or non-ASCII: one sentence, the key unshown
         return Endpoint(root, path, self.model, self.api_key, self.ignore_eos)
 
     def settings(self) -> dict[str, Any]:

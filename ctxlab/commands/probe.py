@@ -98,7 +98,9 @@ def register(app: typer.Typer) -> None:
         from ctxlab.progress import progress
 
         output_file(out, ".json")
-        check_key(api_key)  # a key a header cannot carry: one sentence, the key unshown
+        check_key(
+            api_key
+        )  # a key with a space, a break or non-ASCII: one sentence, the key unshown
         cfg = ProbeConfig(
             server=server, model=model, api_key=api_key,
             sections=tuple(s for s in sections.replace(" ", "").split(",") if s),

@@ -121,7 +121,9 @@ def register(app: typer.Typer) -> None:
 
         picked = parse_only(only)
         timeout = check_timeout(server_timeout)
-        check_key(api_key)  # a key a header cannot carry: one sentence, the key unshown
+        check_key(
+            api_key
+        )  # a key with a space, a break or non-ASCII: one sentence, the key unshown
         if config is not None:
             input_file(config, "the workshop config", "TOML file")
         cfg = load_config(config, quick=quick, full=full)

@@ -53,6 +53,11 @@ def apply_rope_override(loaded: L, text: str | None) -> L:
         trained = trained_length(cfg)
         if current == override.scaling(trained) and getattr(loaded, "rope_override", None):
             return loaded  # already applied (a command handing its loaded model on)
+        if getattr(loaded, "rope_override", None):
+            raise CtxlabError(
+                f"--rope-scaling {override.spec}: this model was already given "
+                f"--rope-scaling {loaded.rope_override}; one scaling per loaded model."
+            )
         raise CtxlabError(
             f"--rope-scaling {override.spec}: this checkpoint already scales RoPE "
             f"({current.get('rope_type')}); the option is for models whose checkpoint does not."

@@ -12,16 +12,17 @@ from ctxlab.errors import CtxlabError
 
 
 def check_key(key: str | None, flag: str = "--api-key") -> str | None:
-    """`key` when a header can carry it (visible ASCII, no space); one sentence naming the
-    position of the first character it cannot, never the key itself."""
+    """`key` when it is visible ASCII with no space (HTTP allows a space inside a header
+    value, but no API key holds one, and a pasted key with one is a mistake); one sentence
+    naming the position of the first other character, never the key itself."""
     if key is None:
         return None
     bad = next((i for i, ch in enumerate(key) if not 0x21 <= ord(ch) <= 0x7E), None)
     if bad is not None:
         raise CtxlabError(
-            f"{flag} holds a character an HTTP header cannot carry at position {bad + 1} of "
-            f"{len(key)} (a space, a line break, a control character or a non-ASCII letter); "
-            "the key is not shown here: check how it was pasted."
+            f"{flag} holds a character at position {bad + 1} of {len(key)} that ctxlab does "
+            "not send in a header (a space, a line break, a control character or a non-ASCII "
+            "letter: no API key has one); the key is not shown here: check how it was pasted."
         )
     return key
 

@@ -175,12 +175,13 @@ def predict(
                     f"kv_cache_memory_bytes {pool_bytes:,} alone give {first['num_blocks']} "
                     "blocks: vLLM's log line 'Overriding num_gpu_blocks=N')"
                 )
+            elif not pool_how:
+                pool_how = f"num_gpu_blocks_override {override} x {per_block:,} bytes per block"
         else:
             pool = first
     except CtxlabError as exc:
         return _none(str(exc).rstrip("."))
     blocks, tokens = int(pool["num_blocks"]), int(pool["kv_cache_tokens"])
-    comparable = tokens if tokens != blocks * block else blocks * block
     groups = ", ".join(
         f"{len(g['layers'])} {g['kind']} layers x {g['blocks_per_request']} blocks"
         for g in pool["groups"]
@@ -191,7 +192,7 @@ def predict(
         f"request of {mml:,} tokens: {groups}; max concurrency {pool['max_concurrency']:.2f}x; "
         f"{arch.source}; {dtype_how}"
     )
-    figs = [Figure(NAME, comparable, "inferred", note, "tokens")]
+    figs = [Figure(NAME, tokens, "inferred", note, "tokens")]
     if published_blocks is not None:
         same = published_blocks == blocks
         figs.append(
@@ -215,7 +216,7 @@ def predict(
                 "tokens",
             )
         )  # fmt: skip
-    return Prediction(figs, pool, comparable)
+    return Prediction(figs, pool, tokens)
 
 
 def _none(why: str) -> Prediction:

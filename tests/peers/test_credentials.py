@@ -131,7 +131,7 @@ def test_a_key_a_header_cannot_carry_is_one_sentence_that_does_not_show_it(
     with hostile(Script(key="right")) as (url, script):
         result = cli(*argv(name, url, tmp_path, rag_db), "--api-key", key)
     assert result.code == 2, (result.out, result.err)
-    assert "an HTTP header cannot carry" in result.err_lines[-1], result.err
+    assert "that ctxlab does not send in a header" in result.err_lines[-1], result.err
     _assert_nowhere(result, tmp_path)
     assert script.auth == []
 
@@ -140,14 +140,14 @@ def test_workshop_refuses_such_a_key_from_the_flag_and_the_config(cli, tmp_path)
     bad = f"{SECRET}\nX: 1"
     result = cli("workshop", "--server", "http://127.0.0.1:9", "--api-key", bad,
                  "--out", str(tmp_path / "w"))  # fmt: skip
-    assert result.code == 2 and "an HTTP header cannot carry" in result.err, result.err
+    assert result.code == 2 and "that ctxlab does not send in a header" in result.err, result.err
     config = tmp_path / "w.toml"
     config.write_text(
         f'[[servers]]\nlabel = "a"\nurl = "http://127.0.0.1:9"\napi_key = "{SECRET}\\u00e9"\n',
         encoding="utf-8",
     )
     result = cli("workshop", str(config), "--out", str(tmp_path / "w2"))
-    assert result.code == 2 and "an HTTP header cannot carry" in result.err, result.err
+    assert result.code == 2 and "that ctxlab does not send in a header" in result.err, result.err
     _assert_nowhere(result, tmp_path / "w2")
 
 
