@@ -76,3 +76,9 @@ def caveat(text: str | None) -> str | None:
     """The one line a command prints when a scaling is given (None for none)."""
     override = RopeOverride.parse(text)
     return None if override is None else CAVEAT.format(spec=override.spec)
+
+
+def scaled_positions(trained: int | None, text: str | None) -> int | None:
+    """The positions a model trained to `trained` runs to: x F under `--rope-scaling TEXT`."""
+    override = RopeOverride.parse(text)
+    return trained if trained is None or override is None else override.positions(trained)

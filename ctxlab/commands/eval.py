@@ -140,7 +140,7 @@ def grid(
         seed=seed,
         runs=runs,
     )
-    from ctxlab.arch.rope_scaling import RopeOverride
+    from ctxlab.arch.rope_scaling import RopeOverride, scaled_positions
 
     override = RopeOverride.parse(rope_scaling)
     if backend == "openai" and override is not None:
@@ -149,9 +149,7 @@ def grid(
         from ctxlab.model.registry import model_positions
 
         # A missing model, or a length beyond its positions, is one sentence before any work.
-        limit = model_positions(model)
-        if limit is not None and override is not None:
-            limit = override.positions(limit)
+        limit = scaled_positions(model_positions(model), rope_scaling)
         if limit is not None and max(grid_lengths) > limit:
             raise CtxlabError(
                 f"--lengths {max(grid_lengths):,} is beyond the model's {limit:,} positions; "

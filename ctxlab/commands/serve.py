@@ -237,12 +237,10 @@ def _check_kv_events(
 
 def _positions(model: str, rope_scaling: str | None) -> int | None:
     """The positions the model will run to: its file's, times F under --rope-scaling."""
-    from ctxlab.arch.rope_scaling import RopeOverride
+    from ctxlab.arch.rope_scaling import scaled_positions
     from ctxlab.model.registry import model_positions
 
-    trained = model_positions(model)
-    override = RopeOverride.parse(rope_scaling)
-    return trained if trained is None or override is None else override.positions(trained)
+    return scaled_positions(model_positions(model), rope_scaling)
 
 
 def _check_max_model_len(max_model_len: int | None, trained: int | None) -> None:

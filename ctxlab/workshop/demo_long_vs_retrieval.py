@@ -425,17 +425,25 @@ def _per_1000(row: Row) -> float | None:
     return None if m is None else 1000 * m
 
 
+def better(row: Row, warm: Row) -> int:
+    """Which answers better beyond noise, over the questions `row` answered: 1 the whole
+    corpus (warm), -1 `row`, 0 neither (the paired interval holds zero)."""
+    ci = points(against(row, warm))
+    return 1 if ci.low > 0 else -1 if ci.high < 0 else 0
+
+
+def _warm_cheaper(row: Row, warm: Row) -> bool:
+    return (warm.mean(warm.usd) or 0.0) < (row.mean(row.usd) or 0.0)
+
+
 def verdict(row: Row, warm: Row) -> str:
     """Whole corpus (warm) against a retrieval row: answers, then price per answer."""
-    ci = points(against(row, warm))
-    if ci.low > 0:
-        answers = "whole corpus answers better beyond noise"
-    elif ci.high < 0:
-        answers = f"{row.name} answers better beyond noise"
-    else:
-        answers = "answers within noise"
-    long_usd, row_usd = warm.mean(warm.usd) or 0.0, row.mean(row.usd) or 0.0
-    cheaper = "whole corpus (warm)" if long_usd < row_usd else row.name
+    answers = {
+        1: "whole corpus answers better beyond noise",
+        -1: f"{row.name} answers better beyond noise",
+        0: "answers within noise",
+    }[better(row, warm)]
+    cheaper = "whole corpus (warm)" if _warm_cheaper(row, warm) else row.name
     said = f"{answers}; cheaper: {cheaper}"
     if warm.ttft_ms and row.ttft_ms:
         # paired over the questions both answered (every retrieval row answers them all)
@@ -450,9 +458,20 @@ def verdict(row: Row, warm: Row) -> str:
 def wins(row: Row, warm: Row) -> bool:
     """Long context (warm) wins against `row`: better answers beyond noise, or answers
     within noise at a lower price per answer."""
-    ci = points(against(row, warm))
-    cheaper = (warm.mean(warm.usd) or 0.0) < (row.mean(row.usd) or 0.0)
-    return ci.low > 0 or (ci.high >= 0 and cheaper)
+    side = better(row, warm)
+    return side > 0 or (side == 0 and _warm_cheaper(row, warm))
+
+
+def _observe_medians(res: DemoResult, metric: str, base: list[float], new: list[float]) -> None:
+    """Median of `base` -> median of `new`, with the bootstrap interval of their difference."""
+    res.observe(
+        metric,
+        stats.median(base),
+        stats.median(new),
+        1,
+        change=stats.median_difference(base, new),
+        test=f"bootstrap of the difference of medians, {len(base)} and {len(new)} requests",
+    )
 
 
 def observe(res: DemoResult, m: Measured) -> None:
@@ -493,24 +512,8 @@ def observe(res: DemoResult, m: Measured) -> None:
         res.observe("ttft_cold_ms", None, None, 1, why_missing=not_cold)
         res.observe("ttft_warm_ms", None, None, 1, why_missing=not_cold)
     else:
-        res.observe(
-            "ttft_cold_ms",
-            stats.median(hi.ttft_ms),
-            stats.median(cold.ttft_ms),
-            1,
-            change=stats.median_difference(hi.ttft_ms, cold.ttft_ms),
-            test=f"bootstrap of the difference of medians, {len(hi.ttft_ms)} and "
-            f"{len(cold.ttft_ms)} requests",
-        )
-        res.observe(
-            "ttft_warm_ms",
-            stats.median(cold.ttft_ms),
-            stats.median(warm.ttft_ms),
-            1,
-            change=stats.median_difference(cold.ttft_ms, warm.ttft_ms),
-            test=f"bootstrap of the difference of medians, {len(cold.ttft_ms)} and "
-            f"{len(warm.ttft_ms)} requests",
-        )
+        _observe_medians(res, "ttft_cold_ms", hi.ttft_ms, cold.ttft_ms)
+        _observe_medians(res, "ttft_warm_ms", cold.ttft_ms, warm.ttft_ms)
     res.observe(
         "ttft_warm_vs_retrieval_ms",
         stats.median(hi.ttft_ms),
@@ -745,12 +748,11 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
     p = against(best, warm)
     ci = points(p)
     acc_w, acc_b = warm.accuracy(), best.accuracy()
-    if ci.low > 0:
-        answers = "the whole corpus answers better beyond noise"
-    elif ci.high < 0:
-        answers = f"{best.name} answers better beyond noise"
-    else:
-        answers = "the two answer within noise of each other"
+    answers = {
+        1: "the whole corpus answers better beyond noise",
+        -1: f"{best.name} answers better beyond noise",
+        0: "the two answer within noise of each other",
+    }[better(best, warm)]
     prompt_best, prompt_warm = best.mean(best.prompt_tokens) or 0.0, warm.mean(warm.prompt_tokens)
     best_kv = prompt_best * m.slot_bytes / 2**20
     computed_warm = (prompt_warm or 0.0) - (warm.mean(warm.reused_tokens) or 0.0)
