@@ -76,7 +76,7 @@ def ingest(
     from ctxlab.progress import progress
     from ctxlab.rag.chunking import check_sizes
     from ctxlab.rag.documents import ingest as ingest_one
-    from ctxlab.rag.readers import collect
+    from ctxlab.rag.readers import collect, hidden_entries
 
     check_sizes(chunk_tokens, overlap_tokens)
     docs = collect(list(paths))  # every file read and checked before anything is written
@@ -97,9 +97,11 @@ def ingest(
     for r in results:
         typer.echo(f"{r.doc_id} v{r.version} ({r.date}): {r.status}, {r.chunks} chunks")
     counts = {s: sum(r.status == s for r in results) for s in ("new", "new version", "unchanged")}
+    hidden = hidden_entries(list(paths))
+    skipped = f", {hidden} hidden entries (named with a leading dot) skipped" if hidden else ""
     typer.echo(
         f"{counts['new']} new, {counts['new version']} new versions, {counts['unchanged']} "
-        f"unchanged -> {where}"
+        f"unchanged{skipped} -> {where}"
     )
 
 

@@ -84,11 +84,14 @@ def collect(paths: list[Path]) -> list[SourceDoc]:
         if not p.exists():
             check_input_file(p, "document")  # says why: missing, a dangling link, a loop
         if p.is_dir():
-            # every entry named like a document, not only the regular files: a FIFO, a
-            # dangling link or a device named notes.txt is refused by name (read_document),
-            # never skipped in silence
+            # every visible entry named like a document, not only the regular files: a FIFO,
+            # a dangling link or a device named notes.txt is refused by name (read_document),
+            # never skipped in silence; hidden ones (an editor's `.#notes.md` lock, `.git/`)
+            # are not documents, and `hidden_entries` counts them for the summary
             files = sorted(
-                f for f in p.rglob("*") if f.suffix.lower() in SUFFIXES and not f.is_dir()
+                f
+                for f in p.rglob("*")
+                if f.suffix.lower() in SUFFIXES and not f.is_dir() and not _hidden(f, p)
             )
             if not files:
                 raise CtxlabError(f"{shown(p)} holds no .txt, .md or .pdf files.")
@@ -96,6 +99,21 @@ def collect(paths: list[Path]) -> list[SourceDoc]:
         else:
             docs.append(read_document(p))
     return sorted(docs, key=lambda d: (d.date, d.source))
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def hidden_entries(paths: list[Path]) -> int:
+    """How many entries named like a document the folder walks in `paths` left out as hidden."""
+    return sum(
+        _hidden(f, p)
+        for p in paths
+        if p.is_dir()
+        for f in p.rglob("*")
+        if f.suffix.lower() in SUFFIXES
+    )
 
 
 def _text(path: Path) -> str:

@@ -148,3 +148,17 @@ def test_rag_ingest_takes_a_file_whose_name_is_not_utf8(cli, tmp_path):
     r = cli("rag", "ingest", str(folder), "--db", str(tmp_path / "rag.db"), "--json")
     assert r.code == 0, r.err
     assert "r\\\\xe9sum\\\\xe9" in r.out  # the id keeps the bytes as escapes (JSON-escaped)
+
+
+def test_rag_ingest_of_a_folder_skips_hidden_entries_and_says_so(cli, tmp_path):
+    """An editor's lock (`.#notes.md`, a dangling link) and a `.git/` folder are not
+    documents: the walk leaves them out and the summary counts them."""
+    folder = tmp_path / "docs"
+    (folder / ".git").mkdir(parents=True)
+    (folder / "a.md").write_text("# A\n\nThe launch moved to March.\n", encoding="utf-8")
+    (folder / ".#a.md").symlink_to(tmp_path / "user@host.1234")
+    (folder / ".git" / "notes.txt").write_text("not a document\n", encoding="utf-8")
+    with bounded():
+        r = cli("rag", "ingest", str(folder), "--db", str(tmp_path / "rag.db"))
+    assert r.code == 0, r.err
+    assert "1 new" in r.out and "2 hidden entries (named with a leading dot) skipped" in r.out
