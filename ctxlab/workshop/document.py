@@ -65,6 +65,12 @@ def _summary(res: JSONObject) -> list[Block]:
         + (f" ({', '.join(failed)})" if failed else "")
         + f", {fmt(counts.get('within noise', 0))} were within noise and "
         f"{fmt(counts['not measurable'])} not measurable; the run is {res['status']}."
+        + (
+            f" Only demonstrations {', '.join(str(n) for n in run['only'])} were selected "
+            "(`--only`): the predictions of the others are not judged."
+            if run.get("only")
+            else ""
+        )
     )
     server = res.get("server")
     where = f"`{run.get('engine', 'ctxlab engine')}`" + (

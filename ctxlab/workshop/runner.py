@@ -401,9 +401,10 @@ def _table_json(table: Table) -> JSONObject:
 
 
 def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list[Verdict]:
-    """Every prediction judged; a timing measured once (no repeats, no interval of its own)
-    is read against the largest scatter of repeated timings in this run, since the same
-    machine produced both: a change smaller than that is within noise, never held."""
+    """Every prediction of a selected demonstration judged; a timing measured once (no
+    repeats, no interval of its own) is read against the largest scatter of repeated timings
+    in this run, since the same machine produced both: a change smaller than that is within
+    noise, never held."""
     from dataclasses import replace
 
     from ctxlab.workshop.registry import BY_KEY
@@ -422,6 +423,8 @@ def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list[Verdict
     out = []
     for key, predictions in cfg.predictions.items():
         demo = demos[key]
+        if demo.status == "not selected":
+            continue  # `--only` left it out: its predictions are not about this run
         for metric, p in predictions.items():
             if demo.status == "not measurable":
                 out.append(judge(demo.number, key, metric, p, None, demo.summary))

@@ -3,8 +3,9 @@
 A prediction is written before the run (`[predictions.<demo>.<metric>]` in the config); the
 run measures the metric's baseline and observed values; `judge` says whether the prediction
 held. A failed prediction is a result like any other: it is reported with the numbers that
-failed it, never dropped. A metric that was not measured (a demonstration not selected,
-a value that came out NaN) is "not measurable", with the reason.
+failed it, never dropped. A metric that was not measured (a demonstration a server could
+not run, a value that came out NaN) is "not measurable", with the reason; the predictions of
+a demonstration that `--only` left out are not judged at all (the report says so).
 
 The change (observed - baseline) is read against the run's own noise, by the rule of
 `ctxlab.stats.verdict`: "held" only when the whole 95 % interval of the change is past the

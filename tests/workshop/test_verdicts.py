@@ -107,3 +107,4 @@ def test_a_timing_without_repeats_is_read_against_the_runs_largest_scatter() -> 
     assert once.verdict == "within noise"  # +3.6 % against 30 % scatter is never "held"
     assert "timed without repeats" in once.reason and "30.0%" in once.reason
     assert got["page_size", "waste_tokens"].verdict == "not measurable"  # not observed
+    assert {key for key, _ in got} == {"warm_prefix", "page_size"}  # the unselected: unjudged
