@@ -13,7 +13,8 @@ hands its memory to another block, so a removal says the pool was full, and the 
 cached at once is the pool when a fill left every block cached (a fill of sequential
 prompts of whole pages does; a block still being written is in use but not yet stored, so
 a long request that evicts before its own blocks are stored makes it a lower bound). The
-first removal and the blocks resident at that moment are `first_eviction`.
+first removal of a block stored while listening, and the blocks resident at that moment, are
+`first_eviction`.
 """
 
 from __future__ import annotations
@@ -170,7 +171,10 @@ class Residency:
         if block is None:
             self.removed_unknown += 1
             before -= 1
-        if eviction and self.first is None:
+        if eviction and self.first is None and block is not None:
+            # a removal of a block stored before the stream was read also says the pool was
+            # full, but the resident count then misses every block stored before listening
+            # (it read 0 blocks): the first removal of a block seen stored is the figure
             self.first = FirstEviction(t, before, self.block_size)
         self.removed_total += 1
         lifetime = None if block is None else t - block.stored_at

@@ -223,3 +223,17 @@ def test_a_taken_port_is_one_sentence():
             EventPublisher(ep)
     finally:
         first.close()
+
+
+def test_the_first_eviction_is_of_a_block_seen_stored():
+    """A removal of a block stored before listening comes first on a warm server: it must not
+    read as 'the pool was full with 0 blocks'."""
+    bs = 2
+    batches = [
+        _b(0, 1.0, BlockRemoved((77,))),  # stored before the stream was read
+        _b(1, 2.0, BlockStored((1, 2), None, (10, 11, 12, 13), bs)),
+        _b(2, 3.0, BlockRemoved((1,))),
+    ]
+    r = Residency().feed_all(batches)
+    assert r.removed_unknown == 1 and len(r.evictions) == 2
+    assert r.first is not None and (r.first.at, r.first.resident_blocks) == (3.0, 2)
