@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import write_pdf
 from hypothesis import given
 from hypothesis import strategies as st
 from memory_fakes import WordBackend
+from rag_pdf import write_pdf
 
 from ctxlab.errors import CtxlabError
 from ctxlab.memory.embed import WordLlamaEmbedder
