@@ -83,12 +83,29 @@ def test_warm_prefix_measures_frozen_records(session) -> None:
     assert r.slot_bytes > 0
 
 
+def test_offload_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_offload as demo
+
+    r = _measure(demo, session)
+    assert problems(r, frozenset({"file_label"})) == []
+    assert r.profile is not None and r.profile.source == "measured"  # no demonstration 4 ran
+    restored = r.tier_counts.restored_tokens
+    assert restored > 0 and restored % 16 == 0  # whole pages of the prefixes
+    assert r.tier.reused >= r.no_tier.reused + restored  # every restored token is reused
+    assert r.tier.recomputed(r.unique) < r.no_tier.recomputed(r.unique)
+    assert len(r.no_tier.ttft_ms) == 6 and r.failure.tokens == 6 * 2  # 3 groups x 2, 2 out
+    assert r.failure.wrong == 0 and r.failure.injected.total >= 1
+    assert r.failure.tier.restore_failures.total == r.failure.injected.total
+    assert r.sim_tier.transfer_bytes > 0 and r.sim_no_tier.transfer_bytes == 0
+
+
 @pytest.mark.parametrize(
     ("module", "texts"),
     [
         ("demo_prefix_miss", ()),
         ("demo_warm_prefix", ()),
         ("demo_disagg", ()),
+        ("demo_offload", ("file_label",)),  # a named step-profile file's own label
         ("demo_recurrent", ()),
         ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
     ],
