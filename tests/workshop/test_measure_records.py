@@ -99,13 +99,27 @@ def test_offload_measures_frozen_records(session) -> None:
     assert r.sim_tier.transfer_bytes > 0 and r.sim_no_tier.transfer_bytes == 0
 
 
+def test_retrieval_depth_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_retrieval_depth as demo
+
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert [d.k for d in r.depths] == [1, 2] and (r.questions, r.answered) == (20, 4)
+    assert all(len(d.recalls) == 20 and len(d.correct) == 4 for d in r.depths)
+    assert r.hi.recall >= r.lo.recall  # the top 2 hold the top 1
+    assert r.hi.retrieved_tokens > r.lo.retrieved_tokens > 0
+    assert r.gold is not None and len(r.gold.correct) == 4 and r.gold.recalls == ()
+    assert r.documents > 0 and r.chunks >= r.documents
+
+
 @pytest.mark.parametrize(
     ("module", "texts"),
     [
         ("demo_prefix_miss", ()),
         ("demo_warm_prefix", ()),
         ("demo_disagg", ()),
-        ("demo_offload", ("file_label",)),  # a named step-profile file's own label
+        ("demo_offload", ("file_label",)),
+        ("demo_retrieval_depth", ()),  # a named step-profile file's own label
         ("demo_recurrent", ()),
         ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
     ],
