@@ -83,6 +83,29 @@ def test_warm_prefix_measures_frozen_records(session) -> None:
     assert r.slot_bytes > 0
 
 
+def test_page_size_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_page_size as demo
+
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert [row.page for row in r.rows] == [1, 16, 64]
+    assert r.lo.waste == 0 and r.rows[1].waste == (48 - 40) + (112 - 100)  # pages of 16
+    assert [row.reused for row in r.rows] == [70, 64, 64]  # whole pages before token 70
+    assert all(row.reused == row.reused_plan and row.waste == row.waste_plan for row in r.rows)
+
+
+def test_eviction_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_eviction as demo
+
+    r = _measure(demo, session)
+    assert problems(r, frozenset({"file_label"})) == []
+    assert r.profile.source == "measured" and r.profile.steps
+    g, i = r.grouped.engine, r.interleaved.engine
+    assert len(g.ttft_ms) == len(i.ttft_ms) == 6  # 3 groups x 2 requests
+    assert g.reused > i.reused and i.evictions > 0
+    assert r.unique == 3 * 64 + 6 * 16 and r.working == 3 * 64
+
+
 def test_offload_measures_frozen_records(session) -> None:
     from ctxlab.workshop import demo_offload as demo
 
@@ -119,7 +142,9 @@ def test_retrieval_depth_measures_frozen_records(session) -> None:
         ("demo_warm_prefix", ()),
         ("demo_disagg", ()),
         ("demo_offload", ("file_label",)),
-        ("demo_retrieval_depth", ()),  # a named step-profile file's own label
+        ("demo_retrieval_depth", ()),
+        ("demo_page_size", ()),
+        ("demo_eviction", ("file_label",)),  # a named step-profile file's own label
         ("demo_recurrent", ()),
         ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
     ],
