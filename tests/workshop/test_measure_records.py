@@ -4,6 +4,7 @@ counts its tables and verdicts read."""
 
 from __future__ import annotations
 
+import importlib
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from plain_records import problems, type_problems
 
 from ctxlab.progress import progress
+from ctxlab.workshop.registry import REGISTERED
 
 
 @pytest.fixture
@@ -135,25 +137,31 @@ def test_retrieval_depth_measures_frozen_records(session) -> None:
     assert r.documents > 0 and r.chunks >= r.documents
 
 
-@pytest.mark.parametrize(
-    ("module", "texts"),
-    [
-        ("demo_prefix_miss", ()),
-        ("demo_warm_prefix", ()),
-        ("demo_disagg", ()),
-        ("demo_offload", ("file_label",)),
-        ("demo_retrieval_depth", ()),
-        ("demo_page_size", ()),
-        ("demo_eviction", ("file_label",)),  # a named step-profile file's own label
-        ("demo_recurrent", ()),
-        ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
-    ],
-)
-def test_measure_is_typed_to_return_frozen_records(module: str, texts: tuple[str, ...]) -> None:
-    """Read from `measure`'s return type, so a demonstration whose run is costly (two
-    processes, a simulator, a second model, a conversation replayed per strategy) is held to
-    the rule too; the tiny run covers its behaviour."""
-    import importlib
+# Demonstrations whose records are being made to follow the rule on another branch; the
+# integrator removes this once it is merged.
+RECORDS_PENDING = frozenset({10, 11})
+# Fields that hold text the run produced rather than a label or a formatted number.
+TEXTS: dict[str, frozenset[str]] = {
+    "compaction": frozenset({"id"}),  # a planted fact's name, as the fixture wrote it
+    "eviction": frozenset({"file_label"}),  # a named step-profile file's own label
+    "offload": frozenset({"file_label"}),  # the same profile (demonstration 4's workload)
+}
 
-    measure = importlib.import_module(f"ctxlab.workshop.{module}").measure
-    assert type_problems(typing.get_type_hints(measure)["return"], frozenset(texts)) == []
+
+@pytest.mark.parametrize("demo", REGISTERED, ids=[d.key for d in REGISTERED])
+def test_every_measure_is_typed_to_return_frozen_records(demo) -> None:
+    """Every registered demonstration's `measure`, read from its return type, so one whose
+    run is costly (two processes, a simulator, a second model, a conversation replayed per
+    strategy) is held to the rule too; the tiny runs above cover behaviour."""
+    if demo.number in RECORDS_PENDING:
+        pytest.skip("made to follow the rule on the #37 branch")
+    module = importlib.import_module(demo.run.__module__)
+    measure = getattr(module, "measure", None)
+    assert measure is not None, f"{module.__name__} has no measure(session, tracker)"
+    returned = typing.get_type_hints(measure)["return"]
+    assert type_problems(returned, TEXTS.get(demo.key, frozenset())) == []
+
+
+def test_the_text_fields_name_registered_demonstrations() -> None:
+    assert set(TEXTS) <= {d.key for d in REGISTERED}
+    assert {d.number for d in REGISTERED} >= RECORDS_PENDING
