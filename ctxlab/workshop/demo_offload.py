@@ -14,9 +14,7 @@ bandwidth of a host restore) measured here first, side by side.
 
 from __future__ import annotations
 
-import os
 import shutil
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -160,18 +158,10 @@ def _step_profile(session: Session) -> StepProfile | None:
     request shapes: None), else measured now as it does."""
     ev = EVICTION.config(session.cfg)
     path = workload.profile_path(session, ev)
-    fresh = path.exists() and path.stat().st_mtime >= _process_start()
+    fresh = path.exists() and path.stat().st_mtime >= session.started
     if ev.profile == "measure" and fresh:
         return None
     return workload.step_profile(session, ev)
-
-
-def _process_start() -> float:
-    """When this process started (Linux); elsewhere now, so nothing older is reused."""
-    try:
-        return os.stat(f"/proc/{os.getpid()}").st_ctime
-    except OSError:
-        return time.time()
 
 
 def transfer_profiles(session: Session, pool: int, blocks: int) -> tuple[Transfer, Transfer]:

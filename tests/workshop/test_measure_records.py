@@ -165,3 +165,28 @@ def test_every_measure_is_typed_to_return_frozen_records(demo) -> None:
 def test_the_text_fields_name_registered_demonstrations() -> None:
     assert set(TEXTS) <= {d.key for d in REGISTERED}
     assert {d.number for d in REGISTERED} >= RECORDS_PENDING
+
+
+def test_offload_reuses_only_a_step_profile_written_in_this_run(
+    tiny_config: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Demonstration 8 reuses demonstration 4's step profile only when this run wrote it
+    (the session's start, not the process's: no model needed)."""
+    import os
+
+    from ctxlab.workshop import demo_offload
+    from ctxlab.workshop import eviction_workload as workload
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.eviction_workload import StepProfile
+    from ctxlab.workshop.session import Session
+
+    measured = StepProfile("measured", steps=1, seconds=0.5)
+    monkeypatch.setattr(workload, "step_profile", lambda session, ev: measured)
+    session = Session(load_config(tiny_config), None, tmp_path)  # type: ignore[arg-type]
+    assert demo_offload._step_profile(session) is measured  # no file: measured now
+    path = tmp_path / "step-profile.json"
+    path.write_text("{}\n", encoding="utf-8")
+    os.utime(path, (session.started - 60, session.started - 60))
+    assert demo_offload._step_profile(session) is measured  # an older run's file
+    os.utime(path, (session.started + 1, session.started + 1))
+    assert demo_offload._step_profile(session) is None  # this run's: demonstration 4's
