@@ -107,7 +107,9 @@ def measure(session: Session, tracker: Tracker) -> Records:
         engine = workload.run_engine(session, ev, listed, pool)
         tracker.advance()
         try:
-            sim = workload.run_simulator(session, ev, listed, pool, profile.path)
+            sim = workload.run_simulator(
+                session, ev, listed, pool, workload.profile_path(session, ev)
+            )
         except CtxlabError as exc:
             raise CtxlabError(f"demonstration 4's simulation failed: {exc}") from None
         tracker.advance()

@@ -12,7 +12,8 @@ prompt's TTFT is a median with its n and bootstrap interval, and the change from
 smallest to each larger page is read against its own interval (`latency_stats`): slots,
 bytes and reused tokens are exact counts (the same in every repeat), TTFTs are not.
 
-The file is in three parts: `measure` returns frozen records (`PageRow`), `verdicts` records
+The file is in three parts: `measure` returns frozen records (`Records`, one `PageRow` per
+page size), `verdicts` records
 the observations and judges each page's TTFT change (the one place it judges), and the
 tables, prose and plot are rendered from the records.
 """
@@ -110,6 +111,22 @@ class PageRow:
         return median(self.ttft)
 
 
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 3 measured, one row per page size in the config's (increasing)
+    order; every table, verdict and sentence reads these."""
+
+    rows: tuple[PageRow, ...]
+
+    @property
+    def lo(self) -> PageRow:
+        return self.rows[0]
+
+    @property
+    def hi(self) -> PageRow:
+        return self.rows[-1]
+
+
 def held_at_once(session: Session, page: int, lengths: list[int]) -> Held:
     """Hold every request of `lengths` in one pool at once; read the pool's counters."""
     from ctxlab.engine import SamplingParams
@@ -148,8 +165,9 @@ def diverging_pair(session: Session, page: int, pair: int, at: int) -> Pair:
     return Pair(first.ttft_ms, second.ttft_ms, second.reused, second.recomputed)
 
 
-def measure(session: Session, tracker: Tracker) -> list[PageRow]:
-    """Every page size: the resident mix, the pairs, the planner beside them."""
+def measure(session: Session, tracker: Tracker) -> Records:
+    """Every page size: the resident mix, the pairs, the planner beside them (nothing
+    formatted)."""
     cfg = DEMO.config(session.cfg)
     arch = session.arch()
     per_token = arch.kv_bytes_per_token()
@@ -182,7 +200,7 @@ def measure(session: Session, tracker: Tracker) -> list[PageRow]:
                 ),
             )
         )
-    return rows
+    return Records(tuple(rows))
 
 
 @dataclass(frozen=True)
@@ -194,11 +212,11 @@ class Judged:
     changes: tuple[latency_stats.Compared | None, ...]
 
 
-def verdicts(session: Session, rows: list[PageRow], res: DemoResult) -> Judged:
+def verdicts(session: Session, records: Records, res: DemoResult) -> Judged:
     """The metrics the run's predictions are judged on (`res.observe`), and each page's
     TTFT change against the smallest judged against the prediction: the one place this
     demonstration judges."""
-    lo, hi = rows[0], rows[-1]
+    rows, lo, hi = records.rows, records.lo, records.hi
     res.observe("waste_tokens", lo.waste, hi.waste)
     res.observe(
         "waste_tokens_vs_planner", sum(r.waste_plan for r in rows), sum(r.waste for r in rows)
@@ -219,11 +237,12 @@ def verdicts(session: Session, rows: list[PageRow], res: DemoResult) -> Judged:
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
     """Measure, judge, then render tables, prose and the plot from the records."""
-    rows = measure(session, tracker)
+    records = measure(session, tracker)
     res = DemoResult.of(DEMO, "run", "measured")
-    judged = verdicts(session, rows, res)
-    _tables(session, res, rows, judged)
-    _explain(session, res, rows, judged)
+    judged = verdicts(session, records, res)
+    _tables(session, res, records.rows, judged)
+    _explain(session, res, records.rows, judged)
+    rows = records.rows
     res.plots.append(
         draw(
             [r.page for r in rows],
@@ -237,7 +256,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     return res
 
 
-def _tables(session: Session, res: DemoResult, rows: list[PageRow], judged: Judged) -> None:
+def _tables(session: Session, res: DemoResult, rows: tuple[PageRow, ...], judged: Judged) -> None:
     cfg = DEMO.config(session.cfg)
     lengths = ", ".join(f"{n:,}" for n in cfg.request_tokens)
     waste = Table(
@@ -364,7 +383,7 @@ def _change_words(f: Figures, c: latency_stats.Compared) -> str:
     )
 
 
-def _last_change(rows: list[PageRow], judged: Judged) -> latency_stats.Compared:
+def _last_change(rows: tuple[PageRow, ...], judged: Judged) -> latency_stats.Compared:
     """The largest page against the smallest (computed afresh when only one page ran)."""
     last = judged.changes[-1]
     if last is None:
@@ -372,7 +391,7 @@ def _last_change(rows: list[PageRow], judged: Judged) -> latency_stats.Compared:
     return last
 
 
-def _explain(session: Session, res: DemoResult, rows: list[PageRow], judged: Judged) -> None:
+def _explain(session: Session, res: DemoResult, rows: tuple[PageRow, ...], judged: Judged) -> None:
     f = res.figures
     cfg = DEMO.config(session.cfg)
     lo, hi = rows[0], rows[-1]

@@ -11,16 +11,21 @@ figure. Each proportion carries its 95 % interval, and k is compared with k over
 questions (paired: `ctxlab.stats`), so a
 best k is claimed only when it is beyond the noise. More passages
 can only find more evidence (the top k are nested), but they also bury it in more text for
-a small model: the demonstration measures both rather than assuming either. The tables,
-gains and notes it reports are written by `retrieval_depth_report.py`.
+a small model: the demonstration measures both rather than assuming either.
+
+The file is in three parts: `measure` returns frozen records (`Records`, one `Depth` per k,
+defined in `retrieval_depth_report.py`), `verdicts` records the observations the predictions
+are judged on (the one place it judges), and the tables, gains and notes are rendered from
+the records by `retrieval_depth_report.py` (the plot here).
 """
 
 from __future__ import annotations
 
 import random
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -38,7 +43,7 @@ from ctxlab.workshop.demonstration import (
 )
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import DemoResult, JSONObject, fmt
-from ctxlab.workshop.retrieval_depth_report import Depth
+from ctxlab.workshop.retrieval_depth_report import Depth, Records, Scores, paired_pct, pct
 from ctxlab.workshop.session import Session
 
 if TYPE_CHECKING:
@@ -47,21 +52,24 @@ if TYPE_CHECKING:
     from ctxlab.rag.retriever import CorpusRetriever, Passage
 
 
-def _score(d: Depth, questions: list[GoldQuestion], answers: list[Answer], evidence: dict) -> None:
+def score(questions: list[GoldQuestion], answers: list[Answer], evidence: dict) -> Scores:
     """Accuracy and citation quality of `answers`, as the retrieval layer defines them."""
     from ctxlab.memory.scoring import answer_match
     from ctxlab.rag.metrics import citation_precision, citation_recall, mean
 
     pairs = list(zip(questions, answers, strict=True))
-    d.correct = [answer_match(a.text, [q.answer]) for q, a in pairs]
-    d.accuracy = mean([float(c) for c in d.correct])
-    precisions = [
+    correct = tuple(answer_match(a.text, [q.answer]) for q, a in pairs)
+    precisions = tuple(
         p for q, a in pairs if (p := citation_precision(a.citations, evidence[q.id])) is not None
-    ]
-    d.precisions = precisions
-    d.citation_precision = mean(precisions) if precisions else None
-    d.citation_recall = mean([citation_recall(a.citations, evidence[q.id]) for q, a in pairs])
-    d.cited_by_model = mean([float(a.cited_by == "model") for a in answers])
+    )
+    return Scores(
+        correct=correct,
+        precisions=precisions,
+        accuracy=mean([float(c) for c in correct]),
+        citation_precision=mean(list(precisions)) if precisions else None,
+        citation_recall=mean([citation_recall(a.citations, evidence[q.id]) for q, a in pairs]),
+        cited_by_model=mean([float(a.cited_by == "model") for a in answers]),
+    )
 
 
 def _gold(retriever: CorpusRetriever, key: str) -> Passage:
@@ -81,7 +89,9 @@ def subset(questions: list[GoldQuestion], n: int, seed: int) -> list[GoldQuestio
     return [q for i, q in enumerate(questions) if i in picked]
 
 
-def run(session: Session, tracker: Tracker) -> DemoResult:
+def measure(session: Session, tracker: Tracker) -> Records:
+    """Retrieval over every question at every k, then answers on the seeded subset (and the
+    gold passages alone when asked): counts, scores and seconds, nothing formatted."""
     from ctxlab.memory.embed import WordLlamaEmbedder
     from ctxlab.memory.engine_backend import EngineBackend
     from ctxlab.memory.store import open_store
@@ -97,13 +107,12 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.rag.retriever import order_passages
 
     c, cost = DEMO.config(session.cfg), session.cfg.cost
-    res = DemoResult.of(DEMO, "run", "measured")
     fx = corpus_fixture(c.fixture_seed)
     asked = fx.questions[: c.questions]
     answered = subset(asked, c.answer_questions, c.fixture_seed)
     prices = cost.card()
     embedder = WordLlamaEmbedder()
-    depths: dict[int, Depth] = {}
+    depths: dict[int, Depth] = {}  # retrieval only, until the answers are scored
     with (
         tempfile.TemporaryDirectory(prefix="ctxlab-workshop-rag-") as tmp,
         open_store(Path(tmp) / "rag.db") as store,
@@ -149,7 +158,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
                 sum(p - b for p, b in zip(prompts, bare, strict=True)) / len(asked),
                 max(prompts),
                 money.dollars_per_1k_questions,
-                recalls=[recall_at_k(ranked[q.id], ev_all[q.id], row.k) for q in asked],
+                recalls=tuple(recall_at_k(ranked[q.id], ev_all[q.id], row.k) for q in asked),
             )
         chunks = retriever.chunk_count()
         tracker.advance()
@@ -162,7 +171,7 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
         two = sorted(d.max_prompt_tokens + c.answer_tokens for d in depths.values())[-2:]
         backend = session.requests.chat((batch + 1) * sum(two), batch)
         evidence = {q.id: evidence_chunks(store, q) for q in answered}
-        got: dict[int, list[Any]] = {k: [] for k in depths}
+        got: dict[int, list[Answer]] = {k: [] for k in depths}
         spent = {k: [0.0, 0.0, 0, 0] for k in depths}  # cpu s, wall s, prompt, reused
         for start in range(0, len(answered), batch):
             part = answered[start : start + batch]
@@ -182,11 +191,22 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
                 spent[k][2] += call.prompt_tokens
                 spent[k][3] += call.reused_tokens
                 tracker.advance()
+        n = len(answered)
         for k, d in depths.items():
-            _score(d, answered, got[k], evidence)
-            n = len(answered)
-            d.answer_cpu_s, d.answer_wall_s = spent[k][0] / n, spent[k][1] / n
-            d.answer_prompt_tokens, d.answer_reused_tokens = spent[k][2] / n, spent[k][3] / n
+            sc = score(answered, got[k], evidence)
+            depths[k] = replace(
+                d,
+                accuracy=sc.accuracy,
+                citation_precision=sc.citation_precision,
+                citation_recall=sc.citation_recall,
+                cited_by_model=sc.cited_by_model,
+                answer_cpu_s=spent[k][0] / n,
+                answer_wall_s=spent[k][1] / n,
+                answer_prompt_tokens=spent[k][2] / n,
+                answer_reused_tokens=spent[k][3] / n,
+                correct=sc.correct,
+                precisions=sc.precisions,
+            )
         gold = None
         if c.gold_row:
             passages = [[_gold(retriever, min(keys)) for keys in evidence[q.id]] for q in answered]
@@ -198,16 +218,61 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
                     passages[start : start + batch],
                     c.answer_tokens,
                 )
-            gold = Depth(0, 0.0, 0.0, 0.0, 0.0, 0, 0.0)
-            _score(gold, answered, gold_answers, evidence)
+            sc = score(answered, gold_answers, evidence)
+            gold = Depth(
+                0, 0.0, 0.0, 0.0, 0.0, 0, 0.0,
+                accuracy=sc.accuracy,
+                citation_precision=sc.citation_precision,
+                citation_recall=sc.citation_recall,
+                cited_by_model=sc.cited_by_model,
+                correct=sc.correct,
+                precisions=sc.precisions,
+            )  # fmt: skip
             tracker.advance()
-    session_facts = {"documents": len(fx.docs), "chunks": chunks}
-    report.tables(session, res, depths, gold, len(asked), len(answered), session_facts)
-    report.observe(res, depths)
-    report.explain(session, res, depths, gold, len(asked), len(answered), session_facts)
+    return Records(tuple(depths.values()), gold, len(asked), len(answered), len(fx.docs), chunks)
+
+
+PAIRED = "paired bootstrap over the same questions"
+
+
+def verdicts(r: Records, res: DemoResult) -> None:
+    """The metrics the run's predictions are judged on (`res.observe`), baseline at the
+    smallest k and observed at the largest, recall and accuracy with the paired interval of
+    their change: the one place this demonstration judges (the report's "best k beyond
+    noise" sentence reads the same paired intervals)."""
+    lo, hi = r.lo, r.hi
+    res.observe(
+        "recall_at_k_pct",
+        100 * lo.recall,
+        100 * hi.recall,
+        1,
+        change=paired_pct(lo.recalls, hi.recalls),
+        test=f"{PAIRED}, {len(lo.recalls)} questions",
+    )
+    res.observe("citation_precision_pct", pct(lo.citation_precision), pct(hi.citation_precision), 1)
+    res.observe("citation_recall_pct", pct(lo.citation_recall), pct(hi.citation_recall), 1)
+    res.observe(
+        "answer_accuracy_pct",
+        pct(lo.accuracy),
+        pct(hi.accuracy),
+        1,
+        change=paired_pct(lo.correct, hi.correct) if lo.correct else None,
+        test=f"{PAIRED}, {len(lo.correct)} questions",
+    )
+    res.observe("context_tokens_per_question", lo.retrieved_tokens, hi.retrieved_tokens, 1)
+    res.observe("cost_per_question_usd", lo.usd_per_1000 / 1000, hi.usd_per_1000 / 1000, 8)
+
+
+def run(session: Session, tracker: Tracker) -> DemoResult:
+    """Measure, render the tables, judge, then the prose and the plot from the records."""
+    records = measure(session, tracker)
+    res = DemoResult.of(DEMO, "run", "measured")
+    report.tables(session, res, records)
+    verdicts(records, res)
+    report.explain(session, res, records)
     res.plots.append(
         draw(
-            [report.plot_row(d) for d in depths.values()],
+            [report.plot_row(d) for d in records.depths],
             DEMO.plot("6_retrieval_depth.png").path(session.out),
         )
     )

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
@@ -98,19 +98,28 @@ class SideRun:
 @dataclass(frozen=True)
 class StepProfile:
     """The simulator's step times: a file the config named, or one measured in this run
-    (`steps` engine steps in `seconds`)."""
+    (`steps` engine steps in `seconds`). Where the file lies follows from the config
+    (`profile_path`), so the record holds no path."""
 
-    path: Path
-    named_label: str = ""  # the file's own label when the config named it
+    source: Literal["named", "measured"]
+    # the named file's own label, as whoever wrote the file wrote it (text the run read,
+    # not formatted here); "" when measured
+    file_label: str = ""
     steps: int | None = None
     seconds: float | None = None
+
+
+def profile_path(session: Session, ev: EvictionSection) -> Path:
+    """The step-profile file the simulator reads: the one the config names, or the run's
+    `step-profile.json` that `step_profile` writes."""
+    return Path(ev.profile) if ev.profile != "measure" else session.out / "step-profile.json"
 
 
 def profile_label(figures: Figures, p: StepProfile) -> str:
     """How a table note names the step profile (its numbers recorded as figures); the
     sentence demonstrations 4 and 8 both print."""
     if p.steps is None:
-        return p.named_label
+        return p.file_label
     f = figures
     return (
         f"a profile of {f.say('profile_steps', p.steps)} engine steps shaped like these "
@@ -172,13 +181,13 @@ def profile_design(ev: EvictionSection) -> Design:
 
 def step_profile(session: Session, ev: EvictionSection) -> StepProfile:
     """The simulator's step-time profile: the file the config names, or measured here now
-    (written to the run's `step-profile.json`)."""
+    (written to the run's `step-profile.json`); `profile_path` says where it lies."""
     from ctxlab.engine.profile import measure, profile_document, warm_up
     from ctxlab.sim.steptime import ProfileStepTime
 
     if ev.profile != "measure":
-        path = Path(ev.profile)
-        return StepProfile(path, ProfileStepTime(path).label)  # a bad file is one sentence
+        label = ProfileStepTime(Path(ev.profile)).label  # a bad file is one sentence
+        return StepProfile("named", label)
     design = profile_design(ev)
     e = session.cfg.engine
     llm = session.llm(
@@ -193,9 +202,9 @@ def step_profile(session: Session, ev: EvictionSection) -> StepProfile:
     doc = profile_document(
         measured, session.cfg.model.source, session.cfg.model.dtype, llm.engine, "workshop eviction"
     )
-    path = session.out / "step-profile.json"
+    path = profile_path(session, ev)
     path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    return StepProfile(path, steps=len(measured), seconds=t.wall_s)
+    return StepProfile("measured", steps=len(measured), seconds=t.wall_s)
 
 
 def run_engine(

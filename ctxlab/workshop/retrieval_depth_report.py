@@ -1,26 +1,39 @@
-"""The report of demonstration 6 (retrieval depth k): its tables, metrics, gains and notes.
+"""The report of demonstration 6 (retrieval depth k): its records, tables, gains and notes.
 
-`demo_retrieval_depth.py` measures; this module defines the per-k `Depth` row it fills and
-only turns those rows into what the workshop prints. The split keeps the measurement (what
-each k retrieves, answers and costs) readable on its own, and the wording of the report
-(which layer each table belongs to, which figure each sentence takes from `res.figures`)
-in one place.
+`demo_retrieval_depth.py` measures into the frozen records defined here (`Records`, one
+`Depth` per k) and judges them; this module only turns those records into what the
+workshop prints. The split keeps the measurement (what each k retrieves, answers and costs)
+readable on its own, and the wording of the report (which layer each table belongs to,
+which figure each sentence takes from `res.figures`) in one place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ctxlab import stats
 from ctxlab.stats import Interval
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table
 from ctxlab.workshop.session import Session
 
 
-@dataclass
+@dataclass(frozen=True)
+class Scores:
+    """Answers scored as the retrieval layer defines it (`demo_retrieval_depth.score`)."""
+
+    correct: tuple[bool, ...]  # per answered question, in order
+    precisions: tuple[float, ...]  # citation precision per answer that cites
+    accuracy: float
+    citation_precision: float | None  # None: no answer cited
+    citation_recall: float
+    cited_by_model: float
+
+
+@dataclass(frozen=True)
 class Depth:
-    """Everything measured at one k."""
+    """Everything measured at one k (the gold-passage ceiling is a `Depth` at k = 0 with
+    only its answers' fields)."""
 
     k: int
     recall: float  # mean recall@k over every question
@@ -37,9 +50,29 @@ class Depth:
     answer_wall_s: float | None = None
     answer_prompt_tokens: float | None = None  # per answered question
     answer_reused_tokens: float | None = None  # of those, served by the prefix cache
-    recalls: list[float] = field(default_factory=list)  # recall@k per question, every question
-    correct: list[bool] = field(default_factory=list)  # per answered question, in order
-    precisions: list[float] = field(default_factory=list)  # per answer that cites
+    recalls: tuple[float, ...] = ()  # recall@k per question, every question
+    correct: tuple[bool, ...] = ()  # per answered question, in order
+    precisions: tuple[float, ...] = ()  # per answer that cites
+
+
+@dataclass(frozen=True)
+class Records:
+    """What demonstration 6 measured; every table, verdict and sentence reads these."""
+
+    depths: tuple[Depth, ...]  # one per k, in increasing k
+    gold: Depth | None  # the gold passages alone, when the config asks
+    questions: int  # gold questions retrieval was measured on
+    answered: int  # of them, answered by the model at every k
+    documents: int  # document versions in the corpus
+    chunks: int
+
+    @property
+    def lo(self) -> Depth:
+        return self.depths[0]
+
+    @property
+    def hi(self) -> Depth:
+        return self.depths[-1]
 
 
 def pct(x: float | None) -> float | None:
@@ -87,47 +120,11 @@ def plot_row(d: Depth) -> dict[str, Any]:
     }
 
 
-PAIRED = "paired bootstrap over the same questions"
-
-
-def observe(res: DemoResult, depths: dict[int, Depth]) -> None:
-    """The catalogue's metrics: baseline at the smallest k, observed at the largest; recall
-    and accuracy with the paired interval of their change."""
-    lo, hi = depths[min(depths)], depths[max(depths)]
-    res.observe(
-        "recall_at_k_pct",
-        100 * lo.recall,
-        100 * hi.recall,
-        1,
-        change=paired_pct(lo.recalls, hi.recalls),
-        test=f"{PAIRED}, {len(lo.recalls)} questions",
-    )
-    res.observe("citation_precision_pct", pct(lo.citation_precision), pct(hi.citation_precision), 1)
-    res.observe("citation_recall_pct", pct(lo.citation_recall), pct(hi.citation_recall), 1)
-    res.observe(
-        "answer_accuracy_pct",
-        pct(lo.accuracy),
-        pct(hi.accuracy),
-        1,
-        change=paired_pct(lo.correct, hi.correct) if lo.correct else None,
-        test=f"{PAIRED}, {len(lo.correct)} questions",
-    )
-    res.observe("context_tokens_per_question", lo.retrieved_tokens, hi.retrieved_tokens, 1)
-    res.observe("cost_per_question_usd", lo.usd_per_1000 / 1000, hi.usd_per_1000 / 1000, 8)
-
-
-def tables(
-    session: Session,
-    res: DemoResult,
-    depths: dict[int, Depth],
-    gold: Any,
-    n_all: int,
-    n_answered: int,
-    facts: dict[str, int],
-) -> None:
+def tables(session: Session, res: DemoResult, r: Records) -> None:
     """Three tables, one per layer: retrieval (all questions), task (the answered
     subset, with the gold-passage ceiling), cost."""
     c, money = session.cfg.retrieval_depth, session.cfg.cost.currency
+    n_all, n_answered, gold = r.questions, r.answered, r.gold
     retrieval = Table(
         "retrieval_depth_retrieval",
         "retrieval",
@@ -142,7 +139,7 @@ def tables(
             Column("MRR@k", 3),
             Column("retrieved tokens per question", 1),
         ],
-        note=f"{facts['documents']} document versions cut into {facts['chunks']} chunks, newest "
+        note=f"{r.documents} document versions cut into {r.chunks} chunks, newest "
         "versions searched; recall@k: share of a question's evidence sentences held by a chunk "
         "in the top k (95 % interval: Wilson where every question has one evidence sentence, "
         "else a bootstrap of the mean); retrieved tokens: what the k passages add to the prompt "
@@ -195,7 +192,7 @@ def tables(
         "prefix cache serves them (reused) and the CPU seconds are those of the rest, not of "
         "the prompt answered alone",
     )
-    for d in depths.values():
+    for d in r.depths:
         retrieval.add(
             d.k, n_all, 100 * d.recall, *_pct_interval(recall_ci(d)), d.mrr, d.retrieved_tokens
         )
@@ -222,46 +219,39 @@ def tables(
             "gold passages only (the model's ceiling)",
             n_answered,
             sum(gold.correct),
-            100 * gold.accuracy,
+            pct(gold.accuracy),
             *_pct_interval(accuracy_ci(gold)),
             pct(gold.citation_precision),
-            100 * gold.citation_recall,
-            100 * gold.cited_by_model,
+            pct(gold.citation_recall),
+            pct(gold.cited_by_model),
         )
     res.tables += [retrieval, task, costs]
 
 
-def explain(
-    session: Session,
-    res: DemoResult,
-    depths: dict[int, Depth],
-    gold: Any,
-    n_all: int,
-    n_answered: int,
-    facts: dict[str, int],
-) -> None:
+def explain(session: Session, res: DemoResult, r: Records) -> None:
     """Summary, gains and notes; every number in them comes from `res.figures.say`."""
     c, f, money = session.cfg.retrieval_depth, res.figures, session.cfg.cost.currency
-    lo, hi = depths[min(depths)], depths[max(depths)]
-    best = max(depths.values(), key=lambda d: (d.accuracy or 0.0, -d.k))
+    n_all, n_answered, gold, lo, hi = r.questions, r.answered, r.gold, r.lo, r.hi
+    depths = r.depths
+    best = max(depths, key=lambda d: (d.accuracy or 0.0, -d.k))
     # best k beyond noise: its paired change against every other k is above zero
     against = {
         d.k: paired_pct(d.correct, best.correct)
-        for d in depths.values()
+        for d in depths
         if d.k != best.k and d.correct and best.correct
     }
     clear = bool(against) and all(ci.low > 0 for ci in against.values())
     closest = min(against.items(), key=lambda kv: kv[1].low) if against else None
-    for d in depths.values():
+    for d in depths:
         f.say(f"recall_k{d.k}_pct", 100 * d.recall, 1)
         f.say(f"accuracy_k{d.k}_pct", pct(d.accuracy), 1)
         f.say(f"retrieved_tokens_k{d.k}", d.retrieved_tokens, 1)
     f.say("retrieved_tokens", round(hi.retrieved_tokens))
     res.summary = (
-        f"The seeded corpus ({f.say('documents', facts['documents'])} document versions, "
-        f"{f.say('chunks', facts['chunks'])} chunks) and its {f.say('questions', n_all)} gold "
+        f"The seeded corpus ({f.say('documents', r.documents)} document versions, "
+        f"{f.say('chunks', r.chunks)} chunks) and its {f.say('questions', n_all)} gold "
         f"questions: {c.retriever} retrieval at k = "
-        f"{', '.join(str(k) for k in depths)} over every question; answers "
+        f"{', '.join(str(d.k) for d in depths)} over every question; answers "
         + (
             f"to all {f.say('answered', n_answered)} questions at every k."
             if n_answered == n_all
@@ -272,7 +262,7 @@ def explain(
     if gold is not None:
         ceiling = (
             f"; with only the gold passages the model answers "
-            f"{f.say('gold_accuracy_pct', 100 * gold.accuracy, 1)}% (its ceiling)"
+            f"{f.say('gold_accuracy_pct', pct(gold.accuracy), 1)}% (its ceiling)"
         )
     res.gains.append(
         Gain(
@@ -338,7 +328,9 @@ def explain(
     )
 
 
-def _best_sentence(f: Any, best: Depth, clear: bool, closest: tuple[int, Interval] | None) -> str:
+def _best_sentence(
+    f: Figures, best: Depth, clear: bool, closest: tuple[int, Interval] | None
+) -> str:
     """Which k answers best, claimed only beyond the noise of a paired comparison."""
     if closest is None:
         return f"the best accuracy here is at k = {f.say('best_k', best.k)}"

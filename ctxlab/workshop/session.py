@@ -8,6 +8,7 @@ a prefix only when a demonstration makes them share one.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +42,8 @@ class Session:
     quick: bool = False
     text: TextStream = field(default_factory=TextStream)
     resident_tokens: list[tuple[str, int]] = field(default_factory=list)
+    # when this run began (wall clock): a file in `out` written since then is this run's
+    started: float = field(default_factory=time.time)
     # where the requests of a demonstration declared `ServerMode(through=True)` go: the
     # local engine unless the runner chose a server for the whole run
     requests: RequestBackend = field(init=False)

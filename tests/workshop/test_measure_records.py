@@ -4,6 +4,7 @@ counts its tables and verdicts read."""
 
 from __future__ import annotations
 
+import importlib
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from plain_records import problems, type_problems
 
 from ctxlab.progress import progress
+from ctxlab.workshop.registry import REGISTERED
 
 
 @pytest.fixture
@@ -83,21 +85,108 @@ def test_warm_prefix_measures_frozen_records(session) -> None:
     assert r.slot_bytes > 0
 
 
-@pytest.mark.parametrize(
-    ("module", "texts"),
-    [
-        ("demo_prefix_miss", ()),
-        ("demo_warm_prefix", ()),
-        ("demo_disagg", ()),
-        ("demo_recurrent", ()),
-        ("demo_compaction", ("id",)),  # a planted fact's name, as the fixture wrote it
-    ],
-)
-def test_measure_is_typed_to_return_frozen_records(module: str, texts: tuple[str, ...]) -> None:
-    """Read from `measure`'s return type, so a demonstration whose run is costly (two
-    processes, a simulator, a second model, a conversation replayed per strategy) is held to
-    the rule too; the tiny run covers its behaviour."""
-    import importlib
+def test_page_size_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_page_size as demo
 
-    measure = importlib.import_module(f"ctxlab.workshop.{module}").measure
-    assert type_problems(typing.get_type_hints(measure)["return"], frozenset(texts)) == []
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert [row.page for row in r.rows] == [1, 16, 64]
+    assert r.lo.waste == 0 and r.rows[1].waste == (48 - 40) + (112 - 100)  # pages of 16
+    assert [row.reused for row in r.rows] == [70, 64, 64]  # whole pages before token 70
+    assert all(row.reused == row.reused_plan and row.waste == row.waste_plan for row in r.rows)
+
+
+def test_eviction_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_eviction as demo
+
+    r = _measure(demo, session)
+    assert problems(r, frozenset({"file_label"})) == []
+    assert r.profile.source == "measured" and r.profile.steps
+    g, i = r.grouped.engine, r.interleaved.engine
+    assert len(g.ttft_ms) == len(i.ttft_ms) == 6  # 3 groups x 2 requests
+    assert g.reused > i.reused and i.evictions > 0
+    assert r.unique == 3 * 64 + 6 * 16 and r.working == 3 * 64
+
+
+def test_offload_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_offload as demo
+
+    r = _measure(demo, session)
+    assert problems(r, frozenset({"file_label"})) == []
+    assert r.profile is not None and r.profile.source == "measured"  # no demonstration 4 ran
+    restored = r.tier_counts.restored_tokens
+    assert restored > 0 and restored % 16 == 0  # whole pages of the prefixes
+    assert r.tier.reused >= r.no_tier.reused + restored  # every restored token is reused
+    assert r.tier.recomputed(r.unique) < r.no_tier.recomputed(r.unique)
+    assert len(r.no_tier.ttft_ms) == 6 and r.failure.tokens == 6 * 2  # 3 groups x 2, 2 out
+    assert r.failure.wrong == 0 and r.failure.injected.total >= 1
+    assert r.failure.tier.restore_failures.total == r.failure.injected.total
+    assert r.sim_tier.transfer_bytes > 0 and r.sim_no_tier.transfer_bytes == 0
+
+
+def test_retrieval_depth_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_retrieval_depth as demo
+
+    r = _measure(demo, session)
+    assert problems(r) == []
+    assert [d.k for d in r.depths] == [1, 2] and (r.questions, r.answered) == (20, 4)
+    assert all(len(d.recalls) == 20 and len(d.correct) == 4 for d in r.depths)
+    assert r.hi.recall >= r.lo.recall  # the top 2 hold the top 1
+    assert r.hi.retrieved_tokens > r.lo.retrieved_tokens > 0
+    assert r.gold is not None and len(r.gold.correct) == 4 and r.gold.recalls == ()
+    assert r.documents > 0 and r.chunks >= r.documents
+
+
+# Demonstrations whose records are being made to follow the rule on another branch; the
+# integrator removes this once it is merged.
+RECORDS_PENDING = frozenset({10, 11})
+# Fields that hold text the run produced rather than a label or a formatted number.
+TEXTS: dict[str, frozenset[str]] = {
+    "compaction": frozenset({"id"}),  # a planted fact's name, as the fixture wrote it
+    "eviction": frozenset({"file_label"}),  # a named step-profile file's own label
+    "offload": frozenset({"file_label"}),  # the same profile (demonstration 4's workload)
+}
+
+
+@pytest.mark.parametrize("demo", REGISTERED, ids=[d.key for d in REGISTERED])
+def test_every_measure_is_typed_to_return_frozen_records(demo) -> None:
+    """Every registered demonstration's `measure`, read from its return type, so one whose
+    run is costly (two processes, a simulator, a second model, a conversation replayed per
+    strategy) is held to the rule too; the tiny runs above cover behaviour."""
+    if demo.number in RECORDS_PENDING:
+        pytest.skip("made to follow the rule on the #37 branch")
+    module = importlib.import_module(demo.run.__module__)
+    measure = getattr(module, "measure", None)
+    assert measure is not None, f"{module.__name__} has no measure(session, tracker)"
+    returned = typing.get_type_hints(measure)["return"]
+    assert type_problems(returned, TEXTS.get(demo.key, frozenset())) == []
+
+
+def test_the_text_fields_name_registered_demonstrations() -> None:
+    assert set(TEXTS) <= {d.key for d in REGISTERED}
+    assert {d.number for d in REGISTERED} >= RECORDS_PENDING
+
+
+def test_offload_reuses_only_a_step_profile_written_in_this_run(
+    tiny_config: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Demonstration 8 reuses demonstration 4's step profile only when this run wrote it
+    (the session's start, not the process's: no model needed)."""
+    import os
+
+    from ctxlab.workshop import demo_offload
+    from ctxlab.workshop import eviction_workload as workload
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.eviction_workload import StepProfile
+    from ctxlab.workshop.session import Session
+
+    measured = StepProfile("measured", steps=1, seconds=0.5)
+    monkeypatch.setattr(workload, "step_profile", lambda session, ev: measured)
+    session = Session(load_config(tiny_config), None, tmp_path)  # type: ignore[arg-type]
+    assert demo_offload._step_profile(session) is measured  # no file: measured now
+    path = tmp_path / "step-profile.json"
+    path.write_text("{}\n", encoding="utf-8")
+    os.utime(path, (session.started - 60, session.started - 60))
+    assert demo_offload._step_profile(session) is measured  # an older run's file
+    os.utime(path, (session.started + 1, session.started + 1))
+    assert demo_offload._step_profile(session) is None  # this run's: demonstration 4's
