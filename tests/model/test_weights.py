@@ -239,7 +239,10 @@ def test_packed_formats_on_the_default_model(fmt, loaded, gguf_path, text_ids):
     256 tokens of text (teacher forced; measured: int8 95 %, int4 91 %, bf16 98 %)."""
     packed = load_model(str(gguf_path), weights=fmt)
     assert packed.model.weight_format == fmt
-    assert weight_bytes(packed.model) < weight_bytes(loaded.model) / 3
+    full = weight_bytes(loaded.model)
+    assert step_weight_bytes(packed.model) < full / 3  # what a decode step reads
+    # stored: int4 also holds its prefill int8 copy (Int4Linear, declared: 223 of 513 MiB)
+    assert weight_bytes(packed.model) < full / (3 if fmt == "int8" else 2)
     ref, out = _logits(loaded.model, text_ids)[:-1], _logits(packed.model, text_ids)[:-1]
     nxt = torch.tensor(text_ids[1:])[:, None]
     ref_ppl = math.exp(-float(ref.log_softmax(-1).gather(1, nxt).mean()))
