@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/int4_prefill.py --tokens 512,2048 --reps 3
 
-aten's int4 kernel costs about the same per token at every M, so an int4 prefill was 2.2-2.6x
-int8's; `Int4Linear` now runs calls of `qlinear.WIDE_ROWS` tokens or more through an int8
+aten's int4 kernel falls further behind fbgemm's int8 as M grows, so an int4 prefill was
+2.2-2.6x int8's; `Int4Linear` now runs calls of `qlinear.WIDE_ROWS` tokens or more through an int8
 copy of its weights (docs/decode.md). This times one prefill (a `generate` of one token,
 prefix cache off) per format and prompt length, interleaved, best of `--reps`, 1 thread, in
 CPU time of this process and wall time; "int4, aten kernel" is the same int4 engine with the

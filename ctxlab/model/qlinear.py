@@ -14,8 +14,8 @@ still gives the model's activation dtype (the engine sizes its KV pool by it).
   GGUF's Q4_0/Q4_1, so their codes are taken as they are) through aten's
   `_weight_int4pack_mm_for_cpu`, with bfloat16 activations, scales and offsets. From
   `WIDE_ROWS` tokens a call (prefill chunks) runs a second, int8 copy of the same weights
-  through fbgemm instead, because aten's int4 kernel grows linearly in M and is 3.7x slower
-  than fbgemm's at 256 tokens.
+  through fbgemm instead, because aten's int4 kernel is 3.8x slower than fbgemm's at 256
+  tokens (1.6x at one).
 - `GroupInt8Embedding`: token embedding rows as int8 codes with a scale per 32 values (GGUF
   Q8_0 exactly); a lookup dequantizes only the rows it reads.
 
@@ -196,10 +196,10 @@ def int8_reduce_range() -> bool:
     return _REDUCE_RANGE
 
 
-# Tokens per call from which Int4Linear runs its int8 copy. aten's int4 kernel costs about
-# the same per token at every M (34.5 / 185 / 5,430 ms for all 121 linears at M = 1 / 16 /
-# 256 here, AVX2), fbgemm's int8 much less per token as M grows (22 / 57 / 1,447 ms):
-# `benchmarks/weight_formats.py --only kernels`, docs/decode.md. Below it (decode batches)
+# Tokens per call from which Int4Linear runs its int8 copy. All 121 linears on this AVX2
+# machine: aten's int4 kernel 34.5 / 185 / 5,430 ms at M = 1 / 16 / 256, fbgemm's int8
+# 22.1 / 56.7 / 1,447 ms, so int4 takes 1.6x, 3.3x, 3.8x int8's time as M grows
+# (`benchmarks/weight_formats.py --only kernels`, docs/decode.md). Below it (decode batches)
 # the file's own 4-bit codes are what runs; 64 is the decode/prefill boundary the engine's
 # threads use too (`engine/phase_threads.py`).
 WIDE_ROWS = 64
