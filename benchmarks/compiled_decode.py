@@ -164,6 +164,40 @@ def best_cpu_ms(fn, steps: int, reps: int) -> float:
     return best * 1e3
 
 
+@torch.inference_mode()
+def check(s: Subject, steps: int) -> None:
+    """Greedy decode of one prompt by the eager and the compiled forward, each on its own
+    dense cache (the same prefill, eager): the largest logit difference while the two texts
+    are the same, and the first step where the argmax differs."""
+    from ctxlab.model import DenseBackend
+
+    model = s.model
+    prompt = list(range(2000, 2064))
+    backends = {name: DenseBackend.for_model(model) for name in ("eager", "compiled")}
+    tokens, worst, parted = {}, 0.0, None
+    for name, be in backends.items():
+        be.set_batch([0], [0, len(prompt)])
+        hidden = s.eager(torch.tensor(prompt), torch.arange(len(prompt)), be)
+        tokens[name] = int(model.compute_logits(hidden[-1:]).argmax())
+    for i in range(steps):
+        logits = {}
+        for name, be in backends.items():
+            be.set_batch([0], [0, 1])
+            fwd = s.compiled if name == "compiled" else s.eager
+            pos = torch.tensor([len(prompt) + i])
+            logits[name] = model.compute_logits(fwd(torch.tensor([tokens[name]]), pos, be))
+            tokens[name] = int(logits[name].argmax())
+        if parted is None:  # after the texts part, the inputs differ: not compared
+            worst = max(worst, float((logits["eager"] - logits["compiled"]).abs().max()))
+            if tokens["eager"] != tokens["compiled"]:
+                parted = i
+    print(
+        f"  check, {steps} greedy steps: max |logit diff| {worst:.2e} (until they part); tokens "
+        f"{'identical' if parted is None else f'part at step {parted}'}",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--formats", default="fp32,int8")
@@ -172,6 +206,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cache-dir", default=None, help="inductor's cache (default: ctxlab's)")
+    ap.add_argument(
+        "--check", type=int, default=0, help="greedy steps compared eager vs compiled (batch 1)"
+    )
     args = ap.parse_args()
     cache = Path(args.cache_dir) if args.cache_dir else cache_root() / "inductor"
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
@@ -204,6 +241,8 @@ def main() -> None:
                 s.use(True)
                 compiled_ms = min(compiled_ms, best_cpu_ms(s.step, args.steps, args.reps))
             s.use(False)
+            if args.check and b == 1:
+                check(s, args.check)
             rows.append((fmt, b, eager_ms, compiled_ms, first, breaks))
             print(
                 f"| {fmt} | {b} | {eager_ms:.1f} | {compiled_ms:.1f} | "
