@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/decode_profile.py --formats int8,int4 --batch 16 --context 320
     .venv/bin/python benchmarks/decode_profile.py --model gemma3-270m --formats fp32,int4
     .venv/bin/python benchmarks/decode_profile.py --formats int8 --attention numba,torch
+    .venv/bin/python benchmarks/decode_profile.py --formats fp32,bf16,int8,int4 --context 2048
 
 `--attention numba,torch` runs every format twice, side by side in one process: with the
 compiled paged decode attention (ctxlab/engine/kernels) and with the torch reference
@@ -20,7 +21,8 @@ across formats (best of `--reps` rounds of `--steps` steps, CPU time of this pro
   scheduling, the step plan, sampling, bookkeeping).
 Then one `torch.profiler` pass over `--steps` engine steps: self CPU time per operator per
 step, and their sum, against the unprofiled step: the difference is the interpreter and the
-dispatcher (the profiler adds some of its own, so the kernel share is an upper bound).
+dispatcher (the profiler adds some of its own, so the kernel share is an upper bound); and
+the step's own split: linear kernels, attention, other operators, Python and dispatch.
 Beside them: the memory roofline of the step's weight bytes at the read bandwidth measured
 here, the floor a decode step could reach if only the weights' bytes cost time, and the
 roofline of weights + the KV the step reads (every sequence's K and V in every layer).
@@ -202,6 +204,7 @@ def main() -> None:
             f"{r['step'] - r['forward']:.1f} | {r['step'] / roof_kv:.2f}x "
             f"({roof_kv / r['step']:.0%}) | {load()} |"
         )
+    splits = []
     for f, (s, a) in subjects.items():
         paged_decode.set_enabled(a == "numba")
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -226,6 +229,53 @@ def main() -> None:
             )
         calls = sum(e.count for e in ops) / args.steps
         print(f"| (all {len(ops)} operators) | {calls:.0f} | {total_us / 1e3:.2f} | 100% |")
+        splits.append((f, rows[f]["step"], split(ops, args.steps)))
+    print(
+        "\n### The step's own time split. CPU ms (unprofiled): linears alone, the rest of the "
+        "forward (norms, RoPE, small operators and the model's Python), and attention + engine "
+        "(step - forward: paged attention, scheduling, sampling). Shares: of the profiled "
+        "operators' self time (the profiler times operators in wall time, which a loaded "
+        "machine inflates, so only shares are given)"
+    )
+    print(
+        "| format / attention | engine step ms | linears | rest of forward | attention + engine "
+        "| profiled: linear kernels | attention | other operators (calls) | load |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for f, step, (lin, att, other, n_other) in splits:
+        r = rows[f]
+        total = lin + att + other
+        print(
+            f"| {f} | {step:.1f} | {r['linears']:.1f} | {r['forward'] - r['linears']:.1f} | "
+            f"{step - r['forward']:.1f} | {lin / total:.0%} | {att / total:.0%} | "
+            f"{other / total:.0%} ({n_other:.0f}) | {load()} |"
+        )
+
+
+# Operators that are the linear layers' kernels (aten::mm also counts int8's small rotation
+# products and fp32's tied head) and those that are decode attention (the kernel, or the
+# torch path's gather and SDPA).
+LINEAR_OPS = {
+    "aten::mm",
+    "aten::addmm",
+    "quantized::linear_dynamic",
+    "aten::_weight_int4pack_mm_for_cpu",
+}
+ATTENTION_OPS = {
+    "ctxlab::paged_decode",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::index_select",
+}
+
+
+def split(ops, steps: int) -> tuple[float, float, float, float]:
+    """(linear kernels, attention, other operators) in ms per step, and other calls per step."""
+    lin = sum(e.self_cpu_time_total for e in ops if e.key in LINEAR_OPS)
+    att = sum(e.self_cpu_time_total for e in ops if e.key in ATTENTION_OPS)
+    rest = [e for e in ops if e.key not in LINEAR_OPS | ATTENTION_OPS]
+    other = sum(e.self_cpu_time_total for e in rest)
+    calls = sum(e.count for e in rest)
+    return lin / steps / 1e3, att / steps / 1e3, other / steps / 1e3, calls / steps
 
 
 if __name__ == "__main__":

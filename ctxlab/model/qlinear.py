@@ -12,7 +12,10 @@ still gives the model's activation dtype (the engine sizes its KV pool by it).
   int32 product rescaled to float. One packed copy of the weights; no float copy is kept.
 - `Int4Linear`: 4-bit codes with a scale and offset per 32 inputs of a row (the layout of
   GGUF's Q4_0/Q4_1, so their codes are taken as they are) through aten's
-  `_weight_int4pack_mm_for_cpu`, with bfloat16 activations, scales and offsets.
+  `_weight_int4pack_mm_for_cpu`, with bfloat16 activations, scales and offsets. From
+  `WIDE_ROWS` tokens a call (prefill chunks) runs a second, int8 copy of the same weights
+  through fbgemm instead, because aten's int4 kernel is 3.8x slower than fbgemm's at 256
+  tokens (1.6x at one).
 - `GroupInt8Embedding`: token embedding rows as int8 codes with a scale per 32 values (GGUF
   Q8_0 exactly); a lookup dequantizes only the rows it reads.
 
@@ -30,6 +33,7 @@ from torch import nn
 
 from ctxlab.errors import CtxlabError
 from ctxlab.model.gguf_blocks import GROUP, GroupCodes
+from ctxlab.model.rotation import ONLINE_BLOCK, block_for, rotate_rows, signed_hadamard
 
 
 class PackedLinear(nn.Module):
@@ -117,13 +121,7 @@ class Int8Linear(PackedLinear):
         if flat.shape[0] == 1:  # one token: the kernel's per-input scale is per token
             y = _linear_dynamic()(flat, self._packed, self.reduce_range)
             return y if self.bias is None and x.dtype == torch.float32 else self._out(y, x)
-        # Several tokens: fbgemm quantizes the whole input with one scale, so one token with
-        # large activations (the first token's, in down_proj) would coarsen every other
-        # token's codes. Each row is scaled to the same range first and the output scaled
-        # back (the product is linear in each row): per-token quantization, same kernel.
-        row_max = flat.abs().amax(1, keepdim=True).clamp_min_(1e-30)
-        y = _linear_dynamic()(flat / row_max, self._packed, self.reduce_range)
-        return self._out(y.mul_(row_max), x)
+        return self._out(_per_token_int8(flat, self._packed, self.reduce_range), x)
 
     def __getstate__(self) -> dict:
         # the packed handle is not picklable as is; keep its codes and scales instead
@@ -136,6 +134,18 @@ class Int8Linear(PackedLinear):
         codes, scale = state["_packed"]
         state["_packed"] = _fbgemm_pack(codes, scale)
         self.__dict__.update(state)
+
+
+def _per_token_int8(flat: torch.Tensor, packed, reduce_range: bool) -> torch.Tensor:
+    """fbgemm's dynamic int8 on several float32 tokens, each quantized at its own scale.
+
+    fbgemm quantizes the whole input with one scale, so one token with large activations
+    (the first token's, in down_proj) would coarsen every other token's codes. Each row is
+    scaled to the same range first and the output scaled back (the product is linear in each
+    row): per-token quantization, same kernel.
+    """
+    row_max = flat.abs().amax(1, keepdim=True).clamp_min_(1e-30)
+    return _linear_dynamic()(flat / row_max, packed, reduce_range).mul_(row_max)
 
 
 _OP = None
@@ -186,18 +196,36 @@ def int8_reduce_range() -> bool:
     return _REDUCE_RANGE
 
 
+# Tokens per call from which Int4Linear runs its int8 copy. All 121 linears on this AVX2
+# machine: aten's int4 kernel 34.5 / 185 / 5,430 ms at M = 1 / 16 / 256, fbgemm's int8
+# 22.1 / 56.7 / 1,447 ms, so int4 takes 1.6x, 3.3x, 3.8x int8's time as M grows
+# (`benchmarks/weight_formats.py --only kernels`, docs/decode.md). Below it (decode batches)
+# the file's own 4-bit codes are what runs; 64 is the decode/prefill boundary the engine's
+# threads use too (`engine/phase_threads.py`).
+WIDE_ROWS = 64
+
+
 class Int4Linear(PackedLinear):
     """aten's CPU int4 kernel: 4-bit codes, bf16 scale and offset per 32 inputs of a row.
 
     value = (code - 8) * scale + offset, exactly the GGUF Q4_0/Q4_1 formula (see
     `GroupCodes`); the kernel takes scale and offset in bfloat16, which rounds GGUF's fp16
     scales to 8 significant bits (`rounding_error` reports what that adds).
+
+    Calls of `WIDE_ROWS` tokens or more (prefill) run a second copy: the same weights, their
+    input dimension rotated by a signed block Hadamard matrix (which spreads outlier input
+    channels, as `rotation.py` does for the int8 format), in fbgemm's per-row int8; the input
+    is rotated online. It costs about 1 byte per weight more memory (`weight_bytes` counts
+    it; `decode_bytes` does not, since decode never reads it) and adds an int8 rounding to
+    prefill only; `wide=False` builds without it.
     """
 
     fmt = "int4"
     inner_k_tiles = 2  # the packing's inner tile count; 2 is what the CPU kernel tiles by
 
-    def __init__(self, codes: GroupCodes, bias: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, codes: GroupCodes, bias: torch.Tensor | None = None, wide: bool = True
+    ) -> None:
         rows, cols = codes.codes.shape
         super().__init__(cols, rows, bias)
         if codes.bits != 4 or codes.code_zero != 8:
@@ -210,12 +238,58 @@ class Int4Linear(PackedLinear):
         self.register_buffer(
             "scale_offset", scale_offset.transpose(0, 1).contiguous().to(torch.bfloat16)
         )
+        self._wide = None
+        self._wide_bytes = 0
+        block = _wide_block(cols) if wide and _quantized_ops_available() else None
+        self.register_buffer("wide_rotation", None)
+        if block is not None:
+            m = signed_hadamard(block, seed=cols)
+            # the values the int4 kernel computes with (bf16 scales and offsets)
+            so = self.scale_offset.float().transpose(0, 1)  # [rows, groups, 2]
+            grouped = codes.codes.view(rows, -1, GROUP).float() - codes.code_zero
+            values = (grouped * so[..., :1] + so[..., 1:]).view(rows, cols)
+            int8_codes, scale = row_int8(rotate_rows(values, m))
+            self._wide = _fbgemm_pack(int8_codes, scale)
+            self._wide_bytes = int8_codes.numel() + 4 * scale.numel()
+            self.wide_rotation = m.contiguous()
+            self.reduce_range = int8_reduce_range()
+
+    def weight_bytes(self) -> int:
+        return self._wide_bytes + super().weight_bytes()
+
+    def decode_bytes(self) -> int:
+        """Bytes a decode step (fewer than `WIDE_ROWS` tokens) reads: the 4-bit copy."""
+        held = (self.packed, self.scale_offset, self.bias)
+        return sum(b.numel() * b.element_size() for b in held if b is not None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._wide is not None and x.shape[0] >= WIDE_ROWS:
+            flat = x if x.dtype == torch.float32 else x.float()
+            m = self.wide_rotation
+            rotated = torch.mm(flat.reshape(-1, m.shape[0]), m).view(flat.shape)
+            return self._out(_per_token_int8(rotated, self._wide, self.reduce_range), x)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16), self.packed, GROUP, self.scale_offset
         )
         return self._out(y, x)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self._wide is not None:
+            w, _ = torch.ops.quantized.linear_unpack(self._wide)
+            state["_wide"] = (w.int_repr(), w.q_per_channel_scales().float())
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if state.get("_wide") is not None:
+            state["_wide"] = _fbgemm_pack(*state["_wide"])
+        self.__dict__.update(state)
+
+
+def _wide_block(cols: int) -> int | None:
+    # 32 wide, as int8's online rotation of down_proj: the rotation is an [M*K/32, 32] x
+    # [32, 32] product per call, 5-8 % of an int8 prefill at 64 wide, half that at 32
+    return block_for(cols, ONLINE_BLOCK)
 
 
 class TableEmbedding(nn.Module):

@@ -7,9 +7,11 @@
 | fp32 | float32 `nn.Linear` (the parity reference) | float32, tied | float32 |
 | bf16 | bfloat16 `F.linear` | bfloat16, tied (one copy) | bfloat16 |
 | int8 | fbgemm dynamic int8, a scale per row (*) | fbgemm int8 | int8, a scale per 32 values |
-| int4 | aten int4, a scale and offset per 32 values | fbgemm int8 | int8, a scale per 32 values |
+| int4 | aten int4, scale and offset per 32 (**) | fbgemm int8 | int8, a scale per 32 values |
 
 (*) on a rotated residual stream (`rotation.py`), so per-token int8 inputs lose little.
+(**) calls of 64 tokens or more (prefill) run an int8 copy of the same weights, input
+rotated online (`qlinear.Int4Linear`): aten's int4 kernel is slow at large M.
 Activations, norms, RoPE, attention and the KV cache stay in the model dtype (`--dtype`).
 Where the source is a GGUF whose blocks a format can hold exactly (Q4_0/Q4_1 in int4, Q8_0
 in the int8 embedding table), the file's own codes are used; everything else is quantized
@@ -181,6 +183,12 @@ def step_weight_bytes(model: nn.Module) -> int:
     for layer in model.layers:
         for name in LINEARS:
             owner, attr = name.split(".")
-            total += weight_bytes(getattr(getattr(layer, owner), attr))
+            total += _decode_bytes(getattr(getattr(layer, owner), attr))
     head = model.output or model.lm_head or model.embed_tokens
-    return total + weight_bytes(head)
+    return total + _decode_bytes(head)
+
+
+def _decode_bytes(module: nn.Module) -> int:
+    # int4 also holds a prefill-only int8 copy, which a decode step does not read
+    inner = getattr(module, "inner", module)  # RotateInput around down_proj
+    return inner.decode_bytes() if hasattr(inner, "decode_bytes") else weight_bytes(module)
