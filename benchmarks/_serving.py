@@ -109,11 +109,22 @@ VLLM_ENV = Path(
 
 @contextlib.contextmanager
 def vllm_server(
-    folder: str, name: str, dtype: str, threads: int, eager: bool = True
+    folder: str,
+    name: str,
+    dtype: str,
+    threads: int,
+    eager: bool = True,
+    extra: tuple[str, ...] = (),
+    env_extra: dict[str, str] | None = None,
+    max_len: int = 4096,
+    log: Path | None = None,
 ) -> Iterator[str]:
     """vLLM's CPU build (`make vllm`) on a Hugging Face folder (`ctxlab export-hf`), prefix
     caching on, a 1 GiB pool; eager starts in under a minute on a quiet machine, compiled
-    (`eager=False`) takes minutes to start but prefilled ~13x faster (docs/deployment.md)."""
+    (`eager=False`) takes minutes to start but prefilled ~13x faster (docs/deployment.md).
+    `extra` goes on its command line (e.g. `--num-gpu-blocks-override`), `env_extra` into its
+    environment (e.g. `VLLM_SERVER_DEV_MODE=1` for `/reset_prefix_cache`); `log` keeps its
+    output (discarded otherwise)."""
     python = VLLM_ENV / "bin" / "python"
     if not (VLLM_ENV / ".installed").is_file():
         raise RuntimeError(f"vLLM's CPU build is not installed in {VLLM_ENV}: run `make vllm`")
@@ -124,15 +135,16 @@ def vllm_server(
         port = s.getsockname()[1]
     env = {**ENV, "OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "VLLM_ENGINE_READY_TIMEOUT_S": "900"}  # fmt: skip
+           "VLLM_ENGINE_READY_TIMEOUT_S": "900", **(env_extra or {})}  # fmt: skip
     cmd = [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", folder,
         "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", dtype, "--max-model-len", "4096",
+        "--dtype", dtype, "--max-model-len", str(max_len),
         "--enable-prefix-caching", "--enable-prompt-tokens-details",
-        *(["--enforce-eager"] if eager else []),
+        *(["--enforce-eager"] if eager else []), *extra,
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    out = log.open("w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, timeout=900.0)

@@ -60,9 +60,9 @@ from serve_sim_vs_bench import CHUNK, MAX_RUNNING, MODEL, PAGE, POOL_TOKENS, der
 TRACES = [p / "shared" / "data" / "traces" / "conversation_trace.jsonl" for p in ROOT.parents[:2]]
 
 
-def probe(url: str, out: Path, sections: str = "prefix,profile") -> dict:
+def probe(url: str, out: Path, sections: str = "prefix,profile", longest: int = 60) -> dict:
     cmd = [*CLI, "probe", "--server", url, "--sections", sections,
-           "--longest", "60", "--yes", "--json", "--out", str(out)]  # fmt: skip
+           "--longest", str(longest), "--yes", "--json", "--out", str(out)]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT)
     if res.returncode != 0:
         raise RuntimeError(f"probe failed: {res.stderr[-2000:]}")
@@ -80,14 +80,16 @@ def published_pool(url: str) -> int:
     return fig.value
 
 
-def simulate(trace: Path, profile: Path, page: int, pool_tokens: int, *extra: str) -> dict:
+def simulate(
+    trace: Path, profile: Path, page: int, pool_tokens: int, *extra: str, hash_block: int = PAGE
+) -> dict:
     from ctxlab.arch import resolve_arch
     from ctxlab.sim.steptime import ArchCost
 
     arch = resolve_arch(gguf=Path(gguf_path()))
     pool_bytes = pool_tokens * ArchCost.build(arch, arch.weight_bytes).kv_bytes_per_token
     cmd = [*CLI, "simulate", str(trace), "--gguf", gguf_path(), "--profile", str(profile),
-           "--hash-block", str(PAGE), "--page-size", str(page), "--chunk-tokens", str(CHUNK),
+           "--hash-block", str(hash_block), "--page-size", str(page), "--chunk-tokens", str(CHUNK),
            "--max-running", str(MAX_RUNNING), "--pool-bytes", str(pool_bytes), "--json",
            "--out", str(profile.parent / "sim"), *extra]  # fmt: skip
     res = subprocess.run(cmd, capture_output=True, text=True, env=ENV, cwd=ROOT, check=True)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ctxlab.errors import CtxlabError
-from ctxlab.probe import capacity, isolation, prediction, prefix, steptime
+from ctxlab.probe import capacity, isolation, prediction, prefix, steptime, window
 from ctxlab.probe import events as probe_events
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
 from ctxlab.probe.figures import Figure
@@ -223,6 +223,7 @@ def _sections(
             report.add("prefix caching", [kind_of_cache(info, pre.granularity)])
             if isinstance(pre.granularity.value, int):
                 page = pre.granularity.value
+                report.add("prefix caching", _past_window(cfg, info, pre.points, page))
         except BudgetSpent:
             report.not_run["prefix"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
@@ -299,6 +300,15 @@ def _sections(
             report.not_run["profile"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
             )
+
+
+def _past_window(
+    cfg: ProbeConfig, info: ServerInfo, points: list[dict[str, int]], page: int
+) -> list[Figure]:
+    """What the server reuses past the served model's sliding window (none without one)."""
+    arch = cfg.architecture or prediction.served_architecture(info)
+    found = window.sliding_window(arch.spec) if not isinstance(arch, str) else None
+    return [] if found is None else [window.past_window(points, *found, page)]
 
 
 def _predicted(

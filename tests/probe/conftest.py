@@ -43,6 +43,8 @@ class Script:
     served: int = 0
     paths: list[str] = field(default_factory=list)  # every POST, in order
     chat_prompt_tokens: int | None = None  # chat usage.prompt_tokens (None: words counted)
+    version: str | None = None  # GET /version answers it (as vLLM does) where set
+    cached_details: bool = True  # False: usage without prompt_tokens_details (vLLM's default)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -67,6 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(s.status, json.dumps({"error": {"message": "scripted", "code": s.status}}))
         elif self.path == "/v1/models":
             self._send(200, s.models_body, "application/json")
+        elif self.path == "/version" and s.version is not None:
+            self._send(200, json.dumps({"version": s.version}))
         else:
             self._send(404, "<html>not found</html>", "text/html")
 
@@ -96,11 +100,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         s.served += 1
         n = len(str(body.get("prompt", "")).split())
+        usage = {"prompt_tokens": n, "completion_tokens": 1}
+        if s.cached_details:
+            usage["prompt_tokens_details"] = {"cached_tokens": 0}
         events = [
             {"choices": [{"index": 0, "text": " x", "finish_reason": "length"}]},
-            {"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1,
-                                      "prompt_tokens_details": {"cached_tokens": 0}}},
-        ]  # fmt: skip
+            {"choices": [], "usage": usage},
+        ]
         text = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
         self._send(200, text, "text/event-stream")
 

@@ -54,9 +54,16 @@ def test_model_it_does_not_serve(cli, tmp_path):
     assert "does not serve model 'gpt-x'; it serves m" in res.err
 
 
-def test_server_that_dies_mid_run_keeps_partial_results(cli, tmp_path):
+VLLM_MODELS = '{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]}'
+
+
+@pytest.mark.parametrize("vllm", [False, True], ids=["any server", "a vLLM"])
+def test_server_that_dies_mid_run_keeps_partial_results(cli, tmp_path, vllm):
+    """A server (also one that identifies as vLLM: /version, owned_by) that closes after six
+    completions: exit 3, one sentence naming the report, the report kept."""
     out = tmp_path / "p.json"
-    with stand_in(Script(die_after=6)) as url:
+    who = {"models_body": VLLM_MODELS, "version": "0.32.0"} if vllm else {}
+    with stand_in(Script(die_after=6, **who)) as url:
         res = cli("probe", "--server", url, "--sections", "prefix,isolation", "--longest", "40",
                   "--out", str(out))  # fmt: skip
     assert res.code == 3, res.err
@@ -67,6 +74,7 @@ def test_server_that_dies_mid_run_keeps_partial_results(cli, tmp_path):
     assert doc["complete"] is False and doc["error"]
     assert doc["sent"]["requests"] >= 6
     assert doc["token_rule"].startswith("prompt tokens = words + 0")
+    assert doc["server"]["engine"] == ("vllm" if vllm else "unknown")
 
 
 def test_budget_caps_are_announced_and_kept(cli, tmp_path):
@@ -125,3 +133,22 @@ def test_a_hostile_answer_mid_run_keeps_the_sections_before_it(cli, tmp_path, mo
     assert list(doc["failed"]) == ["isolation"] and phrase in doc["failed"]["isolation"]
     assert doc["not_run"] == {"capacity": "the run ended in the isolation section, before it"}
     assert doc["token_rule"].startswith("prompt tokens = words + 0")
+
+
+def test_vllm_without_prompt_token_details_names_the_flag(cli, tmp_path):
+    """vLLM's default (no --enable-prompt-tokens-details) reports no cached tokens: the probe
+    still finishes (exit 0), says the cache figures are inferred from time or not
+    measurable, and names the flag that would make vLLM report them."""
+    out = tmp_path / "p.json"
+    with stand_in(Script(models_body=VLLM_MODELS, version="0.32.0", cached_details=False)) as url:
+        res = cli("probe", "--server", url, "--sections", "prefix,isolation", "--longest", "40",
+                  "--yes", "--out", str(out))  # fmt: skip
+    assert res.code == 0, res.err
+    doc = report(out)
+    assert doc["server"]["engine"] == "vllm"
+    figs = {f["name"]: f for fs in doc["sections"].values() for f in fs}
+    flagged = [f for f in figs.values() if "--enable-prompt-tokens-details" in f["note"]]
+    assert flagged, figs
+    assert all(f["how"] != "measured" for f in flagged)
+    assert figs["cache granularity"]["value"] is None
+    assert "--enable-prompt-tokens-details" in res.out + res.err

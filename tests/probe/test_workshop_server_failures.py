@@ -175,3 +175,17 @@ def test_server_timeout_reaches_every_client(tmp_path):
             seen.clear()
             _run(cfg, tmp_path, True, {1}, "x", (url, None, None, 2.0))
             assert seen == [("server", 2.0, 2.0, 2.0)]
+
+
+@pytest.mark.model
+def test_vllm_without_prompt_token_details_names_the_flag(cli, tmp_path, keep_torch_threads):
+    """A vLLM started without --enable-prompt-tokens-details (its default): the run finishes
+    (exit 0), and every demonstration that needs cached-token counts is "not measurable" with
+    the flag that would make vLLM report them."""
+    models = '{"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "vllm"}]}'
+    with stand_in(Script(models_body=models, version="0.32.0", cached_details=False)) as url:
+        res = cli("workshop", "--server", url, "--quick", "--only", "1", "--out", str(tmp_path))
+    assert res.code == 0, res.err[-2000:]
+    demo = json.loads((tmp_path / "results.json").read_text())["demos"]["prefix_miss"]
+    assert demo["status"] == "not measurable", demo["status"]
+    assert "--enable-prompt-tokens-details" in demo["summary"], demo["summary"]

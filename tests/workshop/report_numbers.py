@@ -2,7 +2,7 @@
 
 A printed number matches a stored one when they agree to the printed precision: "1,234.5"
 matches 1234.46, not 1234.6. Numbers inside words (p99, llama-3.1-8b, float32) and inside
-code spans (file names) are not figures and are skipped.
+code spans (file names) are not figures and are skipped; so are dotted versions (vllm 0.32.0).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 NUMBER = re.compile(
-    r"(?:(?<=[\s(\[|])-)?(?<![\w.,\-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w\-])"
+    r"(?:(?<=[\s(\[|])-)?(?<![\w.,\-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w\-]|\.\d)"
 )
 CODE = re.compile(r"`[^`]*`")
 

@@ -28,6 +28,8 @@ def test_the_number_check_can_fail() -> None:
     assert unmatched("1,234.5 ms, 7 and 0.50", doc) == []
     assert unmatched("1,234.6 ms", doc) == ["1,234.6"]
     assert unmatched("p99 of llama-3.1-8b in `plots/4_x.png` is 8", doc) == ["8"]
+    # a dotted version is not a figure; a number that ends a sentence still is
+    assert unmatched("through vllm 0.32.0 at a URL, 0.50. Then 8.", doc) == ["8"]
 
 
 def test_html_is_self_contained(tiny_run) -> None:
