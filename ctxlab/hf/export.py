@@ -47,7 +47,7 @@ def _source(model: str) -> dict[str, object]:
         raise CtxlabError(f"model {model!r} is not a GGUF file; only GGUF models are exported")
     return {
         "model": model,
-        "gguf": str(path),
+        "gguf": str(path.resolve()),  # one file by any path (a checkout's linked .venv)
         "gguf_bytes": path.stat().st_size,
         "transformers": transformers.__version__,
     }
