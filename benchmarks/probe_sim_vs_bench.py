@@ -200,6 +200,25 @@ def one_round(trace: Path, work: Path) -> Round:
                  end - begin, (load0, load1), sensitivity)  # fmt: skip
 
 
+def last_round_table(last, third: str) -> None:
+    """The last round's replay block and its figures: predicted from the probe before and
+    after the replay, observed, their ratio, and a third prediction (`third` names it)."""
+    if last.block:
+        print(f"\nthe last round's replay (load average {last.loads[0]} before its probe, "
+              f"{last.loads[1]} after):\n\n{last.block}\n")  # fmt: skip
+    print("| figure (last round) | predicted, probe before | predicted, probe after | observed | "
+          f"observed / predicted | {third} |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, sk, ok in (("TTFT", "ttft", "ttft"), ("TPOT", "tpot", "tpot"), ("ITL", "itl", "itl"),
+                         ("E2E latency", "e2e", "e2el")):  # fmt: skip
+        for q in ("p50", "p95"):
+            p = [s[f"{sk}_{q}"] * 1e3 for s in last.predicted]
+            o = last.observed[f"{'median' if q == 'p50' else q}_{ok}_ms"]
+            goal = " (goal: within 20 %)" if q == "p50" and sk in ("ttft", "tpot") else ""
+            print(f"| {name} {q} (ms){goal} | {p[0]:,.1f} | {p[1]:,.1f} | {o:,.1f} | "
+                  f"{o / p[0]:.2f} to {o / p[1]:.2f} | {p[2]:,.1f} |")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=48)
@@ -225,19 +244,7 @@ def main() -> None:
           f"timestamps x {a.time_scale:g}")  # fmt: skip
     print(f"probed: page {last.page} tokens; pool {last.pool} tokens from /metrics (configured "
           f"{POOL_TOKENS}); {last.probe_requests} probe requests per probe")  # fmt: skip
-    print(f"\nthe last round's replay (load average {last.loads[0]} before its probe, "
-          f"{last.loads[1]} after):\n\n{last.block}\n")  # fmt: skip
-    print("| figure (last round) | predicted, probe before | predicted, probe after | observed | "
-          "observed / predicted | predicted from the replay's own steps |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, sk, ok in (("TTFT", "ttft", "ttft"), ("TPOT", "tpot", "tpot"), ("ITL", "itl", "itl"),
-                         ("E2E latency", "e2e", "e2el")):  # fmt: skip
-        for q in ("p50", "p95"):
-            p = [s[f"{sk}_{q}"] * 1e3 for s in last.predicted]
-            o = last.observed[f"{'median' if q == 'p50' else q}_{ok}_ms"]
-            goal = " (goal: within 20 %)" if q == "p50" and sk in ("ttft", "tpot") else ""
-            print(f"| {name} {q} (ms){goal} | {p[0]:,.1f} | {p[1]:,.1f} | {o:,.1f} | "
-                  f"{o / p[0]:.2f} to {o / p[1]:.2f} | {p[2]:,.1f} |")  # fmt: skip
+    last_round_table(last, "predicted from the replay's own steps")
     print("\nevery round, observed / predicted p50 (goal: 0.80 to 1.20):\n")
     print(
         "| round | TTFT, probe before | TTFT, probe after | TTFT, replay's own steps | "

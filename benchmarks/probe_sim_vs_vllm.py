@@ -47,7 +47,7 @@ from pathlib import Path
 
 import serve_sim_vs_bench
 from _serving import bench, load_average, vllm_server
-from probe_sim_vs_bench import SCALES, TRACES, probe, simulate
+from probe_sim_vs_bench import SCALES, TRACES, last_round_table, probe, simulate
 from serve_sim_vs_bench import CHUNK, MAX_RUNNING, MODEL, PAGE, POOL_TOKENS, derive_trace
 
 VLLM_BLOCK = 128  # vLLM's CPU block size
@@ -277,20 +277,7 @@ def report(work: Path, header: list[str]) -> None:
     print("\n".join(header))
     print(f"probed: page {last.page} tokens; pool {last.pool} tokens from /metrics; "
           f"{last.probe_requests} probe requests per probe")  # fmt: skip
-    if last.block:
-        print(f"\nthe last round's replay (load average {last.loads[0]} before its probe, "
-              f"{last.loads[1]} after):\n\n{last.block}\n")  # fmt: skip
-    print("| figure (last round) | predicted, probe before | predicted, probe after | observed | "
-          "observed / predicted | at the replay's decode price (diagnosis) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, sk, ok in (("TTFT", "ttft", "ttft"), ("TPOT", "tpot", "tpot"), ("ITL", "itl", "itl"),
-                         ("E2E latency", "e2e", "e2el")):  # fmt: skip
-        for q in ("p50", "p95"):
-            p = [s[f"{sk}_{q}"] * 1e3 for s in last.predicted]
-            o = last.observed[f"{'median' if q == 'p50' else q}_{ok}_ms"]
-            goal = " (goal: within 20 %)" if q == "p50" and sk in ("ttft", "tpot") else ""
-            print(f"| {name} {q} (ms){goal} | {p[0]:,.1f} | {p[1]:,.1f} | {o:,.1f} | "
-                  f"{o / p[0]:.2f} to {o / p[1]:.2f} | {p[2]:,.1f} |")  # fmt: skip
+    last_round_table(last, "at the replay's decode price (diagnosis)")
     print("\nevery round, observed / predicted p50 (goal: 0.80 to 1.20):\n")
     print("| round | TTFT, probe before | TTFT, probe after | TTFT at the replay's decode price | "
           "TPOT, probe before | TPOT, probe after | TPOT at the replay's decode price | "
