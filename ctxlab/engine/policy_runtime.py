@@ -116,6 +116,7 @@ class PolicyRuntime(NullRuntime):
         self.scores_in_attention = "acc_attn" in self.needs  # H2O: from decode attention
         self.uneven_layers = False  # set once a sequence gets per-layer budgets (PyramidKV)
         self.trigger = policy.decode_trigger(self.layout.block_size)
+        self.masks_prefill = policy.prefill_key(1) is not None  # a pattern in prefill too
         self._q_rows: torch.Tensor | None = None
         self.compactions = 0
 
@@ -167,6 +168,7 @@ class PolicyRuntime(NullRuntime):
             pages=self.pages is not None,
             far=self.far is not None,
             record_keys=self.pages is not None,
+            prefill_mask=self.policy.prefill_mask if self.masks_prefill else None,
         )
 
     @torch.inference_mode()
