@@ -11,6 +11,10 @@ writes the new K/V into the pool rows planned for them, then (2) computes attent
 - a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
   contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
 Per-lane lengths are honoured everywhere, so lanes compacted by a retention policy work.
+A policy that applies a sparse pattern in prefill (`PolicyReads.prefill_mask`: Longformer,
+BigBird) has its `[n, L]` mask ANDed into the prefill masks of full-attention layers, built
+once per prefill item and step; its lanes are uncut until the prompt ends, so lane index =
+position.
 A sliding-window layer (Mistral, Gemma local layers) adds `key > query - W` to each of these
 masks and reads only the blocks its window covers. Its lanes keep lane index = position, but
 the blocks behind the window are handed back to the pool after each step
@@ -66,16 +70,17 @@ class PagedAttention:
         self.plan: StepPlan | None = None
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
+        self._policy_masks: dict[int, torch.Tensor] = {}  # the policy's pattern, likewise
 
     def begin_step(self, plan: StepPlan) -> None:
         """Read `plan` for this step's forward."""
         self.plan = plan
         self._readback = StepReadback.empty(self.layout.n_layers)
-        self._chunk_masks = {}
+        self._chunk_masks, self._policy_masks = {}, {}
 
     def end_step(self) -> StepReadback:
         """What this step's forward observed, for the policy runtime; forgets the plan."""
-        self.plan, self._chunk_masks = None, {}
+        self.plan, self._chunk_masks, self._policy_masks = None, {}, {}
         return self._readback
 
     def attend(
@@ -99,11 +104,31 @@ class PagedAttention:
             out.index_copy_(0, plan.decode_idx, dec.to(out.dtype))
         for item in plan.prefills:
             s, e = item.start, item.end
+            window = self._window(layer_idx)
             if item.fresh:
-                out[s:e] = self._fresh(q[s:e], k[s:e], v[s:e], self._window(layer_idx))
+                pattern = self._pattern(item, e - s, item.first_pos) if window is None else None
+                out[s:e] = self._fresh(q[s:e], k[s:e], v[s:e], window, pattern)
             else:
-                out[s:e] = self._chunk(q[s:e], item, lanes, self._window(layer_idx))
+                out[s:e] = self._chunk(q[s:e], item, lanes, window)
         return out
+
+    def _pattern(self, item: PrefillItem, width: int, k_first: int = 0) -> torch.Tensor | None:
+        """The policy's prefill mask `[n, width]` for `item` over keys at positions
+        `k_first..` (lane index = position), or None; built once per item and step (every
+        full-attention layer shares it)."""
+        assert self.plan is not None
+        pattern = self.plan.policy.prefill_mask
+        if pattern is None:
+            return None
+        memo = self._policy_masks.get(item.start)
+        if memo is None or memo.shape[-1] != width:
+            n = item.end - item.start
+            q_pos = torch.arange(item.first_pos, item.first_pos + n)
+            memo = pattern(q_pos, torch.arange(k_first, k_first + width), item.prompt_len)
+            if memo is None:
+                return None
+            self._policy_masks[item.start] = memo
+        return memo
 
     def _window(self, layer_idx: int) -> int | None:
         return self.windows[layer_idx] if self.windows else None
@@ -158,13 +183,22 @@ class PagedAttention:
 
     # -- prefill --------------------------------------------------------------------------
     def _fresh(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        window: int | None = None,
+        pattern: torch.Tensor | None = None,
     ) -> torch.Tensor:
         mask = None
-        if window is not None and window < q.shape[0]:
+        if (window is not None and window < q.shape[0]) or pattern is not None:
             pos = torch.arange(q.shape[0])
             diff = pos.view(-1, 1) - pos.view(1, -1)  # query - key
-            mask = (diff >= 0) & (diff < window)
+            mask = diff >= 0
+            if window is not None:
+                mask &= diff < window
+            if pattern is not None:
+                mask &= pattern
         o = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0),
             k.transpose(0, 1).unsqueeze(0),
@@ -215,6 +249,10 @@ class PagedAttention:
         kk, vv = self.pool.gather(table)  # [Hkv, L, d]
         L = kk.shape[1]
         mask = self._chunk_mask(item, lanes, n, L, window, skip * self.layout.block_size)
+        pattern = self._pattern(item, L) if window is None else None
+        if pattern is not None:
+            grouped = pattern.view(1, 1, n, L).expand(self.n_kv, self.group, n, L)
+            mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
         o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=mask)

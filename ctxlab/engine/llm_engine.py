@@ -200,6 +200,9 @@ class LLMEngine:
                 f"({len(ids)} prompt + {params.max_tokens} max_tokens); enlarge kv_pool_tokens."
             )
         rid = next(self._ids)
+        key = self.policy.prefill_key(len(ids)) if self.policy is not None else None
+        if key is not None:  # blocks computed under a prefill mask are shared under it only
+            cache_salt = f"{cache_salt}|{key}" if cache_salt is not None else key
         seq = Sequence(
             seq_id=rid,
             prompt_ids=ids,
@@ -237,6 +240,11 @@ class LLMEngine:
             raise CtxlabError(
                 "a follow-up is text or token ids appended to the conversation; render the "
                 "new turn with the chat template's own markers."
+            )
+        if self.policy is not None and self.policy.prefill_key(1) is not None:
+            raise CtxlabError(
+                f"policy {self.policy.name!r} masks prefill by position, which a follow-up "
+                "over its cut cache cannot do; use its decode-only form for follow-ups."
             )
         params = params or SamplingParams()
         ids = self.encode(prompt)

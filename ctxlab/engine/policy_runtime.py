@@ -10,9 +10,10 @@ policy never calls back. The runner calls three hooks, the same on every engine:
   queries (the observation window), return decode probabilities (H2O's scores come from
   the decode attention itself, one read of the cache), read each layer at its own width
   (per-layer budgets), narrow reads to chosen pages (`PageReads`, which also wants the keys
-  written, for its block summaries), add far rows (`FarReads`). The page and far readers
-  are the runtime's; attention is given them once and asks them per layer, because their
-  choice depends on the layer's query;
+  written, for its block summaries), add far rows (`FarReads`), mask prefill with the
+  policy's pattern (`Policy.prefill_mask`: the Longformer and BigBird `-prefill` forms).
+  The page and far readers are the runtime's; attention is given them once and asks them
+  per layer, because their choice depends on the layer's query;
 - `end_step(readback)` after the forward, with what attention observed (`StepReadback`:
   kept queries, decode probabilities, keys written): the page summaries are updated, the
   prompt-end hook runs when a prompt is complete, the decode hook after each generated
@@ -116,6 +117,7 @@ class PolicyRuntime(NullRuntime):
         self.scores_in_attention = "acc_attn" in self.needs  # H2O: from decode attention
         self.uneven_layers = False  # set once a sequence gets per-layer budgets (PyramidKV)
         self.trigger = policy.decode_trigger(self.layout.block_size)
+        self.masks_prefill = policy.prefill_key(1) is not None  # a pattern in prefill too
         self._q_rows: torch.Tensor | None = None
         self.compactions = 0
 
@@ -167,6 +169,7 @@ class PolicyRuntime(NullRuntime):
             pages=self.pages is not None,
             far=self.far is not None,
             record_keys=self.pages is not None,
+            prefill_mask=self.policy.prefill_mask if self.masks_prefill else None,
         )
 
     @torch.inference_mode()

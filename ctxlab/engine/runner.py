@@ -84,7 +84,8 @@ class Runner:
                 fresh = bool(prev_len.max() == 0)
                 table = None if fresh else seq.kv.table[:, : seq.kv.max_blocks]
                 prev = None if fresh else prev_len
-                prefills.append(PrefillItem(t, t + n, fresh, table, prev, first_pos=start))
+                item = PrefillItem(t, t + n, fresh, table, prev, start, seq.num_prompt)
+                prefills.append(item)
             t += n
         T = t
         flat_rows = torch.cat(rows, 1).view(lay.n_layers, lay.n_kv_heads, T).transpose(1, 2)

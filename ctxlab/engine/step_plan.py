@@ -47,6 +47,15 @@ class ExtraReader(Protocol):
     def rows(self, layer: int, q: torch.Tensor) -> ExtraRows: ...
 
 
+class PrefillMask(Protocol):
+    """A sparse pattern for prefill queries (`Policy.prefill_mask`): `[n, L]` bool for the
+    queries at `q_pos` over the keys at `k_pos` of a `prompt_len`-token prompt."""
+
+    def __call__(
+        self, q_pos: torch.Tensor, k_pos: torch.Tensor, prompt_len: int
+    ) -> torch.Tensor | None: ...
+
+
 @dataclass(frozen=True)
 class PrefillItem:
     start: int  # first index of this sequence's tokens in the flat batch
@@ -55,6 +64,7 @@ class PrefillItem:
     table: torch.Tensor | None = None  # [n_lanes, nb]
     prev_len: torch.Tensor | None = None  # [n_lanes] tokens before the chunk
     first_pos: int = 0
+    prompt_len: int = 0  # the sequence's prompt tokens (a prefill mask's question rows)
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class PolicyReads:
     pages: bool = False  # the page reader narrows each layer's decode reads (Quest)
     far: bool = False  # the far reader adds rows to each layer's decode reads (recall)
     record_keys: bool = False  # hand back the keys written, for the page reader's summaries
+    prefill_mask: PrefillMask | None = None  # a pattern prefill attention adds (Longformer)
 
     @property
     def shaped_decode(self) -> bool:

@@ -24,6 +24,7 @@ import torch
 from ctxlab.engine.decode_attention import attend as attend_rows
 from ctxlab.engine.far_reads import FarReads
 from ctxlab.engine.step_plan import ExtraRows
+from ctxlab.errors import CtxlabError
 from ctxlab.hf.attention import AttnOptions, sdpa
 from ctxlab.hf.cache import PolicyLayer
 from ctxlab.kv.layout import KVLayout
@@ -34,6 +35,12 @@ from ctxlab.policy.observation import LayerObs, PageObs, observe_layer
 
 class HFRuntime:
     def __init__(self, policy: Policy, layout: KVLayout, n_heads: int, page: int):
+        if policy.prefill_key(1) is not None:
+            raise CtxlabError(
+                f"policy {policy.name!r} masks prefill, but here the prompt runs through "
+                "transformers' own attention, which takes no policy mask; use the ctxlab "
+                "engine, or the policy's decode-only form."
+            )
         self.policy = policy
         self.layout = layout
         self.n_layers, self.n_kv = layout.n_layers, layout.n_kv_heads

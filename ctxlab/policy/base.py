@@ -109,6 +109,22 @@ class Policy:
         """Whether `on_decode` has anything to do at this decode step (saves the engine work)."""
         return False
 
+    # -- prefill attention ----------------------------------------------------------------
+    def prefill_mask(
+        self, q_pos: torch.Tensor, k_pos: torch.Tensor, prompt_len: int
+    ) -> torch.Tensor | None:
+        """`[n, L]` bool: which keys (original positions `k_pos`) each prefill query (at
+        `q_pos`) of a `prompt_len`-token prompt may attend to, causality included; None:
+        plain causal attention (every policy but a sparse-attention pattern applied in
+        prefill)."""
+        return None
+
+    def prefill_key(self, prompt_len: int) -> str | None:
+        """What this policy's prefill mask depends on for a `prompt_len`-token prompt, so
+        the prefix cache shares blocks only between prompts computed under the same mask;
+        None: no prefill mask."""
+        return None
+
 
 @dataclass
 class ScorerPolicy(Policy):
@@ -304,3 +320,11 @@ class PolicyWrapper(Policy):
 
     def wants_decode_hook(self, step: int) -> bool:
         return self.base is not None and self.base.wants_decode_hook(step)
+
+    def prefill_mask(
+        self, q_pos: torch.Tensor, k_pos: torch.Tensor, prompt_len: int
+    ) -> torch.Tensor | None:
+        return self.base.prefill_mask(q_pos, k_pos, prompt_len) if self.base is not None else None
+
+    def prefill_key(self, prompt_len: int) -> str | None:
+        return self.base.prefill_key(prompt_len) if self.base is not None else None

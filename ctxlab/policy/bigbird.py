@@ -6,7 +6,8 @@ per query. Imposed at inference on a dense-trained model, for comparison. `mask(
 prefill mask (each query's random keys seeded by its position); during decode the pattern
 is a retention answer with one seeded random set of earlier tokens fixed once, since an
 evicted token cannot come back. A budget of B tokens is the global tokens, the random
-tokens and a local window of the rest.
+tokens and a local window of the rest. `bigbird-prefill` applies the pattern in prefill as
+well, the question's tokens global, as `longformer-prefill` does.
 """
 
 from __future__ import annotations
@@ -36,12 +37,16 @@ class BigBirdPolicy(LongformerPolicy):
     seed: int = 0
 
     def fixed_tokens(self) -> int:
-        return self.n_global + self.n_random
+        return super().fixed_tokens() + self.n_random
 
     def n_recent(self, lane_budget: int) -> int:
         return self.local
 
-    def _random_keys(self, query_pos: int, n_keys: int) -> torch.Tensor:
+    def prefill_key(self, prompt_len: int) -> str | None:
+        key = super().prefill_key(prompt_len)
+        return None if key is None else f"{key}:{self.n_random}:{self.seed}"
+
+    def _random_keys(self, query_pos: int) -> torch.Tensor:
         """Seeded picks among keys [n_global, query_pos - local] for one query position."""
         lo, hi = self.n_global, query_pos - self.local + 1
         if hi <= lo:
@@ -54,12 +59,31 @@ class BigBirdPolicy(LongformerPolicy):
         # A fixed seeded pseudo-random value per position: the top-k among the non-forced
         # tokens is then a random subset that stays the same from step to step (an evicted
         # token cannot be attended to again, so decode keeps one random set, not one per query).
-        return position_noise(obs.positions, self.seed)
+        noise = position_noise(obs.positions, self.seed)
+        return torch.where(self.is_question(obs.positions, obs.prompt_len), 2.0, noise)
 
-    def mask(self, length: int) -> torch.Tensor:
-        m = super().mask(length)
-        for i in range(self.n_global, length):
-            r = self._random_keys(i, length)
-            if r.numel():
-                m[i, r] = True
+    def pattern(self, q_pos: torch.Tensor, k_pos: torch.Tensor, prompt_len: int) -> torch.Tensor:
+        """Longformer's pattern plus each query's `n_random` seeded keys (by its position)."""
+        m = super().pattern(q_pos, k_pos, prompt_len)
+        first = int(k_pos[0]) if k_pos.numel() else 0
+        lane_is_position = bool(torch.equal(k_pos, torch.arange(first, first + k_pos.numel())))
+        for row, i in enumerate(q_pos.tolist()):
+            r = self._random_keys(i)
+            if not r.numel():
+                continue
+            if lane_is_position:  # the usual case: key j sits at column j - first
+                r = r[(r >= first) & (r < first + k_pos.numel())] - first
+                m[row, r] = True
+            else:
+                m[row] |= torch.isin(k_pos, r)
         return m
+
+
+@dataclass
+class BigBirdPrefillPolicy(BigBirdPolicy):
+    """BigBird's pattern in prefill as well, the question's tokens global."""
+
+    name: ClassVar[str] = "bigbird-prefill"
+    paper: ClassVar[str] = "BigBird, in prefill too, question global (Zaheer et al., 2020)"
+    question: int = 48  # a RULER-style question, chat-template end and answer prefix
+    prefill: bool = True

@@ -37,6 +37,8 @@ REGISTERED: dict[str, str] = {
     "recall": "ctxlab.policy.recall:RecallPolicy",
     "longformer": "ctxlab.policy.longformer:LongformerPolicy",
     "bigbird": "ctxlab.policy.bigbird:BigBirdPolicy",
+    "longformer-prefill": "ctxlab.policy.longformer:LongformerPrefillPolicy",
+    "bigbird-prefill": "ctxlab.policy.bigbird:BigBirdPrefillPolicy",
     "moba": "ctxlab.policy.moba:MoBAPolicy",
     "dsa": "ctxlab.policy.dsa:DSAPolicy",
     "nsa": "ctxlab.policy.nsa:NSAPolicy",

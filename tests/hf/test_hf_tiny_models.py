@@ -72,7 +72,12 @@ def gemma3():
 
 
 MODELS = {"qwen2-gqa": qwen2, "mistral-sliding": mistral, "gemma3-local-global": gemma3}
-NAMES = [n for n in policy_names() if build(n, 16, small=True).storage()[0] is None]
+# storage formats and prefill masks are refused here (test_what_ctxlab_hf_refuses...)
+NAMES = [
+    n
+    for n in policy_names()
+    if (p := build(n, 16, small=True)).storage()[0] is None and p.prefill_key(1) is None
+]
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -158,6 +163,8 @@ def test_what_ctxlab_hf_refuses_is_one_sentence():
         ctxlab.hf.cache(m, make_policy("streaming", 16))
     with pytest.raises(CtxlabError, match="storage formats"):
         ctxlab.hf.cache(m, "quant")
+    with pytest.raises(CtxlabError, match="masks prefill"):
+        ctxlab.hf.cache(m, make_policy("longformer-prefill", 256))
     with pytest.raises(CtxlabError, match=r"inside the Policy"):
         ctxlab.hf.cache(m, make_policy("h2o", 16), budget=8)
     with pytest.raises(CtxlabError, match="budgets are positive"):

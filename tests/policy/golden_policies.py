@@ -49,6 +49,8 @@ PARAMS: dict[str, dict[str, Any]] = {
     "pyramidkv": {"obs_window": 8, "rerun_every": BLOCK},
     "recall": {"recall_blocks": 2, "block": 4},
     "bigbird": {"n_random": 4},
+    "longformer-prefill": {"question": 8},
+    "bigbird-prefill": {"n_random": 4, "question": 8},
     "nsa": {"window": 8},
 }
 # Two budgets per policy: tokens and a share of the prompt, or two token counts where the
@@ -59,6 +61,8 @@ BUDGETS: dict[str, tuple[Any, ...]] = {
     "recall": (16, 24),
     "longformer": (16, 24),
     "bigbird": (16, 24),
+    "longformer-prefill": (16, 24),
+    "bigbird-prefill": (24, 32),
 }
 DEFAULT_BUDGETS = (16, 0.5)
 EXTRA = [("snapkv", "kivi4")]  # (policy, kv_format): a storage format over a policy

@@ -14,12 +14,21 @@ import dataclasses
 from ctxlab.errors import CtxlabError
 from ctxlab.policy import POLICIES, Policy, make_policy, policy_names
 
-SMALL = {"obs_window": 8, "recall_blocks": 2, "block": 4, "n_random": 4, "n_global": 2, "window": 4}
+SMALL = {
+    "obs_window": 8,
+    "recall_blocks": 2,
+    "block": 4,
+    "n_random": 4,
+    "n_global": 2,
+    "window": 4,
+    "question": 4,
+}
 
 
 def build(name: str, budget: int, small: bool = False) -> Policy:
-    fields = {f.name for f in dataclasses.fields(POLICIES[name])}  # type: ignore[arg-type]
-    params = {k: v for k, v in SMALL.items() if k in fields} if small else {}
+    defaults = {f.name: f.default for f in dataclasses.fields(POLICIES[name])}  # type: ignore[arg-type]
+    # a window that is off by default stays off (plain Longformer's question: 0 tokens)
+    params = {k: v for k, v in SMALL.items() if defaults.get(k, 0) != 0} if small else {}
     for b in (budget, 2 * budget, 3 * budget, 4 * budget):
         try:
             return make_policy(name, b, **params)

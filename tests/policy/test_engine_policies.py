@@ -181,6 +181,7 @@ def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(
     lay = eng.kv.layout
     shared = prompts(1, seed=9, lo=48, hi=48)[0]
     ps = [shared + p for p in prompts(3, seed=3, lo=5, hi=60)] + prompts(2, seed=4)
+    ps += prompts(1, seed=8, lo=150, hi=160)  # over bigbird-prefill's least budget (128)
     # The first request fills the prefix cache; snapshot its shared blocks.
     run(eng, [[*shared, 1, 2, 3]], n=2)
     alloc = eng.kv.alloc
@@ -211,7 +212,10 @@ def test_resident_bytes_follow_the_budget_at_batch_with_chunks_and_prefix_cache(
             assert eng.kv.resident_bytes(s.kv) <= bound * lay.bytes_per_block
     outs = [eng.output(r) for r in rids]
     assert all(len(o.token_ids) == N_OUT for o in outs)
-    assert eng.stats().prefix_cache_hits > 0, "the shared prefix was reused"
+    if policy.prefill_key(1) is None:
+        assert eng.stats().prefix_cache_hits > 0, "the shared prefix was reused"
+    # else: a prefill mask's question rows depend on where each prompt ends, so its blocks
+    # are shared only between prompts of one length (test_prefill_masks.py checks that)
     assert eng.stats().blocks_used == 0, "every block came back"
     assert checked > 0
     assert rt.compactions > 0
