@@ -27,7 +27,9 @@ def test_every_row_is_paired_with_the_full_cache_over_the_same_questions(tiny_ru
     task = _table(results, "followup_task")
     full, fresh = task["full cache"], task["fresh prefill per question"]
     c = demo_followup.FollowupSection.model_validate(results["config"]["followup"])
-    settings = [row.setting for row, _, _ in demo_followup.settings(c)]
+    from ctxlab.workshop.followup_report import label
+
+    settings = [label(s, c) for s, _, _ in demo_followup.settings(c)]
     assert set(task) == {"full cache", "fresh prefill per question", *settings}
     # no loss either way: the held full cache answers the follow-ups at least as often as
     # the fresh prefill it is paired with, to within the run's noise
@@ -103,7 +105,11 @@ def test_a_follow_up_turn_uses_the_chat_templates_own_markers(loaded) -> None:
     tok = loaded.tokenizer
     end, opening = demo_followup.turn_markers(tok)
     assert "user" in end and "assistant" in opening
-    doc = demo_followup.Doc("x", ["amber-otter", "calm-raven"], ["1234", "5678"], [0.2, 0.8])
+    facts = (
+        demo_followup.Fact("amber-otter", "1234", 0.2),
+        demo_followup.Fact("calm-raven", "5678", 0.8),
+    )
+    doc = demo_followup.Doc("x", facts)
     first = demo_followup.first_turn(tok, doc)
     # the first turn ends with the answer's first words: its key sits in the observation window
     assert "amber-otter" in tok.decode(first[-16:])

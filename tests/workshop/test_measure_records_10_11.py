@@ -1,0 +1,75 @@
+"""Demonstrations 10 and 11 keep the records rule (`plain_records`): `measure` returns
+frozen records of tuples, numbers, bools and `Literal`s, a string only where the run or the
+fixture produced it; run at tiny sizes, and read from the return type."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+from plain_records import problems, type_problems
+
+from ctxlab.progress import progress
+
+# strings the run or the fixture produced, by field name
+FOLLOWUP_TEXTS = frozenset({"text", "key", "value"})  # a document, a fact's name and number
+
+
+@pytest.fixture
+def session(loaded, tiny_config: Path, tmp_path: Path):
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.session import Session
+
+    return Session(load_config(tiny_config), loaded, tmp_path)
+
+
+def _measure(module, session):
+    with progress("measure", enabled=False) as tracker:
+        return module.measure(session, tracker)
+
+
+@pytest.mark.parametrize(
+    ("module", "texts"),
+    [("demo_followup", FOLLOWUP_TEXTS)],
+)
+def test_measure_is_typed_to_return_frozen_records(module: str, texts: frozenset[str]) -> None:
+    import importlib
+
+    measure = importlib.import_module(f"ctxlab.workshop.{module}").measure
+    assert type_problems(typing.get_type_hints(measure)["return"], texts) == []
+
+
+def test_a_formatted_label_in_a_row_would_be_found() -> None:
+    """The rule's teeth on these records: a row named by a string fails it."""
+    from dataclasses import dataclass
+
+    from ctxlab.workshop.followup_records import Row
+
+    @dataclass(frozen=True)
+    class Named(Row):
+        setting: str = "snapkv@0.25"
+
+    row = Named("full", None, None, None, (True,), (), (1,), (1,), (), (), (), 0, None, None)
+    assert any("setting" in p for p in problems(row, FOLLOWUP_TEXTS))
+    assert any("setting" in p for p in type_problems(Named, FOLLOWUP_TEXTS))
+
+
+@pytest.mark.model
+def test_followup_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_followup as demo
+    from ctxlab.workshop.followup_report import label
+
+    m = _measure(demo, session)
+    assert problems(m, FOLLOWUP_TEXTS) == []
+    c = demo.DEMO.config(session.cfg)
+    names = [label(r, c) for r in m.rows]
+    assert names == ["full cache", "fresh prefill per question", "snapkv@0.5", "streaming@0.5"] + [
+        label(s, c) for s, _, _ in demo.settings(c)[2:]
+    ]
+    assert names[-1].startswith("recall(snapkv)@")
+    for r in m.rows:  # 2 documents, 2 facts: one follow-up each
+        assert len(r.q1) == 2 and len(r.follow) == 2
+        assert len(r.resident_q1) == 2
+    assert [len(d.facts) for d in m.docs] == [2, 2]
+    assert len(m.fresh_ttft_ms) == 2 and m.main == 0.5
