@@ -14,6 +14,7 @@ from ctxlab.progress import progress
 
 # strings the run or the fixture produced, by field name
 FOLLOWUP_TEXTS = frozenset({"text", "key", "value"})  # a document, a fact's name and number
+LONG_TEXTS = frozenset({"question_id", "text"})  # a gold question's id, the model's answer
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def _measure(module, session):
 
 @pytest.mark.parametrize(
     ("module", "texts"),
-    [("demo_followup", FOLLOWUP_TEXTS)],
+    [("demo_followup", FOLLOWUP_TEXTS), ("demo_long_vs_retrieval", LONG_TEXTS)],
 )
 def test_measure_is_typed_to_return_frozen_records(module: str, texts: frozenset[str]) -> None:
     import importlib
@@ -73,3 +74,20 @@ def test_followup_measures_frozen_records(session) -> None:
         assert len(r.resident_q1) == 2
     assert [len(d.facts) for d in m.docs] == [2, 2]
     assert len(m.fresh_ttft_ms) == 2 and m.main == 0.5
+
+
+@pytest.mark.model
+def test_long_vs_retrieval_measures_frozen_records(session) -> None:
+    from ctxlab.workshop import demo_long_vs_retrieval as demo
+
+    m = _measure(demo, session)
+    assert problems(m, LONG_TEXTS) == []
+    assert [demo.label(r) for r in m.rows] == [
+        "bm25@1", "whole corpus, cold", "whole corpus, warm"
+    ]  # fmt: skip
+    retrieval, cold, warm = m.rows
+    assert len(warm.answers) == len(retrieval.answers) == 2 and len(cold.answers) == 1
+    assert cold.questions == warm.questions[:1]  # the same question, asked cold
+    assert m.dated  # the tiny config names no rate card: the dated card is priced beside it
+    assert all(a.usd > 0 and a.usd_dated is not None for r in m.rows for a in r.answers)
+    assert not m.through_server and all(a.cpu_s is not None for a in warm.answers)
