@@ -48,7 +48,7 @@ from ctxlab import stats
 from ctxlab.progress import Tracker
 from ctxlab.stats import Interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
-from ctxlab.workshop.demonstration import Demonstration, Metric, ServerMode
+from ctxlab.workshop.demonstration import Demonstration, Metric, Plot, ServerMode
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table
 from ctxlab.workshop.session import Session
@@ -976,7 +976,56 @@ def run(session: Session, tracker: Tracker) -> DemoResult:
     judged = verdicts(res, m)
     tables(session, res, m, judged)
     explain(session, res, m, judged)
+    money = session.cfg.cost.currency
+    res.plots.append(draw(m, money, DEMO.plot("11_long_vs_retrieval.png").path(session.out)))
     return res
+
+
+def draw(m: Measured, money: str, path: Path) -> Path:
+    """Per row: answers right with Wilson 95 % intervals (left); median TTFT with the
+    bootstrap 95 % interval of the median, and the hosted price per 1,000 answers (right)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure()
+    names = [label(r) for r in m.rows]
+    x = list(range(len(m.rows)))
+    acc = [r.accuracy() for r in m.rows]
+    left.errorbar(
+        x,
+        [100 * a.value for a in acc],
+        yerr=[[100 * (a.value - a.low) for a in acc], [100 * (a.high - a.value) for a in acc]],
+        fmt="o",
+        capsize=3,
+    )
+    for i, (a, r) in enumerate(zip(acc, m.rows, strict=True)):
+        left.annotate(
+            f"n={len(r.answers)}", (i, 100 * a.high), fontsize=6, ha="center", va="bottom"
+        )
+    left.set_xticks(x, names, rotation=30, fontsize=7)
+    left.set_ylim(-5, 110)
+    left.set_ylabel("% answered right (95 % interval)")
+    left.set_title("answers")
+    left.grid(alpha=0.3)
+    costs = [1000 * (r.mean(r.usd) or 0.0) for r in m.rows]
+    right.bar(x, costs, color="tab:grey", alpha=0.5, label=f"hosted {money} per 1,000 answers")
+    right.set_ylabel(f"hosted {money} per 1,000 answers")
+    right.set_xticks(x, names, rotation=30, fontsize=7)
+    ttft = [stats.median_interval(r.ttft_ms) for r in m.rows]
+    twin = right.twinx()
+    twin.errorbar(
+        x,
+        [t.value for t in ttft],
+        yerr=[[t.value - t.low for t in ttft], [t.high - t.value for t in ttft]],
+        fmt="s",
+        color="tab:red",
+        capsize=3,
+        label="TTFT median ms (95 % interval)",
+    )
+    twin.set_ylabel("TTFT median ms (95 % interval)", color="tab:red")
+    twin.set_ylim(bottom=0)
+    right.set_title("price (bars) and time to first token (points)")
+    right.grid(alpha=0.3, axis="y")
+    return save(fig, path)
 
 
 # -- declarations ---------------------------------------------------------------------------
@@ -1140,4 +1189,11 @@ DEMO = Demonstration(
     check=check,
     required=("answer_accuracy_pct",),
     server=ServerMode(through=True, needs_cached_tokens=True),
+    plots=(
+        Plot(
+            "11_long_vs_retrieval.png",
+            "per setting, answers right (95 % intervals) beside the median time to the first "
+            "token (95 % interval) and the hosted price per 1,000 answers",
+        ),
+    ),
 )

@@ -231,3 +231,20 @@ def test_the_report_says_when_a_side_was_not_what_it_is_called(warm_reused, cold
     assert ("The cold row was not cold" in notes) == (cold_reused > 0)
     cold_gain = res.gains[0]
     assert (cold_gain.storage is None) == (cold_reused > 0)  # no case where nothing was cold
+
+
+def test_the_plot_is_drawn_from_the_records(tmp_path: Path) -> None:
+    from ctxlab.workshop.demo_long_vs_retrieval import DEMO, draw
+
+    m = _measured(304, 0)
+    path = draw(m, "USD", DEMO.plot("11_long_vs_retrieval.png").path(tmp_path))
+    assert path == tmp_path / "plots" / "11_long_vs_retrieval.png"
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.model
+def test_the_run_draws_its_declared_plot(tiny_run) -> None:
+    results, out = tiny_run
+    (plot,) = results["demos"]["long_vs_retrieval"]["plots"]
+    assert plot == "plots/11_long_vs_retrieval.png"
+    assert (out / plot).read_bytes()[:4] == b"\x89PNG"
