@@ -40,7 +40,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple, Protocol
 
 from pydantic import Field, model_validator
 
@@ -293,9 +293,19 @@ class Answered(NamedTuple):
     cpu_s: float
 
 
+class Unanswered(Exception):
+    """A server refused one of this demonstration's requests (its sentence says why): the
+    demonstration is not measurable through it, and the run goes on."""
+
+
 def _ask(gen: Generator, chat: list[dict[str, str]], max_tokens: int, salt: str) -> Answered:
+    from ctxlab.errors import CtxlabError
+
     with Timer() as t:
-        (out,) = gen.generate([chat], _params(max_tokens), cache_salt=salt)
+        try:
+            (out,) = gen.generate([chat], _params(max_tokens), cache_salt=salt)
+        except CtxlabError as exc:  # a server's refusal (the local engine raises none here)
+            raise Unanswered(str(exc).rstrip(".")) from None
     m = out.metrics
     return Answered(
         out.text.strip(),
@@ -363,7 +373,7 @@ def measure(session: Session, tracker: Tracker) -> Measured:
     card = session.cfg.cost.card()
     counter = tokens(session)
     tok = session.loaded.tokenizer
-    fx = corpus_fixture(c.fixture_seed)
+    fx = corpus_fixture(c.fixture_seed, c.fixture_organisations)
     doc_ids, taken = choose_slice(fx, counter, c)
     kept = set(doc_ids)
     part = CorpusFixture([d for d in fx.docs if d.doc_id in kept], [], fx.seed)
@@ -971,7 +981,22 @@ def _same(a: Row, b: Row) -> int:
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
-    m = measure(session, tracker)
+    from ctxlab.workshop.server_demos import not_measurable
+
+    try:
+        m = measure(session, tracker)
+    except Unanswered as exc:
+        if not session.requests.label:  # the local engine refused: one sentence, as ever
+            from ctxlab.errors import CtxlabError
+
+            raise CtxlabError(f"long_vs_retrieval: {exc}.") from None
+        c = DEMO.config(session.cfg)
+        return not_measurable(
+            DEMO,
+            f"{exc}; the whole-corpus prompt holds long_vs_retrieval.context_tokens "
+            f"({c.context_tokens}) of passages plus a question, so the server must accept "
+            "that many tokens per request (lower context_tokens, or serve a longer window)",
+        )
     res = DemoResult.of(DEMO, "run", "measured")
     judged = verdicts(res, m)
     tables(session, res, m, judged)
@@ -1040,9 +1065,12 @@ class LongContextSection(Section):
     order: Literal["relevance", "edges"]
     metadata: Literal["never", "always"]  # "auto" would change the system prompt per question
     fixture_seed: Seed
+    fixture_organisations: Annotated[int, Field(ge=6)]  # the corpus (about 400 tokens each)
 
     @model_validator(mode="after")
     def _shape(self) -> LongContextSection:
+        if self.fixture_organisations % 2:
+            raise ValueError("fixture_organisations must be even (half have a second version)")
         if sorted(set(self.k_values)) != self.k_values:
             raise ValueError("k_values must be distinct and in increasing order")
         if self.answer_questions < 2:
@@ -1056,11 +1084,16 @@ class LongContextSection(Section):
 
 
 def check(c: LongContextSection, cfg: CommonConfig) -> None:
-    fits(
-        cfg,
-        "long_vs_retrieval.context_tokens with a question and its answer",
-        c.context_tokens + QUESTION_TOKENS + c.answer_tokens,
-    )
+    prompt = c.context_tokens + QUESTION_TOKENS + c.answer_tokens
+    fits(cfg, "long_vs_retrieval.context_tokens with a question and its answer", prompt)
+    # a cold request (a salt of its own) prefills the corpus beside the warm row's cached
+    # copy: a pool that cannot hold both evicts the warm corpus, and the warm row is not warm
+    if c.cold_questions > 1 and 2 * prompt > cfg.engine.kv_pool_tokens:
+        raise ValueError(
+            f"long_vs_retrieval: the warm corpus cached beside a cold request needs "
+            f"{2 * prompt} tokens of pool, more than engine.kv_pool_tokens "
+            f"{cfg.engine.kv_pool_tokens}; raise it or set cold_questions = 1"
+        )
 
 
 _HI = "BM25 at the largest k"
@@ -1130,6 +1163,8 @@ order = "relevance"           # retrieved passages best first, or "edges"
 metadata = "never"            # passage dates: never or always (the same prompt prefix for
                               # every question; on this corpus demonstration 6's "auto" is "never")
 fixture_seed = 0
+fixture_organisations = 24    # organisations in the seeded corpus (even; about 400 tokens of
+                              # passages each on smollm2-135m): more for a longer slice
 """
 
 PREDICTIONS_TOML = """\

@@ -149,6 +149,13 @@ def test_a_slice_past_the_window_is_one_sentence(tmp_path: Path) -> None:
     bad.write_text("[long_vs_retrieval]\ncold_questions = 99\n")
     with pytest.raises(CtxlabError, match="cold_questions 99"):
         load_config(bad)
+    # a 6K slice fits a 6,400 window, but not beside a cold copy in the default 8,192 pool
+    bad.write_text("[model]\nmax_model_len = 6400\n[long_vs_retrieval]\ncontext_tokens = 6000\n")
+    with pytest.raises(CtxlabError, match="needs 12152 tokens of pool, more than engine"):
+        load_config(bad)
+    bad.write_text("[long_vs_retrieval]\nfixture_organisations = 25\n")
+    with pytest.raises(CtxlabError, match="fixture_organisations must be even"):
+        load_config(bad)
 
 
 # -- the tiny run ---------------------------------------------------------------------------

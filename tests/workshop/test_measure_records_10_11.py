@@ -91,3 +91,42 @@ def test_long_vs_retrieval_measures_frozen_records(session) -> None:
     assert m.dated  # the tiny config names no rate card: the dated card is priced beside it
     assert all(a.usd > 0 and a.usd_dated is not None for r in m.rows for a in r.answers)
     assert not m.through_server and all(a.cpu_s is not None for a in warm.answers)
+
+
+class _Refusing:
+    """A server's request backend that refuses every request, as a server whose window is
+    shorter than the whole-corpus prompt does (HTTP 400 in one sentence)."""
+
+    label = "`a server`"
+
+    def generator(self) -> _Refusing:
+        return self
+
+    def generate(self, prompts, params=None, cache_salt=None):
+        from ctxlab.errors import CtxlabError
+
+        raise CtxlabError(
+            "http://h refused a probe request (HTTP 400: this model's maximum context length "
+            "is 256 tokens, but 470 were requested)."
+        )
+
+    def slot_bytes(self, generator) -> int:
+        return 1
+
+
+@pytest.mark.model
+def test_a_server_that_cannot_answer_long_vs_retrieval_makes_it_not_measurable(session) -> None:
+    from ctxlab.workshop import demo_long_vs_retrieval as demo
+
+    session.requests = _Refusing()
+    with progress("run", enabled=False) as tracker:
+        res = demo.run(session, tracker)
+    assert res.status == "not measurable"
+    assert "maximum context length is 256 tokens" in res.summary
+    assert "long_vs_retrieval.context_tokens (400)" in res.summary
+    session.requests.label = ""  # the local engine never refuses: a refusal is one sentence
+    with progress("run", enabled=False) as tracker, pytest.raises(Exception) as err:
+        demo.run(session, tracker)
+    from ctxlab.errors import CtxlabError
+
+    assert err.type is CtxlabError and str(err.value).startswith("long_vs_retrieval: http://h")
