@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -303,9 +304,35 @@ def measure(session: Session, tracker: Tracker) -> Measured:
     )
 
 
+def refused_here(model: Path, c: FollowupSection) -> str | None:
+    """Why the configured policies cannot all run on `model` (a policy, or recall, refused
+    beside sliding-window layers: `ctxlab.policy.windowed`), read from its header; None when
+    they can."""
+    from ctxlab.engine_options import has_sliding_layers
+    from ctxlab.policy.windowed import REFUSED
+
+    named = [n for n in c.policies if n in REFUSED]
+    recall = bool(c.recall_tokens) and "recall" in REFUSED
+    if not (named or recall) or not has_sliding_layers(model):
+        return None
+    fixes = [f"leave {', '.join(named)} out of followup.policies"] if named else []
+    fixes += ["set followup.recall_tokens = 0"] if recall else []
+    why = "; ".join(f"{n}: {REFUSED[n]}" for n in [*named, *(["recall"] if recall else [])])
+    return (
+        f"the model {model.name} has sliding-window layers, beside which these cannot run "
+        f"({why}); {' and '.join(fixes)} (`ctxlab policies` lists what runs)"
+    )
+
+
 def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.workshop import followup_report as report
 
+    refused = refused_here(session.loaded.source_path, DEMO.config(session.cfg))
+    if refused is not None:  # said before the engine refuses it, and the run goes on
+        res = DemoResult.of(DEMO, "not measurable")
+        res.summary = f"Not measurable as configured: {refused}."
+        res.notes.append(res.summary)
+        return res
     m = measure(session, tracker)
     c = DEMO.config(session.cfg)
     res = DemoResult.of(DEMO, "run", "measured")

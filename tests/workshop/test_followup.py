@@ -113,3 +113,25 @@ def test_a_follow_up_turn_uses_the_chat_templates_own_markers(loaded) -> None:
     first = demo_followup.first_turn(tok, doc)
     # the first turn ends with the answer's first words: its key sits in the observation window
     assert "amber-otter" in tok.decode(first[-16:])
+
+
+def test_policies_a_windowed_model_refuses_make_it_not_measurable(gemma_path, tmp_path) -> None:
+    """On Gemma 3 (sliding-window layers) the default's streaming and recall cannot run: the
+    demonstration says so, with what to change, before any engine is built (it was the
+    engine's refusal, which ended the whole workshop run)."""
+    from types import SimpleNamespace
+
+    from ctxlab.model.registry import resolve_model_path
+
+    cfg = load_config()
+    c = cfg.followup
+    why = demo_followup.refused_here(gemma_path, c)
+    assert why is not None
+    assert "leave streaming out of followup.policies" in why
+    assert "set followup.recall_tokens = 0" in why
+    fine = c.model_copy(update=dict(policies=["snapkv", "window"], recall_tokens=0))
+    assert demo_followup.refused_here(gemma_path, fine) is None
+    assert demo_followup.refused_here(resolve_model_path("smollm2-135m"), c) is None
+    session = SimpleNamespace(cfg=cfg, loaded=SimpleNamespace(source_path=gemma_path))
+    res = demo_followup.run(session, None)  # type: ignore[arg-type]
+    assert res.status == "not measurable" and "sliding-window layers" in res.summary
