@@ -31,6 +31,13 @@ card too (`ctxlab/data/rate_card.toml`), and the CPU seconds at `cpu_hourly` giv
 self-hosted figure. A verdict column says, for each retrieval row, whether the whole corpus
 answers better, worse or within noise, which of the two costs less, and which starts its
 answer sooner; "long context wins" where it answers better, or within noise for less.
+
+The file is in three parts: `measure` returns frozen records (an `Answer` per question in a
+`Row` per setting; a row's name is rendered by `label`), `verdicts` records the
+observations and judges the whole corpus against each retrieval row (`Comparison`s: the one
+place it judges), and the tables, prose and plot are rendered from the records and those
+comparisons. Through a server that refuses a request (a window shorter than the
+whole-corpus prompt) it is not measurable, with the server's sentence.
 """
 
 from __future__ import annotations
