@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -37,7 +39,7 @@ from ctxlab.workshop.demonstration import (
     Plot,
     ServerMode,
 )
-from ctxlab.workshop.followup_records import Doc, Measured, Row
+from ctxlab.workshop.followup_records import Doc, Fact, Measured, Row, RowKind
 from ctxlab.workshop.result import DemoResult
 from ctxlab.workshop.session import Session
 
@@ -76,14 +78,8 @@ def documents(c: FollowupSection, seed: int) -> list[Doc]:
         sentences = [fact_sentence(k, v) for k, v in zip(keys, values, strict=True)]
         units, _ = haystack.insert_at_depths(filler, list(zip(depths, sentences, strict=True)))
         order = rng.sample(range(c.facts), c.facts)
-        docs.append(
-            Doc(
-                haystack.join_units(units, c.haystack),
-                [keys[i] for i in order],
-                [values[i] for i in order],
-                [depths[i] for i in order],
-            )
-        )
+        asked = tuple(Fact(keys[i], values[i], depths[i]) for i in order)
+        docs.append(Doc(haystack.join_units(units, c.haystack), asked))
     return docs
 
 
@@ -104,15 +100,15 @@ def first_turn(tok: Any, doc: Doc) -> list[int]:
     (so the question's key is in the observation window, as a chat turn has it)."""
     text = (
         "A long text follows. Some special magic numbers are hidden in it; remember them, you "
-        f"will be asked about them afterwards.\n\n{doc.text}\n\n{question(doc.keys[0])}"
+        f"will be asked about them afterwards.\n\n{doc.text}\n\n{question(doc.facts[0].key)}"
     )
     ids = tok.apply_chat([{"role": "user", "content": text}])
-    return ids + tok.hf.encode(" " + answer_prefix(doc.keys[0]), add_special_tokens=False)
+    return ids + tok.hf.encode(" " + answer_prefix(doc.facts[0].key), add_special_tokens=False)
 
 
 def fresh_turn(tok: Any, doc: Doc, i: int) -> list[int]:
     """Question i with the whole document, as one new request (the fresh-prefill row)."""
-    return first_turn(tok, Doc(doc.text, [doc.keys[i]], [doc.values[i]], [doc.depths[i]]))
+    return first_turn(tok, Doc(doc.text, (doc.facts[i],)))
 
 
 def turn_markers(tok: Any) -> tuple[str, str]:
@@ -151,9 +147,20 @@ def right(answer: str, value: str) -> bool:
 
 
 # -- running the rows -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """Which row a run of the conversations fills: its class, its policy's index in
+    `followup.policies` and its budget (a share of the prompt, or tokens)."""
+
+    kind: RowKind
+    policy: int | None = None
+    share: float | None = None
+    tokens: int | None = None
+
+
 def _conversations(
-    llm: LLM, tok: Any, docs: list[Doc], prompts: list[list[int]], row: Row, c: FollowupSection
-) -> None:
+    llm: LLM, tok: Any, docs: list[Doc], prompts: list[list[int]], s: Setting, c: FollowupSection
+) -> Row:
     """Question 1 for every document at once, held; then each follow-up for all of them
     at once, against the caches question 1 left."""
     from ctxlab.engine import SamplingParams
@@ -163,30 +170,47 @@ def _conversations(
     outs = llm.generate(prompts, params, hold=True)
     rids = [o.request_id for o in outs]
     kv = llm.engine.kv
+    ttft, tpot, computed = [], [], []
     try:
-        row.q1 = [right(o.text, d.values[0]) for o, d in zip(outs, docs, strict=True)]
-        row.resident_q1 = [kv.resident_bytes(llm.engine.seqs[r].kv) for r in rids]
-        row.preemptions += sum(o.metrics.preemptions for o in outs)
+        q1 = tuple(right(o.text, d.facts[0].value) for o, d in zip(outs, docs, strict=True))
+        resident_q1 = tuple(kv.resident_bytes(llm.engine.seqs[r].kv) for r in rids)
+        preemptions = sum(o.metrics.preemptions for o in outs)
         per_doc: list[list[bool]] = [[] for _ in docs]
         for i in range(1, c.facts):
-            turns = [next_turn(tok, markers, o, d.keys[i]) for o, d in zip(outs, docs, strict=True)]
+            turns = [
+                next_turn(tok, markers, o, d.facts[i].key) for o, d in zip(outs, docs, strict=True)
+            ]
             outs = llm.follow_up(rids, turns, params)
             for j, (o, d) in enumerate(zip(outs, docs, strict=True)):
-                per_doc[j].append(right(o.text, d.values[i]))
-                row.ttft_ms.append(o.metrics.ttft * 1e3)
-                row.tpot_ms.append(o.metrics.tpot * 1e3)
-                row.computed.append(o.metrics.prompt_tokens - o.metrics.reused_tokens)
-                row.preemptions += o.metrics.preemptions
-        row.follow = [x for doc in per_doc for x in doc]
-        row.resident_end = [kv.resident_bytes(llm.engine.seqs[r].kv) for r in rids]
+                per_doc[j].append(right(o.text, d.facts[i].value))
+                ttft.append(o.metrics.ttft * 1e3)
+                tpot.append(o.metrics.tpot * 1e3)
+                computed.append(o.metrics.prompt_tokens - o.metrics.reused_tokens)
+                preemptions += o.metrics.preemptions
+        resident_end = tuple(kv.resident_bytes(llm.engine.seqs[r].kv) for r in rids)
         far = getattr(llm.engine.runtime, "far", None)
-        if far is not None:
-            row.far_bytes, row.far_back_bytes = far.tier.bytes_out, far.tier.bytes_in
+        far_out, far_in = (None, None) if far is None else (far.tier.bytes_out, far.tier.bytes_in)
     finally:
         llm.release(rids)
+    return Row(
+        s.kind,
+        s.policy,
+        s.share,
+        s.tokens,
+        q1,
+        tuple(x for doc in per_doc for x in doc),
+        resident_q1,
+        resident_end,
+        tuple(ttft),
+        tuple(tpot),
+        tuple(computed),
+        preemptions,
+        far_out,
+        far_in,
+    )
 
 
-def _fresh(llm: LLM, tok: Any, docs: list[Doc], c: FollowupSection, row: Row) -> list[float]:
+def _fresh(llm: LLM, tok: Any, docs: list[Doc], c: FollowupSection) -> tuple[Row, list[float]]:
     """The no-loss baseline: each question as a new request with the whole document. Its
     TTFT is measured cold, one request at a time (question 1: nothing of the document is
     cached yet; this also fills the prefix cache every other row reuses); its follow-ups are
@@ -195,41 +219,42 @@ def _fresh(llm: LLM, tok: Any, docs: list[Doc], c: FollowupSection, row: Row) ->
     from ctxlab.engine import SamplingParams
 
     params = SamplingParams(max_tokens=c.answer_tokens)
-    cold = []
+    cold, q1, resident = [], [], []
     for d in docs:
         (out,) = llm.generate([first_turn(tok, d)], params)
         cold.append(out.metrics.ttft * 1e3)
-        row.q1.append(right(out.text, d.values[0]))
-        row.resident_q1.append(out.metrics.resident_kv_bytes)
+        q1.append(right(out.text, d.facts[0].value))
+        resident.append(out.metrics.resident_kv_bytes)
     per_doc: list[list[bool]] = [[] for _ in docs]
     for i in range(1, c.facts):
         outs = llm.generate([fresh_turn(tok, d, i) for d in docs], params)
         for j, (o, d) in enumerate(zip(outs, docs, strict=True)):
-            per_doc[j].append(right(o.text, d.values[i]))
-    row.follow = [x for doc in per_doc for x in doc]
-    row.resident_end = list(row.resident_q1)
-    return cold
+            per_doc[j].append(right(o.text, d.facts[i].value))
+    follow = tuple(x for doc in per_doc for x in doc)
+    row = Row(
+        "fresh prefill", None, None, None, tuple(q1), follow, tuple(resident), tuple(resident),
+        (), (), (), 0, None, None,
+    )  # fmt: skip
+    return row, cold
 
 
-def settings(c: FollowupSection) -> list[tuple[Row, Any, Any]]:
-    """(empty row, policy, budget) of every compressed setting, in table order: each policy
-    at each budget, then recall's base alone at its share and recall (a built object)."""
+def settings(c: FollowupSection) -> list[tuple[Setting, Any, Any]]:
+    """(setting, policy, budget) of every compressed row, in table order: each policy at
+    each budget, then recall's base alone at its share and recall (a built object)."""
     from ctxlab.policy.registry import POLICIES
 
-    out: list[tuple[Row, Any, Any]] = []
-    for name in c.policies:
+    out: list[tuple[Setting, Any, Any]] = []
+    for i, name in enumerate(c.policies):
         kind = kind_of(POLICIES[name].needs)
         for b in c.budgets:
-            out.append((Row(f"{name}@{b:g}", kind, share=b), name, b))
+            out.append((Setting(kind, i, share=b), name, b))
     if c.recall_tokens:
         from ctxlab.policy import make_policy
 
         recall = make_policy("recall", c.recall_tokens, base=c.recall_base)
         share = c.recall_tokens - recall.recall_tokens()
-        base = Row(f"{c.recall_base}@{share}", "recall base", tokens=share)
-        out.append((base, c.recall_base, share))
-        whole = Row(f"recall({c.recall_base})@{c.recall_tokens}", "recall", tokens=c.recall_tokens)
-        out.append((whole, recall, None))
+        out.append((Setting("recall base", tokens=share), c.recall_base, share))
+        out.append((Setting("recall", tokens=c.recall_tokens), recall, None))
     return out
 
 
@@ -258,41 +283,63 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         max_num_seqs=max(c.documents, 1),
         max_num_batched_tokens=max(session.cfg.engine.max_num_batched_tokens, len(longest)),
     )
-    rows = []
-    fresh = Row("fresh prefill per question", "fresh prefill")
-    cold = _fresh(llm, tok, docs, c, fresh)
+    fresh, cold = _fresh(llm, tok, docs, c)
     tracker.advance()
-    full = Row("full cache", "full")
-    _conversations(llm, tok, docs, prompts, full, c)
-    rows += [full, fresh]
+    rows = [_conversations(llm, tok, docs, prompts, Setting("full"), c), fresh]
     tracker.advance()
-    for row, policy, budget in settings(c):
+    for setting, policy, budget in settings(c):
         llm.set_policy(policy, budget)
-        _conversations(llm, tok, docs, prompts, row, c)
-        rows.append(row)
+        rows.append(_conversations(llm, tok, docs, prompts, setting, c))
         tracker.advance()
     llm.set_policy(None)
     return Measured(
-        rows,
-        docs,
-        [len(p) for p in prompts],
-        cold,
+        tuple(rows),
+        tuple(docs),
+        tuple(len(p) for p in prompts),
+        tuple(cold),
         session.slot_bytes(llm),
-        list(c.budgets),
+        tuple(c.budgets),
         c.budgets[0],
         time.perf_counter() - t0,
+    )
+
+
+def refused_here(model: Path, c: FollowupSection) -> str | None:
+    """Why the configured policies cannot all run on `model` (a policy, or recall, refused
+    beside sliding-window layers: `ctxlab.policy.windowed`), read from its header; None when
+    they can."""
+    from ctxlab.engine_options import has_sliding_layers
+    from ctxlab.policy.windowed import REFUSED
+
+    named = [n for n in c.policies if n in REFUSED]
+    recall = bool(c.recall_tokens) and "recall" in REFUSED
+    if not (named or recall) or not has_sliding_layers(model):
+        return None
+    fixes = [f"leave {', '.join(named)} out of followup.policies"] if named else []
+    fixes += ["set followup.recall_tokens = 0"] if recall else []
+    why = "; ".join(f"{n}: {REFUSED[n]}" for n in [*named, *(["recall"] if recall else [])])
+    return (
+        f"the model {model.name} has sliding-window layers, beside which these cannot run "
+        f"({why}); {' and '.join(fixes)} (`ctxlab policies` lists what runs)"
     )
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
     from ctxlab.workshop import followup_report as report
 
+    refused = refused_here(session.loaded.source_path, DEMO.config(session.cfg))
+    if refused is not None:  # said before the engine refuses it, and the run goes on
+        res = DemoResult.of(DEMO, "not measurable")
+        res.summary = f"Not measurable as configured: {refused}."
+        res.notes.append(res.summary)
+        return res
     m = measure(session, tracker)
+    c = DEMO.config(session.cfg)
     res = DemoResult.of(DEMO, "run", "measured")
-    report.observe(res, m)
-    report.tables(session, res, m)
-    report.explain(session, res, m)
-    res.plots.append(report.draw(m, DEMO.plot("10_followup.png").path(session.out)))
+    claims = report.verdicts(res, m)
+    report.tables(session, res, m, c)
+    report.explain(session, res, m, claims, c, FULL_DOCUMENTS)
+    res.plots.append(report.draw(m, c, DEMO.plot("10_followup.png").path(session.out)))
     return res
 
 
@@ -486,6 +533,16 @@ recall_tokens = 96
 pool_tokens = 4096
 """
 
+# --full: enough conversations that question 1 has 30 pairs per setting and the follow-ups
+# twice that (the default's 6 and 12 leave most intervals spanning tens of points)
+FULL_DOCUMENTS = 30
+FULL_TOML = f"""\
+[full.followup]
+documents = {FULL_DOCUMENTS}                # question-1 pairs per setting; follow-up pairs:
+                              # {FULL_DOCUMENTS} x (facts - 1): {2 * FULL_DOCUMENTS} at 3 facts
+pool_tokens = 51200           # every document cached plus 30 held conversations
+"""
+
 
 DEMO = Demonstration(
     number=10,
@@ -499,6 +556,7 @@ DEMO = Demonstration(
     toml=TOML,
     predictions_toml=PREDICTIONS_TOML,
     quick_toml=QUICK_TOML,
+    full_toml=FULL_TOML,
     required=("kv_bytes_resident", "followup_accuracy_query_aware_pct"),
     preflight=_preflight,
     server=ServerMode(

@@ -31,15 +31,23 @@ card too (`ctxlab/data/rate_card.toml`), and the CPU seconds at `cpu_hourly` giv
 self-hosted figure. A verdict column says, for each retrieval row, whether the whole corpus
 answers better, worse or within noise, which of the two costs less, and which starts its
 answer sooner; "long context wins" where it answers better, or within noise for less.
+
+The file is in three parts: `measure` returns frozen records (an `Answer` per question in a
+`Row` per setting; a row's name is rendered by `label`), `verdicts` records the
+observations and judges the whole corpus against each retrieval row (`Comparison`s: the one
+place it judges), and the tables, prose and plot are rendered from the records and those
+comparisons. Through a server that refuses a request (a window shorter than the
+whole-corpus prompt) it is not measurable, with the server's sentence.
 """
 
 from __future__ import annotations
 
 import secrets
 import tempfile
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple, Protocol
 
 from pydantic import Field, model_validator
 
@@ -47,7 +55,7 @@ from ctxlab import stats
 from ctxlab.progress import Tracker
 from ctxlab.stats import Interval
 from ctxlab.workshop.config import CommonConfig, Pos, Section, Seed, fits
-from ctxlab.workshop.demonstration import Demonstration, Metric, ServerMode
+from ctxlab.workshop.demonstration import Demonstration, Metric, Plot, ServerMode
 from ctxlab.workshop.measure import Timer
 from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table
 from ctxlab.workshop.session import Session
@@ -65,34 +73,105 @@ Kind = Literal["retrieval", "cold", "warm"]
 QUESTION_TOKENS = 64  # room kept for a question and the chat's closing tokens
 
 
-# -- records --------------------------------------------------------------------------------
-@dataclass
+# -- records ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Answer:
+    """One question answered by one setting: what came back and what it cost."""
+
+    question_id: str  # the gold question's id (the fixture's)
+    text: str  # the model's answer
+    correct: bool
+    evidence: float  # share of the question's evidence sentences in the prompt
+    precision: float | None  # citation precision (None: the answer cites nothing)
+    citation_recall: float
+    context_tokens: int  # what the passages add to the prompt
+    prompt_tokens: int
+    reused_tokens: int
+    output_tokens: int
+    ttft_ms: float
+    cpu_s: float | None  # this process around the request (None through a server)
+    usd: float  # hosted price under the workshop's prices
+    usd_dated: float | None  # under the shipped dated card (None: not priced under it)
+
+
+@dataclass(frozen=True)
 class Row:
     """One setting's answers, in the order of the questions it answered."""
 
-    name: str
     kind: Kind
-    k: int | None = None
-    questions: list[str] = field(default_factory=list)  # gold question ids
-    answers: list[str] = field(default_factory=list)
-    correct: list[bool] = field(default_factory=list)
-    evidence: list[float] = field(default_factory=list)  # share of evidence in the prompt
-    precisions: list[float] = field(default_factory=list)  # per answer that cites
-    citation_recalls: list[float] = field(default_factory=list)
-    context_tokens: list[int] = field(default_factory=list)  # what the passages add
-    prompt_tokens: list[int] = field(default_factory=list)
-    reused_tokens: list[int] = field(default_factory=list)
-    output_tokens: list[int] = field(default_factory=list)
-    ttft_ms: list[float] = field(default_factory=list)
-    cpu_s: list[float] = field(default_factory=list)
-    usd: list[float] = field(default_factory=list)  # hosted price of each answer
-    usd_dated: list[float] = field(default_factory=list)  # under the shipped dated card
+    k: int | None  # retrieval: BM25's k
+    answers: tuple[Answer, ...]
+
+    @property
+    def questions(self) -> tuple[str, ...]:
+        return tuple(a.question_id for a in self.answers)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return tuple(a.text for a in self.answers)
+
+    @property
+    def correct(self) -> tuple[bool, ...]:
+        return tuple(a.correct for a in self.answers)
+
+    @property
+    def evidence(self) -> tuple[float, ...]:
+        return tuple(a.evidence for a in self.answers)
+
+    @property
+    def precisions(self) -> tuple[float, ...]:
+        """Per answer that cites."""
+        return tuple(a.precision for a in self.answers if a.precision is not None)
+
+    @property
+    def citation_recalls(self) -> tuple[float, ...]:
+        return tuple(a.citation_recall for a in self.answers)
+
+    @property
+    def context_tokens(self) -> tuple[int, ...]:
+        return tuple(a.context_tokens for a in self.answers)
+
+    @property
+    def prompt_tokens(self) -> tuple[int, ...]:
+        return tuple(a.prompt_tokens for a in self.answers)
+
+    @property
+    def reused_tokens(self) -> tuple[int, ...]:
+        return tuple(a.reused_tokens for a in self.answers)
+
+    @property
+    def output_tokens(self) -> tuple[int, ...]:
+        return tuple(a.output_tokens for a in self.answers)
+
+    @property
+    def ttft_ms(self) -> tuple[float, ...]:
+        return tuple(a.ttft_ms for a in self.answers)
+
+    @property
+    def cpu_s(self) -> tuple[float, ...]:
+        """Per answer, where measured (none through a server)."""
+        return tuple(a.cpu_s for a in self.answers if a.cpu_s is not None)
+
+    @property
+    def usd(self) -> tuple[float, ...]:
+        return tuple(a.usd for a in self.answers)
+
+    @property
+    def usd_dated(self) -> tuple[float, ...]:
+        return tuple(a.usd_dated for a in self.answers if a.usd_dated is not None)
 
     def accuracy(self) -> Interval:
         return stats.proportion(self.correct)
 
-    def mean(self, values: list[float] | list[int]) -> float | None:
+    def mean(self, values: Sequence[float] | Sequence[int]) -> float | None:
         return sum(values) / len(values) if values else None
+
+
+def label(row: Row) -> str:
+    """A row's name in the tables and the prose."""
+    if row.kind == "retrieval":
+        return f"bm25@{row.k}"
+    return f"whole corpus, {row.kind}"
 
 
 @dataclass(frozen=True)
@@ -119,12 +198,11 @@ class Write:
 
 @dataclass(frozen=True)
 class Measured:
-    rows: list[Row]
+    rows: tuple[Row, ...]  # each k, then the whole corpus cold and warm
     slice: Slice
     write: Write
     slot_bytes: int
-    card_label: str
-    dated_label: str  # the shipped dated card beside a run priced without one, or ""
+    dated: bool  # also priced under the shipped dated card (a run whose [cost] names none)
     cpu_hourly: float  # self-hosted: what an hour of this machine's CPU costs
     through_server: bool
 
@@ -222,9 +300,19 @@ class Answered(NamedTuple):
     cpu_s: float
 
 
+class Unanswered(Exception):
+    """A server refused one of this demonstration's requests (its sentence says why): the
+    demonstration is not measurable through it, and the run goes on."""
+
+
 def _ask(gen: Generator, chat: list[dict[str, str]], max_tokens: int, salt: str) -> Answered:
+    from ctxlab.errors import CtxlabError
+
     with Timer() as t:
-        (out,) = gen.generate([chat], _params(max_tokens), cache_salt=salt)
+        try:
+            (out,) = gen.generate([chat], _params(max_tokens), cache_salt=salt)
+        except CtxlabError as exc:  # a server's refusal (the local engine raises none here)
+            raise Unanswered(str(exc).rstrip(".")) from None
     m = out.metrics
     return Answered(
         out.text.strip(),
@@ -236,14 +324,16 @@ def _ask(gen: Generator, chat: list[dict[str, str]], max_tokens: int, salt: str)
     )
 
 
-def _record(
-    row: Row,
+def _answer(
     q: GoldQuestion,
     passages: list[Passage],
     evidence: list[set[str]],
     got: Answered,
     bare: int,
-) -> None:
+    server: bool,
+) -> Answer:
+    """One answer scored: its match, the evidence its prompt held, its citations (priced
+    later, once the row is complete)."""
     from ctxlab.memory.scoring import answer_match
     from ctxlab.rag.answer import cite
     from ctxlab.rag.metrics import citation_precision, citation_recall, recall_at_k
@@ -251,20 +341,22 @@ def _record(
     text, prompt, reused, output, ttft, cpu = got
     cited, _ = cite(text, q.question, passages)
     keys = [p.key for p in passages]
-    row.questions.append(q.id)
-    row.answers.append(text)
-    row.correct.append(answer_match(text, [q.answer]))
-    row.evidence.append(recall_at_k(keys, evidence, len(keys)))
-    precision = citation_precision(cited, evidence)
-    if precision is not None:
-        row.precisions.append(precision)
-    row.citation_recalls.append(citation_recall(cited, evidence))
-    row.prompt_tokens.append(prompt)
-    row.context_tokens.append(prompt - bare)
-    row.reused_tokens.append(reused)
-    row.output_tokens.append(output)
-    row.ttft_ms.append(ttft)
-    row.cpu_s.append(cpu)
+    return Answer(
+        q.id,
+        text,
+        answer_match(text, [q.answer]),
+        recall_at_k(keys, evidence, len(keys)),
+        citation_precision(cited, evidence),
+        citation_recall(cited, evidence),
+        prompt - bare,
+        prompt,
+        reused,
+        output,
+        ttft,
+        None if server else cpu,
+        0.0,
+        None,
+    )
 
 
 def _shared_prefix(ids: list[list[int]]) -> int:
@@ -288,7 +380,7 @@ def measure(session: Session, tracker: Tracker) -> Measured:
     card = session.cfg.cost.card()
     counter = tokens(session)
     tok = session.loaded.tokenizer
-    fx = corpus_fixture(c.fixture_seed)
+    fx = corpus_fixture(c.fixture_seed, c.fixture_organisations)
     doc_ids, taken = choose_slice(fx, counter, c)
     kept = set(doc_ids)
     part = CorpusFixture([d for d in fx.docs if d.doc_id in kept], [], fx.seed)
@@ -298,9 +390,9 @@ def measure(session: Session, tracker: Tracker) -> Measured:
     gen = session.requests.generator()
     server = bool(session.requests.label)
     tag = secrets.token_hex(4)  # a server outlives runs: this run's salts are its own
-    rows = [Row(f"bm25@{k}", "retrieval", k) for k in c.k_values]
-    cold = Row("whole corpus, cold", "cold")
-    warm = Row("whole corpus, warm", "warm")
+    found_by_k: list[list[Answer]] = [[] for _ in c.k_values]
+    cold: list[Answer] = []
+    warm: list[Answer] = []
     with (
         tempfile.TemporaryDirectory(prefix="ctxlab-workshop-long-") as tmp,
         open_store(Path(tmp) / "slice.db") as store,
@@ -318,29 +410,28 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         evidence = [evidence_chunks(store, q) for q in answered]
         bare = [counter.count_tokens(answer_chat(q.question, [], c.metadata)) for q in answered]
         got = _ask(gen, chats[0], c.answer_tokens, f"{tag}-warm")
-        _record(cold, answered[0], whole, evidence[0], got, bare[0])
+        cold.append(_answer(answered[0], whole, evidence[0], got, bare[0], server))
         write = Write(got.ttft_ms, None if server else got.cpu_s)
         tracker.advance()
         for i, q in enumerate(answered):
-            for row in rows:
-                assert row.k is not None
-                found = order_passages(retriever.search(q.question, row.k, "bm25"), c.order)
+            for k, into in zip(c.k_values, found_by_k, strict=True):
+                found = order_passages(retriever.search(q.question, k, "bm25"), c.order)
                 chat = answer_chat(q.question, found, c.metadata)
-                got = _ask(gen, chat, c.answer_tokens, f"{tag}-{row.name}")
-                _record(row, q, found, evidence[i], got, bare[i])
+                got = _ask(gen, chat, c.answer_tokens, f"{tag}-bm25@{k}")
+                into.append(_answer(q, found, evidence[i], got, bare[i], server))
             got = _ask(gen, chats[i], c.answer_tokens, f"{tag}-warm")
-            _record(warm, q, whole, evidence[i], got, bare[i])
+            warm.append(_answer(q, whole, evidence[i], got, bare[i], server))
             if 0 < i < c.cold_questions:
                 got = _ask(gen, chats[i], c.answer_tokens, f"{tag}-cold-{i}")
-                _record(cold, q, whole, evidence[i], got, bare[i])
+                cold.append(_answer(q, whole, evidence[i], got, bare[i], server))
             tracker.advance()
     dated = _dated_card(session, card)
-    for row in [*rows, cold, warm]:
-        row.usd = priced(row, card, shared)
-        if dated is not None:
-            row.usd_dated = priced(row, dated, shared)
-        if server:
-            row.cpu_s = []
+    unpriced = [
+        *(Row("retrieval", k, tuple(a)) for k, a in zip(c.k_values, found_by_k, strict=True)),
+        Row("cold", None, tuple(cold)),
+        Row("warm", None, tuple(warm)),
+    ]
+    rows = tuple(_price(row, card, dated, shared) for row in unpriced)
     facts = Slice(
         taken,
         len(organisations(fx)),
@@ -351,15 +442,24 @@ def measure(session: Session, tracker: Tracker) -> Measured:
         len(about),
     )
     return Measured(
-        [*rows, cold, warm],
+        rows,
         facts,
         write,
         session.requests.slot_bytes(gen),
-        _card_label(card),
-        "" if dated is None else _card_label(dated),
+        dated is not None,
         session.cfg.cost.self_hosted_prices().cpu_hourly,
         server,
     )
+
+
+def _price(row: Row, card: RateCard, dated: RateCard | None, shared: int) -> Row:
+    """`row` with each answer's hosted price under `card` (and under `dated`, if any)."""
+    usd = priced(row, card, shared)
+    old = priced(row, dated, shared) if dated is not None else [None] * len(usd)
+    answers = tuple(
+        replace(a, usd=u, usd_dated=d) for a, u, d in zip(row.answers, usd, old, strict=True)
+    )
+    return replace(row, answers=answers)
 
 
 def priced(row: Row, card: RateCard, shared: int) -> list[float]:
@@ -425,41 +525,77 @@ def _per_1000(row: Row) -> float | None:
     return None if m is None else 1000 * m
 
 
-def better(row: Row, warm: Row) -> int:
-    """Which answers better beyond noise, over the questions `row` answered: 1 the whole
-    corpus (warm), -1 `row`, 0 neither (the paired interval holds zero)."""
+Better = Literal["whole corpus", "retrieval", "neither"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The whole corpus (warm) judged against one retrieval row."""
+
+    row: int  # the retrieval row's index in Measured.rows
+    better: Better  # which answers better beyond noise (the paired interval excludes zero)
+    warm_cheaper: bool  # the whole corpus (warm) costs less per answer
+    sooner: Literal["whole corpus", "retrieval"] | None  # beyond noise; None: neither
+    wins: bool  # long context wins: better answers, or answers within noise for less
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What `verdicts` judged, for the tables and the prose."""
+
+    comparisons: tuple[Comparison, ...]  # one per retrieval row, in table order
+    best: int  # index of the retrieval row that answered most (the smaller k on a tie)
+
+    def of(self, row: int) -> Comparison | None:
+        return next((c for c in self.comparisons if c.row == row), None)
+
+
+def better(row: Row, warm: Row) -> Better:
+    """Which answers better beyond noise, over the questions `row` answered."""
     ci = points(against(row, warm))
-    return 1 if ci.low > 0 else -1 if ci.high < 0 else 0
+    return "whole corpus" if ci.low > 0 else "retrieval" if ci.high < 0 else "neither"
 
 
 def _warm_cheaper(row: Row, warm: Row) -> bool:
     return (warm.mean(warm.usd) or 0.0) < (row.mean(row.usd) or 0.0)
 
 
-def verdict(row: Row, warm: Row) -> str:
-    """Whole corpus (warm) against a retrieval row: answers, then price per answer."""
-    answers = {
-        1: "whole corpus answers better beyond noise",
-        -1: f"{row.name} answers better beyond noise",
-        0: "answers within noise",
-    }[better(row, warm)]
-    cheaper = "whole corpus (warm)" if _warm_cheaper(row, warm) else row.name
-    said = f"{answers}; cheaper: {cheaper}"
+def compare(i: int, row: Row, warm: Row) -> Comparison:
+    """Whole corpus (warm) against retrieval row `i`: answers, price per answer, and which
+    starts its answer sooner (the paired interval of the median TTFT difference)."""
+    side = better(row, warm)
+    cheaper = _warm_cheaper(row, warm)
+    sooner: Literal["whole corpus", "retrieval"] | None = None
     if warm.ttft_ms and row.ttft_ms:
         # paired over the questions both answered (every retrieval row answers them all)
         change = stats.median_difference(row.ttft_ms, warm.ttft_ms, paired_items=True)
-        if change.high < 0:
-            said += "; sooner: whole corpus (warm)"
-        elif change.low > 0:
-            said += f"; sooner: {row.name}"
-    return said
+        sooner = "whole corpus" if change.high < 0 else "retrieval" if change.low > 0 else None
+    wins = side == "whole corpus" or (side == "neither" and cheaper)
+    return Comparison(i, side, cheaper, sooner, wins)
 
 
-def wins(row: Row, warm: Row) -> bool:
-    """Long context (warm) wins against `row`: better answers beyond noise, or answers
-    within noise at a lower price per answer."""
-    side = better(row, warm)
-    return side > 0 or (side == 0 and _warm_cheaper(row, warm))
+def said(c: Comparison, row: Row) -> str:
+    """A comparison in words, for the cost table's last column."""
+    name = label(row)
+    answers = {
+        "whole corpus": "whole corpus answers better beyond noise",
+        "retrieval": f"{name} answers better beyond noise",
+        "neither": "answers within noise",
+    }[c.better]
+    text = f"{answers}; cheaper: {'whole corpus (warm)' if c.warm_cheaper else name}"
+    if c.sooner is not None:
+        text += f"; sooner: {'whole corpus (warm)' if c.sooner == 'whole corpus' else name}"
+    return ("long context wins: " if c.wins else "") + text
+
+
+def verdicts(res: DemoResult, m: Measured) -> Judged:
+    """The observations the run's predictions are judged on, and the whole corpus (warm)
+    against each retrieval row: the one place this demonstration judges."""
+    observe(res, m)
+    warm = _row(m, "warm")
+    retrieval = [(i, r) for i, r in enumerate(m.rows) if r.kind == "retrieval"]
+    best = max(retrieval, key=lambda ir: (sum(ir[1].correct), -(ir[1].k or 0)))[0]
+    return Judged(tuple(compare(i, r, warm) for i, r in retrieval), best)
 
 
 def _observe_medians(res: DemoResult, metric: str, base: list[float], new: list[float]) -> None:
@@ -561,8 +697,11 @@ def _warm_cpu(m: Measured) -> float | None:
     return (sum(warm.cpu_s) + m.write.cpu_s) / len(warm.cpu_s)
 
 
-def tables(session: Session, res: DemoResult, m: Measured) -> None:
+def tables(session: Session, res: DemoResult, m: Measured, judged: Judged) -> None:
     c, money, f = DEMO.config(session.cfg), session.cfg.cost.currency, res.figures
+    card = session.cfg.cost.card()
+    dated_card = _dated_card(session, card) if m.dated else None
+    dated_label = "" if dated_card is None else _card_label(dated_card)
     warm, s = _row(m, "warm"), m.slice
     n = len(warm.correct)
     n_cold = len(_row(m, "cold").correct)
@@ -638,15 +777,11 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
             Column("context tokens per question", 1),
             Column(f"hosted {money} per 1,000 answers", 4),
             Column("x whole corpus (warm)", 2),
-            *(
-                [Column(f"hosted {money} per 1,000 answers, dated card", 4)]
-                if m.dated_label
-                else []
-            ),
+            *([Column(f"hosted {money} per 1,000 answers, dated card", 4)] if dated_label else []),
             Column(f"self-hosted {money} per 1,000 answers (CPU time)", 4),
             Column("whole corpus (warm) against this row"),
         ],
-        note=f"priced with {m.card_label}: exact prompt and output tokens of each answer; "
+        note=f"priced with {_card_label(card)}: exact prompt and output tokens of each answer; "
         f"the warm row's {f.say('shared_prefix_tokens', s.shared_prefix_tokens)} shared "
         "prefix tokens are one cache write "
         "(spread over its answers) and a cache read per answer, the rest of its prompt "
@@ -655,12 +790,12 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
         "which costs less per answer (and which starts its answer sooner, where the paired "
         "interval of the median TTFT difference excludes zero); the provider's cache storage "
         "per hour is not priced"
-        + (f"; dated card: {m.dated_label}, priced the same way" if m.dated_label else "")
+        + (f"; dated card: {dated_label}, priced the same way" if dated_label else "")
         + f"; self-hosted: the CPU seconds per answer at {f.say('cpu_hourly', m.cpu_hourly, 2)} "
         f"{money} an hour",
     )
     base = _per_1000(warm) or 0.0
-    for row in m.rows:
+    for i, row in enumerate(m.rows):
         acc = row.accuracy()
         if row is warm:
             change: tuple[float | None, ...] = (None, None, None, None)
@@ -669,7 +804,7 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
             ci = points(p)
             change = (ci.value, ci.low, ci.high, p.mcnemar_p)
         task.add(
-            row.name,
+            label(row),
             len(row.correct),
             sum(row.correct),
             100 * acc.value,
@@ -683,7 +818,7 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
         ttft = stats.median_interval(row.ttft_ms)
         cpu = _warm_cpu(m) if row is warm else row.mean(row.cpu_s)
         serving.add(
-            row.name,
+            label(row),
             len(row.ttft_ms),
             row.mean(row.prompt_tokens),
             row.mean(row.reused_tokens),
@@ -693,34 +828,37 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
             cpu,
         )
         per = _per_1000(row)
-        if row.kind == "retrieval":
-            said = ("long context wins: " if wins(row, warm) else "") + verdict(row, warm)
+        judged_row = judged.of(i)
+        if judged_row is not None:
+            verdict = said(judged_row, row)
         elif row is warm:
-            said = "(the reference)"
+            verdict = "(the reference)"
         else:
-            said = "the same prompts, nothing reused"
+            verdict = "the same prompts, nothing reused"
         dated = row.mean(row.usd_dated)
         cost.add(
-            row.name,
+            label(row),
             row.mean(row.context_tokens),
             per,
             None if per is None or base == 0 else per / base,
-            *([None if dated is None else 1000 * dated] if m.dated_label else []),
+            *([None if dated is None else 1000 * dated] if dated_label else []),
             None if cpu is None else cpu * m.cpu_hourly / 3.6,
-            said,
+            verdict,
         )
     res.tables += [task, serving, cost]
 
 
-def explain(session: Session, res: DemoResult, m: Measured) -> None:
+def explain(session: Session, res: DemoResult, m: Measured, judged: Judged) -> None:
     """Summary, the gains (storage terms and product terms) and notes; every number from
     `res.figures.say`."""
     f, money, s = res.figures, session.cfg.cost.currency, m.slice
     retrieval = [r for r in m.rows if r.kind == "retrieval"]
     cold, warm = _row(m, "cold"), _row(m, "warm")
     n = len(warm.correct)
-    best = max(retrieval, key=lambda r: (sum(r.correct), -(r.k or 0)))
-    won = [r for r in retrieval if wins(r, warm)]
+    best = m.rows[judged.best]
+    decision = judged.of(judged.best)
+    assert decision is not None
+    won = [m.rows[c.row] for c in judged.comparisons if c.wins]
     f.say("slot_bytes", m.slot_bytes)
     res.summary = (
         f"{f.say('organisations', s.organisations)} of the seeded corpus's organisations "
@@ -730,7 +868,7 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         f"on {f.say('answered', n)} of its gold questions: "
         + (
             "the whole corpus (warm) wins against "
-            + ", ".join(r.name for r in won)
+            + ", ".join(label(r) for r in won)
             + " (answers better beyond noise, or within noise for less)."
             if won
             else "the whole corpus wins against no k here (it answers worse beyond noise, "
@@ -748,11 +886,12 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
     p = against(best, warm)
     ci = points(p)
     acc_w, acc_b = warm.accuracy(), best.accuracy()
+    name = label(best)
     answers = {
-        1: "the whole corpus answers better beyond noise",
-        -1: f"{best.name} answers better beyond noise",
-        0: "the two answer within noise of each other",
-    }[better(best, warm)]
+        "whole corpus": "the whole corpus answers better beyond noise",
+        "retrieval": f"{name} answers better beyond noise",
+        "neither": "the two answer within noise of each other",
+    }[decision.better]
     prompt_best, prompt_warm = best.mean(best.prompt_tokens) or 0.0, warm.mean(warm.prompt_tokens)
     best_kv = prompt_best * m.slot_bytes / 2**20
     computed_warm = (prompt_warm or 0.0) - (warm.mean(warm.reused_tokens) or 0.0)
@@ -760,15 +899,15 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
     ev_best, ev_warm = _pct(best.mean(best.evidence)), _pct(warm.mean(warm.evidence))
     res.gains.append(
         Gain(
-            f"the decision: whole corpus (warm) against {best.name}, the k that answered most",
-            f"{best.name} puts {f.say('context_best', best.mean(best.context_tokens), 1)} "
+            f"the decision: whole corpus (warm) against {name}, the k that answered most",
+            f"{name} puts {f.say('context_best', best.mean(best.context_tokens), 1)} "
             f"tokens of passages in a prompt ({f.say('prompt_best', prompt_best, 1)} prompt "
             f"tokens, {f.say('kv_best_mib', best_kv, 2)} MiB of KV while it runs) holding "
             f"{f.say('evidence_best_pct', ev_best, 1)}% of the evidence; the whole corpus puts "
             f"{f.say('context_warm', warm.mean(warm.context_tokens), 1)} tokens there, holding "
             f"{f.say('evidence_warm_pct', ev_warm, 1)}%, and computes "
             f"{f.say('computed_warm', computed_warm, 1)} of them per answer once the corpus "
-            f"is cached, against {f.say('computed_best', computed_best, 1)} for {best.name}",
+            f"is cached, against {f.say('computed_best', computed_best, 1)} for {name}",
             f"{f.say('right_warm', sum(warm.correct))} of {n} answers right "
             f"({f.say('acc_warm_pct', 100 * acc_w.value, 1)}%, 95 % interval "
             f"[{f.say('acc_warm_low', 100 * acc_w.low, 1)}, "
@@ -784,14 +923,14 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
             f"{f.say('ttft_best_ms', stats.median(best.ttft_ms), 1)} ms, at "
             f"{f.say('usd_1000_warm', _per_1000(warm), 4)} against "
             f"{f.say('usd_1000_best', _per_1000(best), 4)} {money} per 1,000 answers: "
-            + ("long context wins here" if wins(best, warm) else f"{best.name} is the better buy"),
+            + ("long context wins here" if decision.wins else f"{name} is the better buy"),
         )
     )
     res.notes.append(
         f"Accuracy over {n} questions moves in steps of {f.say('step_pct', 100 / n, 1)} "
         "points per question; a side is said to answer better only when the paired 95 % "
         "interval of the difference excludes zero. The cold row asks only the first "
-        f"{f.say('n_cold', len(cold.answers))} questions: its prompts are the warm row's, so "
+        f"{f.say('n_cold', len(cold.texts))} questions: its prompts are the warm row's, so "
         "its figures of interest are time and price."
     )
     not_cold = not_isolated(cold, f)
@@ -838,23 +977,87 @@ def _cold_gain(f: Figures, m: Measured, what: str, money: str) -> Gain:
         f"requests), and {f.say('usd_1000_warm', _per_1000(warm), 4)} instead of "
         f"{f.say('usd_1000_cold', _per_1000(cold), 4)} {money} per 1,000 answers; the "
         f"cold answers were the warm ones in {f.say('same_answers', _same(cold, warm))} "
-        f"of {f.say('n_cold', len(cold.answers))} cases (the same prompts)",
+        f"of {f.say('n_cold', len(cold.texts))} cases (the same prompts)",
     )
 
 
 def _same(a: Row, b: Row) -> int:
     """How many of `a`'s answers `b` gave word for word to the same question."""
-    got = dict(zip(b.questions, b.answers, strict=True))
-    return sum(got.get(q) == text for q, text in zip(a.questions, a.answers, strict=True))
+    got = dict(zip(b.questions, b.texts, strict=True))
+    return sum(got.get(q) == text for q, text in zip(a.questions, a.texts, strict=True))
 
 
 def run(session: Session, tracker: Tracker) -> DemoResult:
-    m = measure(session, tracker)
+    from ctxlab.workshop.server_demos import not_measurable
+
+    try:
+        m = measure(session, tracker)
+    except Unanswered as exc:
+        if not session.requests.label:  # the local engine refused: one sentence, as ever
+            from ctxlab.errors import CtxlabError
+
+            raise CtxlabError(f"long_vs_retrieval: {exc}.") from None
+        c = DEMO.config(session.cfg)
+        return not_measurable(
+            DEMO,
+            f"{exc}; the whole-corpus prompt holds long_vs_retrieval.context_tokens "
+            f"({c.context_tokens}) of passages plus a question, so the server must accept "
+            "that many tokens per request (lower context_tokens, or serve a longer window)",
+        )
     res = DemoResult.of(DEMO, "run", "measured")
-    tables(session, res, m)
-    observe(res, m)
-    explain(session, res, m)
+    judged = verdicts(res, m)
+    tables(session, res, m, judged)
+    explain(session, res, m, judged)
+    money = session.cfg.cost.currency
+    res.plots.append(draw(m, money, DEMO.plot("11_long_vs_retrieval.png").path(session.out)))
     return res
+
+
+def draw(m: Measured, money: str, path: Path) -> Path:
+    """Per row: answers right with Wilson 95 % intervals (left); median TTFT with the
+    bootstrap 95 % interval of the median, and the hosted price per 1,000 answers (right)."""
+    from ctxlab.workshop.plots import figure, save
+
+    fig, (left, right) = figure()
+    names = [label(r) for r in m.rows]
+    x = list(range(len(m.rows)))
+    acc = [r.accuracy() for r in m.rows]
+    left.errorbar(
+        x,
+        [100 * a.value for a in acc],
+        yerr=[[100 * (a.value - a.low) for a in acc], [100 * (a.high - a.value) for a in acc]],
+        fmt="o",
+        capsize=3,
+    )
+    for i, (a, r) in enumerate(zip(acc, m.rows, strict=True)):
+        left.annotate(
+            f"n={len(r.answers)}", (i, 100 * a.high), fontsize=6, ha="center", va="bottom"
+        )
+    left.set_xticks(x, names, rotation=30, fontsize=7)
+    left.set_ylim(-5, 110)
+    left.set_ylabel("% answered right (95 % interval)")
+    left.set_title("answers")
+    left.grid(alpha=0.3)
+    costs = [1000 * (r.mean(r.usd) or 0.0) for r in m.rows]
+    right.bar(x, costs, color="tab:grey", alpha=0.5, label=f"hosted {money} per 1,000 answers")
+    right.set_ylabel(f"hosted {money} per 1,000 answers")
+    right.set_xticks(x, names, rotation=30, fontsize=7)
+    ttft = [stats.median_interval(r.ttft_ms) for r in m.rows]
+    twin = right.twinx()
+    twin.errorbar(
+        x,
+        [t.value for t in ttft],
+        yerr=[[t.value - t.low for t in ttft], [t.high - t.value for t in ttft]],
+        fmt="s",
+        color="tab:red",
+        capsize=3,
+        label="TTFT median ms (95 % interval)",
+    )
+    twin.set_ylabel("TTFT median ms (95 % interval)", color="tab:red")
+    twin.set_ylim(bottom=0)
+    right.set_title("price (bars) and time to first token (points)")
+    right.grid(alpha=0.3, axis="y")
+    return save(fig, path)
 
 
 # -- declarations ---------------------------------------------------------------------------
@@ -869,9 +1072,12 @@ class LongContextSection(Section):
     order: Literal["relevance", "edges"]
     metadata: Literal["never", "always"]  # "auto" would change the system prompt per question
     fixture_seed: Seed
+    fixture_organisations: Annotated[int, Field(ge=6)]  # the corpus (about 400 tokens each)
 
     @model_validator(mode="after")
     def _shape(self) -> LongContextSection:
+        if self.fixture_organisations % 2:
+            raise ValueError("fixture_organisations must be even (half have a second version)")
         if sorted(set(self.k_values)) != self.k_values:
             raise ValueError("k_values must be distinct and in increasing order")
         if self.answer_questions < 2:
@@ -885,11 +1091,16 @@ class LongContextSection(Section):
 
 
 def check(c: LongContextSection, cfg: CommonConfig) -> None:
-    fits(
-        cfg,
-        "long_vs_retrieval.context_tokens with a question and its answer",
-        c.context_tokens + QUESTION_TOKENS + c.answer_tokens,
-    )
+    prompt = c.context_tokens + QUESTION_TOKENS + c.answer_tokens
+    fits(cfg, "long_vs_retrieval.context_tokens with a question and its answer", prompt)
+    # a cold request (a salt of its own) prefills the corpus beside the warm row's cached
+    # copy: a pool that cannot hold both evicts the warm corpus, and the warm row is not warm
+    if c.cold_questions > 1 and 2 * prompt > cfg.engine.kv_pool_tokens:
+        raise ValueError(
+            f"long_vs_retrieval: the warm corpus cached beside a cold request needs "
+            f"{2 * prompt} tokens of pool, more than engine.kv_pool_tokens "
+            f"{cfg.engine.kv_pool_tokens}; raise it or set cold_questions = 1"
+        )
 
 
 _HI = "BM25 at the largest k"
@@ -959,6 +1170,8 @@ order = "relevance"           # retrieved passages best first, or "edges"
 metadata = "never"            # passage dates: never or always (the same prompt prefix for
                               # every question; on this corpus demonstration 6's "auto" is "never")
 fixture_seed = 0
+fixture_organisations = 24    # organisations in the seeded corpus (even; about 400 tokens of
+                              # passages each on smollm2-135m): more for a longer slice
 """
 
 PREDICTIONS_TOML = """\
@@ -1018,4 +1231,11 @@ DEMO = Demonstration(
     check=check,
     required=("answer_accuracy_pct",),
     server=ServerMode(through=True, needs_cached_tokens=True),
+    plots=(
+        Plot(
+            "11_long_vs_retrieval.png",
+            "per setting, answers right (95 % intervals) beside the median time to the first "
+            "token (95 % interval) and the hosted price per 1,000 answers",
+        ),
+    ),
 )

@@ -1,46 +1,118 @@
-"""The report of demonstration 10 (the question after compression): metrics, tables, prose.
+"""The report of demonstration 10 (the question after compression): verdicts, tables, prose.
 
-`demo_followup.py` measures `Row`s (answers right per question, bytes, times); this module
-only turns them into what the workshop prints. Every comparison of accuracy is paired
-against the full cache over the same questions (`ctxlab.stats.paired`: a bootstrap of the
-per-question differences, the exact McNemar p beside it for 0/1 outcomes), and a class of
-policies is read as the mean over its policies per question, so its pairing is kept too.
+`demo_followup.py` measures frozen `Row`s (answers right per question, bytes, times); this
+module judges them once (`verdicts`: the observations the predictions read, and the paired
+changes the prose claims, as `Claims`) and renders tables, prose and the plot from the
+records and those claims. Every comparison of accuracy is paired against the full cache
+over the same questions (`ctxlab.stats.paired`: a bootstrap of the per-question
+differences, the exact McNemar p beside it for 0/1 outcomes), and a class of policies is
+read as the mean over its policies per question, so its pairing is kept too.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from ctxlab import stats
 from ctxlab.stats import Interval
-from ctxlab.workshop.result import Column, DemoResult, Gain, Table
+from ctxlab.workshop.result import Column, DemoResult, Figures, Gain, Table
 
 if TYPE_CHECKING:
-    from ctxlab.workshop.followup_records import Measured, Row
+    from ctxlab.workshop.followup_records import Measured, Row, RowKind
     from ctxlab.workshop.session import Session
 
 PAIRED = "paired bootstrap over the same questions"
-KINDS = ("query-aware", "key-based", "positional")
+ClassKind = Literal["query-aware", "key-based", "positional"]
+KINDS: tuple[ClassKind, ...] = ("query-aware", "key-based", "positional")
+Moved = Literal["up", "down", "within noise"]
+
+
+class Names(Protocol):
+    """What a row's label reads of the demonstration's config table."""
+
+    @property
+    def policies(self) -> list[str]: ...
+    @property
+    def recall_base(self) -> str: ...
+
+
+class Setting(Protocol):
+    """A row, or the setting that fills one: enough to name it."""
+
+    @property
+    def kind(self) -> RowKind: ...
+    @property
+    def policy(self) -> int | None: ...
+    @property
+    def share(self) -> float | None: ...
+    @property
+    def tokens(self) -> int | None: ...
+
+
+def label(r: Setting, names: Names) -> str:
+    """A row's name in the tables: "full cache", "snapkv@0.25", "recall(snapkv)@128"."""
+    if r.kind == "full":
+        return "full cache"
+    if r.kind == "fresh prefill":
+        return "fresh prefill per question"
+    if r.kind == "recall base":
+        return f"{names.recall_base}@{r.tokens}"
+    if r.kind == "recall":
+        return f"recall({names.recall_base})@{r.tokens}"
+    assert r.policy is not None and r.share is not None
+    return f"{names.policies[r.policy]}@{r.share:g}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paired change in points as the verdict reads it (widened to include zero where the
+    exact sign test does not reject), and which way it moved beyond noise."""
+
+    change: Interval
+    moved: Moved
+
+
+@dataclass(frozen=True)
+class ClassClaim:
+    """A class of policies at the first budget against the full cache."""
+
+    kind: ClassKind
+    rows: tuple[int, ...]  # indices in Measured.rows
+    q1: Claim
+    follow: Claim
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What `verdicts` judged, for the prose: each configured class, and recall against
+    its base alone (None: no recall rows)."""
+
+    classes: tuple[ClassClaim, ...]
+    recall: Claim | None
 
 
 # the exact sign test's level: a change is claimed only below it
 SIGN_TEST_ALPHA = 0.05
 
 
-def _pct(flags: list[bool] | list[float]) -> float:
+def _pct(flags: Sequence[bool] | Sequence[float]) -> float:
     return 100 * math.fsum(float(x) for x in flags) / len(flags) if flags else math.nan
 
 
-def _ci(flags: list[bool]) -> tuple[float | None, float | None]:
+def _ci(flags: Sequence[bool]) -> tuple[float | None, float | None]:
     if not flags:
         return None, None
     ci = stats.proportion(flags)
     return 100 * ci.low, 100 * ci.high
 
 
-def change_pts(a: list[bool] | list[float], b: list[bool] | list[float]) -> stats.Paired:
+def change_pts(
+    a: Sequence[bool] | Sequence[float], b: Sequence[bool] | Sequence[float]
+) -> stats.Paired:
     """b against a over the same questions, the change in percentage points."""
     p = stats.paired([float(x) for x in a], [float(x) for x in b])
     c = p.change
@@ -69,6 +141,12 @@ def claimed(p: stats.Paired) -> tuple[Interval, str]:
     return widened, how + " (not significant: the interval is widened to include zero)"
 
 
+def claim(p: stats.Paired) -> Claim:
+    """The claimed change and which way it moved beyond noise."""
+    ci, _ = claimed(p)
+    return Claim(ci, "up" if ci.low > 0 else "down" if ci.high < 0 else "within noise")
+
+
 def at_main(m: Measured, kind: str) -> list[Row]:
     """The rows of a class of policies at the first budget (the one the metrics read)."""
     return [r for r in m.rows if r.kind == kind and r.share == m.main]
@@ -84,15 +162,15 @@ def row_of(m: Measured, kind: str) -> Row | None:
     return next((r for r in m.rows if r.kind == kind), None)
 
 
-def _mean(xs: list[int] | list[float]) -> float:
+def _mean(xs: Sequence[int] | Sequence[float]) -> float:
     return math.fsum(xs) / len(xs) if xs else math.nan
 
 
 def observe_accuracy(
     res: DemoResult,
     name: str,
-    before: list[bool] | list[float],
-    after: list[bool] | list[float],
+    before: Sequence[bool] | Sequence[float],
+    after: Sequence[bool] | Sequence[float],
     more: str = "",
 ) -> None:
     """Metric `name`: % right `before` -> `after` over the same questions, with the claimed
@@ -101,7 +179,25 @@ def observe_accuracy(
     res.observe(name, _pct(before), _pct(after), 1, change=ci, test=how + more)
 
 
-def observe(res: DemoResult, m: Measured) -> None:
+def verdicts(res: DemoResult, m: Measured) -> Claims:
+    """The observations the run's predictions are judged on, and the paired claims the
+    prose states: the one place this demonstration judges."""
+    _observe(res, m)
+    full = row_of(m, "full")
+    assert full is not None
+    classes = []
+    for kind in KINDS:
+        rows = at_main(m, kind)
+        if rows:
+            q1 = claim(change_pts(full.q1, mean_per_question(rows, "q1")))
+            fu = claim(change_pts(full.follow, mean_per_question(rows, "follow")))
+            classes.append(ClassClaim(kind, tuple(m.rows.index(r) for r in rows), q1, fu))
+    base, recall = row_of(m, "recall base"), row_of(m, "recall")
+    rc = None if base is None or recall is None else claim(change_pts(base.follow, recall.follow))
+    return Claims(tuple(classes), rc)
+
+
+def _observe(res: DemoResult, m: Measured) -> None:
     full, fresh = row_of(m, "full"), row_of(m, "fresh prefill")
     assert full is not None and fresh is not None
     for kind, q1_name, fu_name in (
@@ -142,14 +238,14 @@ def observe(res: DemoResult, m: Measured) -> None:
         0,
         why_missing=None if small else "no policy was configured",
     )
-    res.observe_latency("followup_ttft_ms", m.fresh_ttft_ms, full.ttft_ms, 1)
+    res.observe_latency("followup_ttft_ms", list(m.fresh_ttft_ms), list(full.ttft_ms), 1)
 
 
 def _kib(x: float) -> float:
     return x / 1024
 
 
-def tables(session: Session, res: DemoResult, m: Measured) -> None:
+def tables(session: Session, res: DemoResult, m: Measured, names: Names) -> None:
     full = row_of(m, "full")
     assert full is not None
     f = res.figures
@@ -194,7 +290,7 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
     for r in m.rows:
         d = change_pts(full.follow, r.follow)
         task.add(
-            r.setting,
+            label(r, names),
             r.kind,
             r.share,
             r.tokens,
@@ -232,7 +328,7 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
     full_q1 = _mean(full.resident_q1)
     for r in m.rows:
         storage.add(
-            r.setting,
+            label(r, names),
             _kib(_mean(r.resident_q1)),
             100 * _mean(r.resident_q1) / full_q1,
             _kib(_mean(r.resident_end)),
@@ -265,7 +361,7 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
         fresh = r.kind == "fresh prefill"
         times = m.fresh_ttft_ms if fresh else r.ttft_ms
         serving.add(
-            r.setting,
+            label(r, names),
             len(r.follow),
             _mean(m.prompt_tokens) if fresh else _mean(r.computed),
             stats.median(times),
@@ -276,8 +372,17 @@ def tables(session: Session, res: DemoResult, m: Measured) -> None:
     res.tables += [task, storage, serving]
 
 
-def explain(session: Session, res: DemoResult, m: Measured) -> None:
-    """Summary, gains and notes; every number from `res.figures.say`."""
+def explain(
+    session: Session,
+    res: DemoResult,
+    m: Measured,
+    claims: Claims,
+    names: Names,
+    full_documents: int,
+) -> None:
+    """Summary, gains and notes from the records and what `verdicts` claimed (the note on n
+    says what `--full`, with `full_documents` conversations, adds); every number from
+    `res.figures.say`."""
     f = res.figures
     full, fresh = row_of(m, "full"), row_of(m, "fresh prefill")
     assert full is not None and fresh is not None
@@ -292,17 +397,13 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         f"of question 1 and {f.say('full_followup_pct', _pct(full.follow), 1)}% of the "
         "follow-ups right."
     )
-    verdicts = []
-    for kind in KINDS:
-        rows = at_main(m, kind)
-        if not rows:
-            continue
-        q1, _ = claimed(change_pts(full.q1, mean_per_question(rows, "q1")))
-        fu, _ = claimed(change_pts(full.follow, mean_per_question(rows, "follow")))
-        key = kind.replace("-", "_")
-        verdicts.append(
-            f"{kind} ({', '.join(r.setting for r in rows)}): question 1 "
-            f"{_moved(f, f'{key}_q1', q1)}, follow-ups {_moved(f, f'{key}_followup', fu)}"
+    said = []
+    for cc in claims.classes:
+        key = cc.kind.replace("-", "_")
+        said.append(
+            f"{cc.kind} ({', '.join(label(m.rows[i], names) for i in cc.rows)}): question 1 "
+            f"{_moved(f, f'{key}_q1', cc.q1)}, follow-ups "
+            f"{_moved(f, f'{key}_followup', cc.follow)}"
         )
     small = [r for r in m.rows if r.share == m.main]
     whole = _mean(full.resident_q1)
@@ -317,7 +418,7 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
                 f"about {f.say('conversations_factor', whole / kept, 1)} times as many idle "
                 "conversations",
                 "against the full cache over the same questions (paired 95 % intervals, "
-                "points): " + "; ".join(verdicts) + ". " + _n_sentence(f, n_docs, n_fu),
+                "points): " + "; ".join(said) + ". " + _n_sentence(f, n_docs, n_fu),
             )
         )
     ttft = stats.median_difference(m.fresh_ttft_ms, full.ttft_ms)
@@ -338,11 +439,11 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         )
     )
     base, recall = row_of(m, "recall base"), row_of(m, "recall")
-    if base is not None and recall is not None:
-        d, _ = claimed(change_pts(base.follow, recall.follow))
+    if base is not None and recall is not None and claims.recall is not None:
+        d = claims.recall
         res.gains.append(
             Gain(
-                f"{recall.setting} against {base.setting}",
+                f"{label(recall, names)} against {label(base, names)}",
                 f"recall sent {f.say('far_out_kib', _kib((recall.far_bytes or 0) / n_docs), 1)}"
                 f" KiB per conversation to the far tier (host memory) and brought "
                 f"{f.say('far_in_kib', _kib((recall.far_back_bytes or 0) / n_docs), 1)} KiB back "
@@ -369,13 +470,18 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
         "where its paired 95 % interval excludes zero and the exact sign test on the "
         "questions that differ (McNemar's, for one policy) gives p < "
         f"{f.say('sign_test_alpha', SIGN_TEST_ALPHA, 2)}; otherwise it is within noise, not "
-        "established at this n. A bigger run (followup.documents = "
-        f"{f.say('bigger_documents', 30)}, facts = {f.say('bigger_facts', 4)}) gives "
-        f"{f.say('bigger_q1_pairs', 30)} question-1 pairs and "
-        f"{f.say('bigger_followup_pairs', 90)} follow-up pairs per setting, for about "
-        f"{f.say('bigger_cold_tokens', 30 * _mean(m.prompt_tokens), 0)} more tokens of cold "
-        "prefill (the documents) and two more follow-up rounds per setting; the decode "
-        "rounds are batched over the documents, so they cost about the same."
+        "established at this n."
+        + (
+            f" `--full` asks followup.documents = {f.say('full_documents', full_documents)}: "
+            f"{f.say('full_q1_pairs', full_documents)} question-1 pairs and "
+            f"{f.say('full_followup_pairs', full_documents * (n_fu // n_docs))} follow-up "
+            "pairs per setting, for about "
+            f"{f.say('full_cold_tokens', (full_documents - n_docs) * _mean(m.prompt_tokens), 0)}"
+            " more tokens of cold prefill (the documents); each round of questions is batched "
+            "over the documents, so the rounds cost little more."
+            if full_documents > n_docs
+            else ""
+        )
     )
     res.notes.append(
         "Question 1 is the best case for a query-aware policy: its key is in the observation "
@@ -385,34 +491,34 @@ def explain(session: Session, res: DemoResult, m: Measured) -> None:
     )
 
 
-def _moved(f: object, name: str, ci: Interval) -> str:
-    """A paired change in points with its interval, and whether it is beyond noise."""
-    say = f.say  # type: ignore[attr-defined]
+def _moved(f: Figures, name: str, c: Claim) -> str:
+    """A claimed change in points with its interval, and whether it is beyond noise."""
+    ci = c.change
     text = (
-        f"{say(name + '_pts', ci.value, 1)} points [{say(name + '_low_pts', ci.low, 1)}, "
-        f"{say(name + '_high_pts', ci.high, 1)}]"
+        f"{f.say(name + '_pts', ci.value, 1)} points [{f.say(name + '_low_pts', ci.low, 1)}, "
+        f"{f.say(name + '_high_pts', ci.high, 1)}]"
     )
-    if ci.low > 0 or ci.high < 0:
+    if c.moved != "within noise":
         return text
     return text + " (within noise, not established at this n)"
 
 
-def _n_sentence(f: object, n_docs: int, n_fu: int) -> str:
+def _n_sentence(f: Figures, n_docs: int, n_fu: int) -> str:
     return (
         f"Each interval is over {n_docs} question-1 answers or {n_fu} follow-ups; a class "
         "is the mean of its policies per question."
     )
 
 
-def draw(m: Measured, path: Path) -> Path:
+def draw(m: Measured, names: Names, path: Path) -> Path:
     """Per setting: question 1 and follow-ups right, with 95 % intervals (left); KiB held
     between questions (right)."""
     from ctxlab.workshop.plots import figure, save
 
     fig, (left, right) = figure()
-    names = [r.setting for r in m.rows]
-    x = list(range(len(names)))
-    for off, attr, label, marker in (
+    labels = [label(r, names) for r in m.rows]
+    x = list(range(len(labels)))
+    for off, attr, which, marker in (
         (-0.15, "q1", "question 1", "o"),
         (0.15, "follow", "follow-ups", "s"),
     ):
@@ -425,16 +531,16 @@ def draw(m: Measured, path: Path) -> Path:
             lows.append(v - (lo or 0))
             highs.append((hi or 0) - v)
         left.errorbar(
-            [i + off for i in x], vals, yerr=[lows, highs], fmt=marker, capsize=2, label=label
+            [i + off for i in x], vals, yerr=[lows, highs], fmt=marker, capsize=2, label=which
         )
-    left.set_xticks(x, names, rotation=75, fontsize=6)
+    left.set_xticks(x, labels, rotation=75, fontsize=6)
     left.set_ylim(-5, 105)
     left.set_ylabel("% answered right (95 % interval)")
     left.set_title("the question after compression")
     left.legend(fontsize=7)
     left.grid(alpha=0.3)
     right.bar(x, [_kib(_mean(r.resident_q1)) for r in m.rows], color="tab:grey")
-    right.set_xticks(x, names, rotation=75, fontsize=6)
+    right.set_xticks(x, labels, rotation=75, fontsize=6)
     right.set_ylabel("KiB held per conversation after question 1")
     right.set_title("what each setting keeps")
     right.grid(alpha=0.3, axis="y")

@@ -29,7 +29,12 @@ def test_full_adds_samples_and_excludes_quick() -> None:
     assert full.retrieval_depth.answer_questions == full.retrieval_depth.questions
     assert cfg.retrieval_depth.answer_questions < full.retrieval_depth.answer_questions
     assert cfg.long_vs_retrieval.answer_questions < full.long_vs_retrieval.answer_questions
-    same = {"retrieval_depth": cfg.retrieval_depth, "long_vs_retrieval": cfg.long_vs_retrieval}
+    assert cfg.followup.documents < 30 <= full.followup.documents  # 30 question-1 pairs
+    same = {
+        "retrieval_depth": cfg.retrieval_depth,
+        "long_vs_retrieval": cfg.long_vs_retrieval,
+        "followup": cfg.followup,
+    }
     assert full.model_copy(update=same) == cfg  # only those
     with pytest.raises(CtxlabError, match="choose one"):
         load_config(quick=True, full=True)

@@ -27,7 +27,9 @@ def test_every_row_is_paired_with_the_full_cache_over_the_same_questions(tiny_ru
     task = _table(results, "followup_task")
     full, fresh = task["full cache"], task["fresh prefill per question"]
     c = demo_followup.FollowupSection.model_validate(results["config"]["followup"])
-    settings = [row.setting for row, _, _ in demo_followup.settings(c)]
+    from ctxlab.workshop.followup_report import label
+
+    settings = [label(s, c) for s, _, _ in demo_followup.settings(c)]
     assert set(task) == {"full cache", "fresh prefill per question", *settings}
     # no loss either way: the held full cache answers the follow-ups at least as often as
     # the fresh prefill it is paired with, to within the run's noise
@@ -103,7 +105,33 @@ def test_a_follow_up_turn_uses_the_chat_templates_own_markers(loaded) -> None:
     tok = loaded.tokenizer
     end, opening = demo_followup.turn_markers(tok)
     assert "user" in end and "assistant" in opening
-    doc = demo_followup.Doc("x", ["amber-otter", "calm-raven"], ["1234", "5678"], [0.2, 0.8])
+    facts = (
+        demo_followup.Fact("amber-otter", "1234", 0.2),
+        demo_followup.Fact("calm-raven", "5678", 0.8),
+    )
+    doc = demo_followup.Doc("x", facts)
     first = demo_followup.first_turn(tok, doc)
     # the first turn ends with the answer's first words: its key sits in the observation window
     assert "amber-otter" in tok.decode(first[-16:])
+
+
+def test_policies_a_windowed_model_refuses_make_it_not_measurable(gemma_path, tmp_path) -> None:
+    """On Gemma 3 (sliding-window layers) the default's streaming and recall cannot run: the
+    demonstration says so, with what to change, before any engine is built (it was the
+    engine's refusal, which ended the whole workshop run)."""
+    from types import SimpleNamespace
+
+    from ctxlab.model.registry import resolve_model_path
+
+    cfg = load_config()
+    c = cfg.followup
+    why = demo_followup.refused_here(gemma_path, c)
+    assert why is not None
+    assert "leave streaming out of followup.policies" in why
+    assert "set followup.recall_tokens = 0" in why
+    fine = c.model_copy(update=dict(policies=["snapkv", "window"], recall_tokens=0))
+    assert demo_followup.refused_here(gemma_path, fine) is None
+    assert demo_followup.refused_here(resolve_model_path("smollm2-135m"), c) is None
+    session = SimpleNamespace(cfg=cfg, loaded=SimpleNamespace(source_path=gemma_path))
+    res = demo_followup.run(session, None)  # type: ignore[arg-type]
+    assert res.status == "not measurable" and "sliding-window layers" in res.summary

@@ -3,12 +3,14 @@ model, and its rows read from the shared tiny run (`tiny_run`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ctxlab.errors import CtxlabError
 from ctxlab.workshop.demo_long_vs_retrieval import (
+    Answer,
     Measured,
     Row,
     Slice,
@@ -16,22 +18,44 @@ from ctxlab.workshop.demo_long_vs_retrieval import (
     _same,
     _shared_prefix,
     against,
+    compare,
+    label,
     not_isolated,
     organisations,
     points,
     priced,
-    verdict,
-    wins,
+    said,
 )
 
 
-def row(name: str, correct: list[bool], usd: float, kind: str = "retrieval") -> Row:
-    r = Row(name, kind, 1 if kind == "retrieval" else None)  # type: ignore[arg-type]
-    r.questions = [f"q{i}" for i in range(len(correct))]
-    r.correct = list(correct)
-    r.answers = ["x" if c else "y" for c in correct]
-    r.usd = [usd] * len(correct)
-    return r
+def answer(i: int, correct: bool, usd: float, **more: object) -> Answer:
+    a = Answer(f"q{i}", "x" if correct else "y", correct, 1.0, None, 0.0, 300, 320, 16, 4,
+               100.0, 1.0, usd, None)  # fmt: skip
+    return replace(a, **more)  # type: ignore[arg-type]
+
+
+def row(k: int | None, correct: list[bool], usd: float, kind: str = "retrieval", **more) -> Row:
+    """A row of `correct` answers to q0, q1, ... at `usd` each; `more` sets a field of each."""
+    answers = tuple(answer(i, c, usd, **more) for i, c in enumerate(correct))
+    return Row(kind, k if kind == "retrieval" else None, answers)  # type: ignore[arg-type]
+
+
+def with_fields(r: Row, **per_answer: list) -> Row:
+    """`r` with the named fields of its answers set, one value per answer."""
+    n = len(r.answers)
+    answers = tuple(
+        replace(a, **{f: v[i] for f, v in per_answer.items()})
+        for i, a in zip(range(n), r.answers, strict=True)
+    )
+    return replace(r, answers=answers)
+
+
+def verdict(r: Row, warm: Row) -> str:
+    return said(compare(0, r, warm), r).removeprefix("long context wins: ")
+
+
+def wins(r: Row, warm: Row) -> bool:
+    return compare(0, r, warm).wins
 
 
 def test_the_slice_is_whole_organisations_in_the_fixtures_order() -> None:
@@ -49,41 +73,42 @@ def test_the_slice_is_whole_organisations_in_the_fixtures_order() -> None:
 
 
 def test_the_whole_corpus_wins_by_answers_or_by_price_within_noise() -> None:
-    warm = row("whole corpus, warm", [True] * 12, 0.001, "warm")
-    worse = row("bm25@1", [False] * 12, 0.0005)
+    warm = row(None, [True] * 12, 0.001, "warm")
+    worse = row(1, [False] * 12, 0.0005)
     assert points(against(worse, warm)).low > 0
     assert wins(worse, warm)
     assert verdict(worse, warm) == "whole corpus answers better beyond noise; cheaper: bm25@1"
-    same_dearer = row("bm25@2", [True] * 12, 0.002)
+    same_dearer = row(2, [True] * 12, 0.002)
     assert wins(same_dearer, warm)
     assert verdict(same_dearer, warm) == "answers within noise; cheaper: whole corpus (warm)"
-    same_cheaper = row("bm25@4", [True] * 12, 0.0005)
+    same_cheaper = row(4, [True] * 12, 0.0005)
     assert not wins(same_cheaper, warm)
-    better = row("bm25@8", [True] * 12, 0.002)
-    loses = row("whole corpus, warm", [False] * 12, 0.001, "warm")
+    better = row(8, [True] * 12, 0.002)
+    loses = row(None, [False] * 12, 0.001, "warm")
     assert not wins(better, loses)  # cheaper, but it answers worse beyond noise
     assert verdict(better, loses).startswith("bm25@8 answers better beyond noise")
 
 
 def test_pairs_follow_the_question_ids() -> None:
-    warm = row("whole corpus, warm", [True, False, True], 0.001, "warm")
-    cold = row("whole corpus, cold", [False], 0.002, "cold")
-    cold.questions = ["q2"]  # the cold row asked only q2: paired with warm's q2 (right)
+    warm = row(None, [True, False, True], 0.001, "warm")
+    cold = row(None, [False], 0.002, "cold", question_id="q2")
+    # the cold row asked only q2: paired with warm's q2 (right)
     assert points(against(cold, warm)).value == pytest.approx(100.0)
-    cold.answers = ["x"]
-    assert _same(cold, warm) == 1
-    cold.answers = ["z"]
-    assert _same(cold, warm) == 0
+    assert _same(with_fields(cold, text=["x"]), warm) == 1
+    assert _same(with_fields(cold, text=["z"]), warm) == 0
+    assert [label(r) for r in (row(4, [True], 0.0), cold, warm)] == [
+        "bm25@4", "whole corpus, cold", "whole corpus, warm"
+    ]  # fmt: skip
 
 
 def test_the_warm_row_reads_its_prefix_and_writes_it_once() -> None:
     from ctxlab.plan.rate_card import load_rate_card
 
     card = load_rate_card("default")  # per million: input 2.00, cache read 0.20, output 12.00
-    warm = row("whole corpus, warm", [True, True], 0.0, "warm")
-    warm.prompt_tokens, warm.output_tokens = [1000, 1010], [10, 10]
-    cold = row("whole corpus, cold", [True, True], 0.0, "cold")
-    cold.prompt_tokens, cold.output_tokens = [1000, 1010], [10, 10]
+    warm = row(None, [True, True], 0.0, "warm", output_tokens=10)
+    warm = with_fields(warm, prompt_tokens=[1000, 1010])
+    cold = row(None, [True, True], 0.0, "cold", output_tokens=10)
+    cold = with_fields(cold, prompt_tokens=[1000, 1010])
     write = 2.00 * 990 / 1e6 / 2  # 990 shared tokens written once (at the input rate), over 2
     out = 12.00 * 10 / 1e6
     assert priced(warm, card, 990) == pytest.approx(
@@ -96,10 +121,11 @@ def test_the_warm_row_reads_its_prefix_and_writes_it_once() -> None:
 def test_a_cold_row_served_from_the_cache_is_not_cold() -> None:
     from ctxlab.workshop.result import Figures
 
-    cold = row("whole corpus, cold", [True, False], 0.0, "cold")
-    cold.prompt_tokens, cold.reused_tokens = [370, 372], [0, 0]
+    cold = row(None, [True, False], 0.0, "cold", reused_tokens=0)
+    cold = with_fields(cold, prompt_tokens=[370, 372])
     assert not_isolated(cold, Figures()) is None
-    cold.reused_tokens = [0, 369]  # a server that ignores cache_salt (llama.cpp's slots)
+    # a server that ignores cache_salt (llama.cpp's slots)
+    cold = with_fields(cold, reused_tokens=[0, 369])
     f = Figures()
     why = not_isolated(cold, f)
     assert why is not None and "369 of the cold requests' 742 prompt tokens" in why
@@ -122,6 +148,13 @@ def test_a_slice_past_the_window_is_one_sentence(tmp_path: Path) -> None:
         load_config(bad)
     bad.write_text("[long_vs_retrieval]\ncold_questions = 99\n")
     with pytest.raises(CtxlabError, match="cold_questions 99"):
+        load_config(bad)
+    # a 6K slice fits a 6,400 window, but not beside a cold copy in the default 8,192 pool
+    bad.write_text("[model]\nmax_model_len = 6400\n[long_vs_retrieval]\ncontext_tokens = 6000\n")
+    with pytest.raises(CtxlabError, match="needs 12152 tokens of pool, more than engine"):
+        load_config(bad)
+    bad.write_text("[long_vs_retrieval]\nfixture_organisations = 25\n")
+    with pytest.raises(CtxlabError, match="fixture_organisations must be even"):
         load_config(bad)
 
 
@@ -181,37 +214,44 @@ def test_costs_and_the_verdict_column(tiny_run) -> None:
 
 
 def _measured(warm_reused: int, cold_reused: int) -> Measured:
-
     rows = []
-    for name, kind, reused in (
-        ("bm25@1", "retrieval", 16),
-        ("whole corpus, cold", "cold", cold_reused),
-        ("whole corpus, warm", "warm", warm_reused),
-    ):
-        r = row(name, [True, False, True, False], 0.001, kind)
+    for kind, reused in (("retrieval", 16), ("cold", cold_reused), ("warm", warm_reused)):
         n = 1 if kind == "cold" else 4
-        r.questions, r.correct, r.answers = r.questions[:n], r.correct[:n], r.answers[:n]
-        r.usd = r.usd[:n]
-        r.prompt_tokens, r.reused_tokens = [320] * n, [reused] * n
-        r.context_tokens, r.evidence, r.ttft_ms = [300] * n, [1.0] * n, [100.0] * n
-        r.cpu_s = [1.0] * n
-        rows.append(r)
+        rows.append(row(1, [True, False, True, False][:n], 0.001, kind, reused_tokens=reused))
     facts = Slice(1, 24, 2, 5, 300, 310, 4)
-    return Measured(rows, facts, Write(100.0, 1.0), 46080, "card", "", 0.1, True)
+    return Measured(tuple(rows), facts, Write(100.0, 1.0), 46080, False, 0.1, True)
 
 
 @pytest.mark.parametrize(("warm_reused", "cold_reused"), [(304, 0), (32, 0), (304, 300)])
 def test_the_report_says_when_a_side_was_not_what_it_is_called(warm_reused, cold_reused) -> None:
     from types import SimpleNamespace
 
-    from ctxlab.workshop.demo_long_vs_retrieval import DEMO, explain
+    from ctxlab.workshop.demo_long_vs_retrieval import DEMO, explain, verdicts
     from ctxlab.workshop.result import DemoResult
 
     res = DemoResult.of(DEMO)
     session = SimpleNamespace(cfg=SimpleNamespace(cost=SimpleNamespace(currency="USD")))
-    explain(session, res, _measured(warm_reused, cold_reused))  # type: ignore[arg-type]
+    m = _measured(warm_reused, cold_reused)
+    explain(session, res, m, verdicts(DemoResult.of(DEMO), m))  # type: ignore[arg-type]
     notes = " ".join(res.notes)
     assert ("The warm row was not warm" in notes) == (warm_reused < 155)
     assert ("The cold row was not cold" in notes) == (cold_reused > 0)
     cold_gain = res.gains[0]
     assert (cold_gain.storage is None) == (cold_reused > 0)  # no case where nothing was cold
+
+
+def test_the_plot_is_drawn_from_the_records(tmp_path: Path) -> None:
+    from ctxlab.workshop.demo_long_vs_retrieval import DEMO, draw
+
+    m = _measured(304, 0)
+    path = draw(m, "USD", DEMO.plot("11_long_vs_retrieval.png").path(tmp_path))
+    assert path == tmp_path / "plots" / "11_long_vs_retrieval.png"
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.model
+def test_the_run_draws_its_declared_plot(tiny_run) -> None:
+    results, out = tiny_run
+    (plot,) = results["demos"]["long_vs_retrieval"]["plots"]
+    assert plot == "plots/11_long_vs_retrieval.png"
+    assert (out / plot).read_bytes()[:4] == b"\x89PNG"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-from plain_records import problems, type_problems
+from plain_records import FOLLOWUP_TEXTS, LONG_TEXTS, problems, type_problems
 
 from ctxlab.progress import progress
 from ctxlab.workshop.registry import REGISTERED
@@ -137,14 +137,13 @@ def test_retrieval_depth_measures_frozen_records(session) -> None:
     assert r.documents > 0 and r.chunks >= r.documents
 
 
-# Demonstrations whose records are being made to follow the rule on another branch; the
-# integrator removes this once it is merged.
-RECORDS_PENDING = frozenset({10, 11})
 # Fields that hold text the run produced rather than a label or a formatted number.
 TEXTS: dict[str, frozenset[str]] = {
     "compaction": frozenset({"id"}),  # a planted fact's name, as the fixture wrote it
     "eviction": frozenset({"file_label"}),  # a named step-profile file's own label
     "offload": frozenset({"file_label"}),  # the same profile (demonstration 4's workload)
+    "followup": FOLLOWUP_TEXTS,  # a document, a fact's name and number
+    "long_vs_retrieval": LONG_TEXTS,  # a gold question's id, the model's answer
 }
 
 
@@ -153,8 +152,6 @@ def test_every_measure_is_typed_to_return_frozen_records(demo) -> None:
     """Every registered demonstration's `measure`, read from its return type, so one whose
     run is costly (two processes, a simulator, a second model, a conversation replayed per
     strategy) is held to the rule too; the tiny runs above cover behaviour."""
-    if demo.number in RECORDS_PENDING:
-        pytest.skip("made to follow the rule on the #37 branch")
     module = importlib.import_module(demo.run.__module__)
     measure = getattr(module, "measure", None)
     assert measure is not None, f"{module.__name__} has no measure(session, tracker)"
@@ -164,7 +161,6 @@ def test_every_measure_is_typed_to_return_frozen_records(demo) -> None:
 
 def test_the_text_fields_name_registered_demonstrations() -> None:
     assert set(TEXTS) <= {d.key for d in REGISTERED}
-    assert {d.number for d in REGISTERED} >= RECORDS_PENDING
 
 
 def test_offload_reuses_only_a_step_profile_written_in_this_run(
