@@ -163,3 +163,12 @@ def tiny_run(loaded, tiny_config: Path, tmp_path_factory) -> tuple[dict[str, Any
         cfg, out, config_label=str(tiny_config), loaded=loaded, show_progress=False
     )
     return results, out
+
+
+@pytest.fixture
+def session(loaded, tiny_config: Path, tmp_path: Path):
+    """A workshop session on the tiny config, for running one demonstration's `measure`."""
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.session import Session
+
+    return Session(load_config(tiny_config), loaded, tmp_path)

@@ -17,14 +17,6 @@ from ctxlab.progress import progress
 from ctxlab.workshop.registry import REGISTERED
 
 
-@pytest.fixture
-def session(loaded, tiny_config: Path, tmp_path: Path):
-    from ctxlab.workshop.config_file import load_config
-    from ctxlab.workshop.session import Session
-
-    return Session(load_config(tiny_config), loaded, tmp_path)
-
-
 def _measure(module, session):
     with progress("measure", enabled=False) as tracker:
         return module.measure(session, tracker)

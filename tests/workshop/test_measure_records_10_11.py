@@ -5,20 +5,10 @@ demonstration's return type)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from plain_records import FOLLOWUP_TEXTS, LONG_TEXTS, problems, type_problems
 
 from ctxlab.progress import progress
-
-
-@pytest.fixture
-def session(loaded, tiny_config: Path, tmp_path: Path):
-    from ctxlab.workshop.config_file import load_config
-    from ctxlab.workshop.session import Session
-
-    return Session(load_config(tiny_config), loaded, tmp_path)
 
 
 def _measure(module, session):
