@@ -76,6 +76,10 @@ class TransferProfile:
     bandwidth_bytes_per_s: float
     block_bytes: int
     points: tuple[tuple[int, float], ...]  # (blocks restored, median seconds)
+    # False: the medians did not grow with the bytes (a busy machine), so latency and
+    # bandwidth could not be told apart; the profile is then the largest restore's rate
+    # through zero latency, an upper bound on a restore's cost, never an unbounded bandwidth
+    resolved: bool = True
 
     def seconds(self, nbytes: int) -> float:
         return self.latency_s + nbytes / self.bandwidth_bytes_per_s
@@ -254,7 +258,10 @@ class PrefixOffload:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         sxx = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-        slope = max(slope, 1e-15)
+        if slope <= 0:  # time did not grow with bytes: price the largest restore, no latency
+            largest = max(range(len(xs)), key=xs.__getitem__)
+            rate = xs[largest] / max(ys[largest], 1e-9)
+            return TransferProfile(tier, 0.0, rate, self.tier.block_bytes, tuple(points), False)
         latency = max(0.0, my - slope * mx)
         return TransferProfile(tier, latency, 1 / slope, self.tier.block_bytes, tuple(points))
 

@@ -193,3 +193,22 @@ def test_transfer_profile_is_fitted_and_leaves_nothing_behind(tier, tmp_path):
     eng.kv.alloc.check_invariants()
     assert _run(eng, PROMPTS) == EXPECTED
     off.close()
+
+
+def test_a_profile_whose_times_do_not_grow_is_an_upper_bound_not_unbounded(monkeypatch):
+    """On a busy machine the restore medians may not grow with the bytes; the fit then cannot
+    tell latency from bandwidth (it said 931,322 GiB/s: a clamped slope) and is priced at the
+    largest restore's rate instead, marked unresolved."""
+    import ctxlab.kv.prefix_offload as po
+
+    eng = _engine()
+    off = eng.attach_offload(1 << 20, None)
+    clock = iter(range(10_000))
+    monkeypatch.setattr(po.time, "perf_counter", lambda: next(clock) * 0.5)  # a fixed tick
+    prof = off.measure_profile("host", sizes=(1, 2, 4), repeats=2)
+    took = {t for _, t in prof.points}
+    assert len(took) == 1 and min(took) > 0  # every size took the same time
+    assert not prof.resolved and prof.latency_s == 0.0
+    assert prof.bandwidth_bytes_per_s == pytest.approx(4 * BLOCK_BYTES / min(took))
+    assert prof.seconds(4 * BLOCK_BYTES) == pytest.approx(min(took))  # the largest, exactly
+    off.close()
