@@ -137,7 +137,7 @@ def run_workshop(
         results["verdicts"] = [v.to_json() for v in verdicts]
         counts = {k: sum(1 for v in verdicts if v.verdict == k) for k in VERDICT_KINDS}
         results["verdict_counts"] = counts
-        results["required_metrics"] = _required(cfg, demos, only)
+        results["required_metrics"] = _required(cfg, demos, only, server is not None)
         results["checklist"] = checklist.evaluate(results)
     import torch
 
@@ -452,7 +452,9 @@ def _verdicts(cfg: WorkshopConfig, demos: dict[str, DemoResult]) -> list[Verdict
     return out
 
 
-def _required(cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] | None) -> list:
+def _required(
+    cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] | None, served: bool
+) -> list:
     rows = []
     for ref in cfg.required_metrics:
         found = metric_ref(ref)
@@ -460,8 +462,9 @@ def _required(cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] 
         demo_spec, metric = found
         demo = demos[demo_spec.key]
         # A demonstration a server cannot run is not required of that run; its verdicts
-        # and the report say why.
-        through = demo.status == "not measurable"
+        # and the report say why. On the local engine "not measurable" (a config the
+        # model cannot run) leaves its required metrics missing: the run is incomplete.
+        through = served and demo.status == "not measurable"
         selected = (only is None or demo_spec.number in only) and not through
         obs = demo.observations.get(metric.name)
         measured = obs is not None and obs.measurable
@@ -469,6 +472,8 @@ def _required(cfg: WorkshopConfig, demos: dict[str, DemoResult], only: set[int] 
             why = demo.summary
         elif not selected:
             why = "not selected with --only"
+        elif demo.status == "not measurable":
+            why = demo.summary or f"demonstration {demo.number} was not measurable"
         elif demo.status != "run":
             why = f"demonstration {demo.number} was {demo.status}"
         elif obs is None:

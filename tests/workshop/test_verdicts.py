@@ -108,3 +108,25 @@ def test_a_timing_without_repeats_is_read_against_the_runs_largest_scatter() -> 
     assert "timed without repeats" in once.reason and "30.0%" in once.reason
     assert got["page_size", "waste_tokens"].verdict == "not measurable"  # not observed
     assert {key for key, _ in got} == {"warm_prefix", "page_size"}  # the unselected: unjudged
+
+
+def test_a_demonstration_not_measurable_on_the_local_engine_leaves_its_required_metrics_missing():
+    """Through a server, a demonstration the server cannot run is not required of that run;
+    on the local engine "not measurable" is a config the model cannot run, so its required
+    metrics stay required and missing (the run is incomplete, exit 1), never exit 0."""
+    from ctxlab.workshop.config_file import load_config
+    from ctxlab.workshop.registry import BY_KEY, metric_ref
+    from ctxlab.workshop.result import DemoResult
+    from ctxlab.workshop.runner import _required
+
+    cfg = load_config()
+    ref = cfg.required_metrics[0]
+    found = metric_ref(ref)
+    assert not isinstance(found, str)
+    key = found[0].key
+    demos = {k: DemoResult(d.number, k, "t", "run") for k, d in BY_KEY.items()}
+    demos[key] = DemoResult(found[0].number, key, "t", "not measurable", summary="the model cannot")
+    local = {r["metric"]: r for r in _required(cfg, demos, None, served=False)}[ref]
+    assert local["required"] and not local["measured"] and local["why"] == "the model cannot"
+    served = {r["metric"]: r for r in _required(cfg, demos, None, served=True)}[ref]
+    assert not served["required"] and served["why"] == "the model cannot"
