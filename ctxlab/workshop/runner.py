@@ -169,7 +169,7 @@ def _status(results: JSONObject) -> tuple[str, str]:
     missing = [r for r in results["required_metrics"] if r["required"] and not r["measured"]]
     unmeasured = (
         f"{len(missing)} required metric(s) not measured: "
-        + "; ".join(f"{r['metric']} ({r['why']})" for r in missing)
+        + "; ".join(f"{r['metric']} ({r['why'].rstrip('.')})" for r in missing)
         if missing
         else ""
     )
