@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 NUMBER = re.compile(
-    r"(?:(?<=[\s(\[|])-)?(?<![\w.,\-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w\-]|\.\d)"
+    r"(?:(?<=[\s(\[|])-|(?<![\w.,\-]))(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w\-]|\.\d)"
 )
 CODE = re.compile(r"`[^`]*`")
 

@@ -30,6 +30,9 @@ def test_the_number_check_can_fail() -> None:
     assert unmatched("p99 of llama-3.1-8b in `plots/4_x.png` is 8", doc) == ["8"]
     # a dotted version is not a figure; a number that ends a sentence still is
     assert unmatched("through vllm 0.32.0 at a URL, 0.50. Then 8.", doc) == ["8"]
+    # a negative figure is read with its sign (it was never read at all)
+    assert printed_numbers("a change of -18.8 points [-1.5, 2]") == ["-18.8", "-1.5", "2"]
+    assert unmatched("changed by -7", doc) == ["-7"]
 
 
 def test_html_is_self_contained(tiny_run) -> None:
