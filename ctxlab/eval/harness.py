@@ -253,6 +253,8 @@ def run_lost_in_middle(
                         }
                     )
                 bar.advance(len(batch))
+                # rewritten after every batch, so an interrupted run keeps what it answered
+                write_text(out_dir / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
             mine = [r for r in rows if r["policy"] == run.policy and r["budget"] == run.budget]
             curves[label] = [
                 wilson(
@@ -261,8 +263,15 @@ def run_lost_in_middle(
                 )
                 for p in range(documents)
             ]
-    write_text(out_dir / "rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    png = _plot_lost_in_middle(curves, documents, samples, kv_dtype, out_dir / "lost_in_middle.png")
+    from ctxlab.model.registry import model_label
+
+    png = _plot_lost_in_middle(
+        curves,
+        documents,
+        samples,
+        f"{model_label(model)}, {kv_dtype} KV",
+        out_dir / "lost_in_middle.png",
+    )
     table = Table(title=f"accuracy by gold-document position [Wilson 95 %], n = {samples} each")
     table.add_column("position")
     for label in curves:
@@ -286,7 +295,7 @@ def run_lost_in_middle(
 
 
 def _plot_lost_in_middle(
-    curves: dict[str, list[Interval]], documents: int, samples: int, kv_dtype: str, png: Path
+    curves: dict[str, list[Interval]], documents: int, samples: int, what: str, png: Path
 ) -> Path:
     """One line per policy: accuracy by gold position with its Wilson interval."""
     import matplotlib
@@ -304,9 +313,7 @@ def _plot_lost_in_middle(
     ax.set_xlabel("position of the gold document (1 = first)")
     ax.set_ylabel("accuracy (%), Wilson 95 %")
     ax.set_ylim(-5, 105)
-    ax.set_title(
-        f"lost in the middle: {documents} documents, n = {samples} per point ({kv_dtype} KV)"
-    )
+    ax.set_title(f"lost in the middle: {what}, {documents} documents, n = {samples} per point")
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, png, dpi=110)
