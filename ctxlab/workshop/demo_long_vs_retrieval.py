@@ -598,18 +598,6 @@ def verdicts(res: DemoResult, m: Measured) -> Judged:
     return Judged(tuple(compare(i, r, warm) for i, r in retrieval), best)
 
 
-def _observe_medians(res: DemoResult, metric: str, base: list[float], new: list[float]) -> None:
-    """Median of `base` -> median of `new`, with the bootstrap interval of their difference."""
-    res.observe(
-        metric,
-        stats.median(base),
-        stats.median(new),
-        1,
-        change=stats.median_difference(base, new),
-        test=f"bootstrap of the difference of medians, {len(base)} and {len(new)} requests",
-    )
-
-
 def observe(res: DemoResult, m: Measured) -> None:
     """The catalogue's metrics, baseline BM25 at the largest k unless the metric says."""
     retrieval = [r for r in m.rows if r.kind == "retrieval"]
@@ -648,15 +636,10 @@ def observe(res: DemoResult, m: Measured) -> None:
         res.observe("ttft_cold_ms", None, None, 1, why_missing=not_cold)
         res.observe("ttft_warm_ms", None, None, 1, why_missing=not_cold)
     else:
-        _observe_medians(res, "ttft_cold_ms", hi.ttft_ms, cold.ttft_ms)
-        _observe_medians(res, "ttft_warm_ms", cold.ttft_ms, warm.ttft_ms)
-    res.observe(
-        "ttft_warm_vs_retrieval_ms",
-        stats.median(hi.ttft_ms),
-        stats.median(warm.ttft_ms),
-        1,
-        change=stats.median_difference(hi.ttft_ms, warm.ttft_ms, paired_items=True),
-        test=f"paired bootstrap of the difference of medians, {n} questions",
+        res.observe_latency("ttft_cold_ms", hi.ttft_ms, cold.ttft_ms, 1, items="requests")
+        res.observe_latency("ttft_warm_ms", cold.ttft_ms, warm.ttft_ms, 1, items="requests")
+    res.observe_latency(
+        "ttft_warm_vs_retrieval_ms", hi.ttft_ms, warm.ttft_ms, 1, items="questions", paired=True
     )
     why = "through a server this process's CPU seconds are the client's, not the server's"
     res.observe(

@@ -221,13 +221,8 @@ def _observe(res: DemoResult, m: Measured) -> None:
         res.observe("recall_tpot_ms", None, None, 1, why_missing=why)
     else:
         observe_accuracy(res, "followup_accuracy_recall_pct", base.follow, recall.follow)
-        res.observe(
-            "recall_tpot_ms",
-            stats.median(base.tpot_ms),
-            stats.median(recall.tpot_ms),
-            2,
-            change=stats.median_difference(base.tpot_ms, recall.tpot_ms, paired_items=True),
-            test=f"paired bootstrap of the difference of medians, {len(base.tpot_ms)} follow-ups",
+        res.observe_latency(
+            "recall_tpot_ms", base.tpot_ms, recall.tpot_ms, 2, items="follow-ups", paired=True
         )
     observe_accuracy(res, "followup_accuracy_fresh_pct", full.follow, fresh.follow)
     small = [r for r in m.rows if r.share == m.main]

@@ -10,6 +10,7 @@ too. Nothing here imports torch.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
@@ -198,14 +199,17 @@ class DemoResult:
     def observe_latency(
         self,
         metric: str,
-        baseline: list[float],
-        observed: list[float],
+        baseline: Sequence[float],
+        observed: Sequence[float],
         digits: int = 0,
         noise: float | None = None,
+        items: str = "repeats",
+        paired: bool = False,
     ) -> None:
-        """A latency metric from repeats: medians, and the bootstrap interval of their
-        difference (the two sides are independent repeats, each resampled on its own)."""
-        change = stats.median_difference(baseline, observed)
+        """A latency metric: medians, and the bootstrap interval of their difference (the
+        two sides independent, each resampled on its own; `paired`: the same items on both
+        sides, resampled together)."""
+        change = stats.median_difference(baseline, observed, paired_items=paired)
         self.observe(
             metric,
             stats.median(baseline) if baseline else math.nan,
@@ -213,8 +217,10 @@ class DemoResult:
             digits,
             noise,
             change=change,
-            test=f"bootstrap of the difference of medians, {len(baseline)} and "
-            f"{len(observed)} repeats",
+            test=f"paired bootstrap of the difference of medians, {len(baseline)} {items}"
+            if paired
+            else f"bootstrap of the difference of medians, {len(baseline)} and "
+            f"{len(observed)} {items}",
         )
 
     def to_json(self, out_dir: Path) -> JSONObject:
