@@ -260,6 +260,7 @@ LINEAR_OPS = {
     "aten::addmm",
     "quantized::linear_dynamic",
     "aten::_weight_int4pack_mm_for_cpu",
+    "mkldnn::_linear_pointwise",
 }
 ATTENTION_OPS = {
     "ctxlab::paged_decode",

@@ -1,4 +1,4 @@
-"""`ctxlab bench serve` against `ctxlab serve` (fp32, bf16, int8, int4 weights) and against
+"""`ctxlab bench serve` against `ctxlab serve` (fp32, fp32-onednn, bf16, int8, int4) and against
 vLLM's CPU build (fp32, bf16) on the same model, with the same command lines, in one run.
 Two workloads (issue 38's): random 128 in / 32 out, and one shared 512-token prefix before 64
 new tokens / 32 out. Prints each vLLM-style result block with the load average around it,
@@ -69,7 +69,7 @@ def main() -> None:
     servers = {
         **{
             f"ctxlab serve {w}": (lambda w=w: ctxlab_server("--threads", t, "--weights", w))
-            for w in ("fp32", "bf16", "int8", "int4")
+            for w in ("fp32", "fp32-onednn", "bf16", "int8", "int4")
         },
         "vLLM fp32": lambda: vllm_server(folder, MODEL, "float32", a.threads, a.eager),
         "vLLM bf16": lambda: vllm_server(folder, MODEL, "bfloat16", a.threads, a.eager),

@@ -19,7 +19,8 @@ from ctxlab.errors import CtxlabError
 DEFAULT_MODEL = "smollm2-135m"
 DTYPES = ("float32", "bfloat16")
 KV_FORMATS = ("int8", "kivi4", "kivi2")
-WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")  # as ctxlab.model.weights (no torch here)
+# as ctxlab.model.weights (no torch here)
+WEIGHT_FORMATS = ("fp32", "fp32-onednn", "bf16", "int8", "int4")
 
 
 @dataclass

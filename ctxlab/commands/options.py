@@ -75,7 +75,8 @@ WeightsOpt = Annotated[
     str,
     typer.Option(
         "--weights",
-        help="Linear-layer weights: fp32 (the reference), bf16, int8 (fbgemm dynamic int8, "
+        help="Linear-layer weights: fp32 (the reference), fp32-onednn (float32 prepacked for "
+        "oneDNN: faster batched decode, a private copy), bf16, int8 (fbgemm dynamic int8, "
         "the fastest decode here) or int4 (the GGUF's own 4-bit blocks). See docs/decode.md.",
     ),
 ]
@@ -100,8 +101,8 @@ def refuse_gone_dtype(value: str | None, command: str) -> None:
     if value is not None:
         raise CtxlabError(
             f"`ctxlab {command}` has no --dtype {value}: --weights names the precision "
-            "(fp32, bf16, int8 or int4; activations and the KV cache stay float32, and "
-            "--kv-format int8|kivi4|kivi2 stores the KV cache smaller)."
+            "(fp32, fp32-onednn, bf16, int8 or int4; activations and the KV cache stay "
+            "float32, and --kv-format int8|kivi4|kivi2 stores the KV cache smaller)."
         )
 
 

@@ -67,7 +67,7 @@ ARCHITECTURES["gemma3"] = Architecture(
     gguf_norm_offset=gemma3.GGUF_NORM_OFFSET,
     gguf_config=gemma3.gguf_config,
     hf_config=gemma3.hf_config,
-    weight_formats=("fp32", "bf16", "int4"),
+    weight_formats=("fp32", "fp32-onednn", "bf16", "int4"),
     why_not=(
         "int8 rotates the residual stream, and Gemma's post-attention and post-feedforward "
         "norms scale the sublayer outputs channel by channel before they join it, which no "

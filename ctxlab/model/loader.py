@@ -86,7 +86,8 @@ def load_model(
 ) -> LoadedModel:
     """Load a registry name (default: smollm2-135m), a .gguf file or an HF safetensors folder.
 
-    `weights` stores the linear layers as fp32, bf16, int8 or int4 (`ctxlab.model.weights`);
+    `weights` stores the linear layers as fp32, fp32-onednn, bf16, int8 or int4
+    (`ctxlab.model.weights`);
     `rope_scaling` (`linear:F`, `dynamic:F`, `yarn:F` or none) scales RoPE on a checkpoint
     that does not (`ctxlab.model.rope_override`).
     """

