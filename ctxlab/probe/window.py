@@ -10,6 +10,8 @@ against what a page-granular cache reuses below W (floor(position / P) x P).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.probe.figures import Figure
 
@@ -22,16 +24,24 @@ def sliding_window(spec: ArchSpec) -> tuple[int, int] | None:
     return (max(windows), len(windows)) if windows else None
 
 
-def past_window(points: list[dict[str, int]], window: int, layers: int, page: int) -> Figure:
-    """The staircase's points past `window` against whole-page reuse (`page` tokens)."""
+def past_window(
+    points: list[dict[str, int]], window: int, layers: int, page: int, left_out: str = ""
+) -> Figure:
+    """The staircase's placed points past `window` against whole-page reuse (`page` tokens).
+    `left_out`: why some points are not among `points` (the prefix section's note), added."""
+    fig = _past(points, window, layers, page)
+    return replace(fig, note=f"{fig.note}; {left_out}") if left_out else fig
+
+
+def _past(points: list[dict[str, int]], window: int, layers: int, page: int) -> Figure:
     beyond = sorted((p for p in points if p["position"] > window), key=lambda p: p["position"])
     of = f"the {window}-token window of {layers} sliding layers"
     if not beyond:
         longest = max((p["position"] for p in points), default=0)
         return Figure(
             NAME, None, "not measurable",
-            f"the staircase stopped at token {longest}, inside {of}: probe with --longest "
-            f"above {window} (e.g. {2 * window + page})",
+            f"the staircase stopped at token {longest}, inside {of}: probe with "
+            f"--longest above {window} (e.g. {2 * window + page})",
         )  # fmt: skip
     whole = [p for p in beyond if p["cached"] == p["position"] // page * page]
     none = [p for p in beyond if p["cached"] == 0]
