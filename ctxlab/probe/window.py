@@ -2,10 +2,12 @@
 
 A model with sliding-window layers (Gemma 3: 512-token windows on 5 of every 6 layers) keeps
 for those layers only the last W tokens' keys. A prefix cache can still reuse a long prefix
-if it kept the sliding layers' blocks of that prefix (vLLM's hybrid allocator keeps the
-blocks inside the window before the hit point), or reuse nothing past W, or something in
-between. The probe's staircase answers it from outside: the divergence points past W,
-against what a page-granular cache reuses below W (floor(position / P) x P).
+if it kept the sliding layers' blocks of that prefix (the blocks inside the window before
+the hit point), or reuse nothing past W, or something in between: vLLM 0.32 by default hashes
+them only at checkpoints (a prompt's last page, a shared-prefix junction), so the first
+request whose hit ends at a page no checkpoint covers reuses nothing (docs/deployment.md,
+"Past a sliding window"). The probe's staircase answers it from outside: the divergence
+points past W, against what a page-granular cache reuses below W (floor(position / P) x P).
 """
 
 from __future__ import annotations
