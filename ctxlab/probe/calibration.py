@@ -26,7 +26,8 @@ from ctxlab.probe.identify import ServerInfo, tokenize
 from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 
 CALIBRATION = (48, 112)  # words in the two calibration prompts
-MOST_SPLIT = 32  # extra tokens over the whole list beyond which the search is not worth it
+MOST_SPLIT = 32  # extra tokens over the whole list (or words found) beyond which it stops
+MOST_REQUESTS = 1 + 2 * 10 * MOST_SPLIT  # the bisection of 1,024 words for MOST_SPLIT words
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,16 @@ def split_words(
     count as one token each, by bisection; None when /tokenize does not answer."""
     requests = 0
     joined = False
+    found_so_far: list[str] = []
 
     def counted(group: Sequence[str]) -> int:
         nonlocal requests
+        if requests >= MOST_REQUESTS:
+            raise CtxlabError(
+                f"the server's /tokenize counts of the probe's words do not add up ({requests} "
+                "requests did not isolate the words it splits), so divergence positions cannot "
+                "be placed on its tokenizer"
+            )
         requests += 1
         n = count(text(list(group)))
         if n is None:
@@ -70,6 +78,13 @@ def split_words(
         if n == len(group):
             return []
         if len(group) == 1:
+            found_so_far.append(group[0])
+            if len(found_so_far) > MOST_SPLIT:
+                raise CtxlabError(
+                    f"the server's /tokenize counts more than {MOST_SPLIT} of the probe's words "
+                    "as more than one token, so divergence positions cannot be placed on its "
+                    "tokenizer"
+                )
             return [group[0]]
         mid = len(group) // 2
         found = find(group[:mid], counted(group[:mid])) + find(group[mid:], counted(group[mid:]))

@@ -61,6 +61,21 @@ def test_no_tokenize_answer_is_none_and_too_many_splits_are_one_sentence():
         calibration.split_words(_counter(many)[0])
 
 
+@pytest.mark.parametrize("constant", [2, 3])
+def test_a_tokenize_that_does_not_add_up_stops_in_bounded_requests(constant):
+    """A /tokenize that answers the same count for everything: the search neither leaves
+    every word out nor runs a request per word."""
+    calls: list[int] = []
+
+    def count(_s: str) -> int:
+        calls.append(1)
+        return constant
+
+    with pytest.raises(CtxlabError, match="/tokenize"):
+        calibration.split_words(count)
+    assert len(calls) <= calibration.MOST_REQUESTS
+
+
 def _probe(script: Script, nonce: int):
     with stand_in(script) as url:
         cfg = ProbeConfig(url, sections=("prefix",), longest=LONGEST, nonce=nonce)
