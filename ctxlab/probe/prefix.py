@@ -10,6 +10,13 @@ down so that a server that keeps one prompt per slot still holds the longest sha
 when each prompt arrives. Positions count the server's tokens (the offset it adds is
 included).
 
+Each prompt's length is checked against the server's own count: a prompt of a point at d is
+d + TAIL tokens by the token rule, and a server that counts it otherwise (a probe word its
+tokenizer splits: " hither" is two tokens on Gemma 3's, and without /tokenize calibration
+cannot know) has placed that point somewhere else. Such a point is left out of the
+granularity and of the figures past a sliding window (its position is unknown), kept in the
+details with `placed: false`, and the figures say how many were left out and why.
+
 Without a cached-token report the only evidence is time: the warm request's TTFT against a
 cold one of the same length. That says "on" or "off" (inferred); granularity is then not
 measurable.
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ctxlab.probe.client import Answer, ProbeClient
 from ctxlab.probe.figures import Figure
@@ -48,9 +55,32 @@ class PrefixResult:
     identical_reuse: Figure
     points: list[dict[str, int]] = field(default_factory=list)  # position, prompt, cached
     cached_source: str = ""
+    misplaced: list[dict[str, int]] = field(default_factory=list)  # counted otherwise
 
     def figures(self) -> list[Figure]:
         return [self.enabled, self.granularity, self.identical_reuse]
+
+    def left_out(self) -> str:
+        """Why some points are not placed ("" when every one is)."""
+        return left_out_note(len(self.misplaced), len(self.points) + len(self.misplaced))
+
+    def staircase(self) -> list[dict[str, int | bool]]:
+        """Every point, longest first, each with `placed` (False: the server counted its
+        prompt at other than position + TAIL tokens, so its position is unknown)."""
+        every = [{**p, "placed": True} for p in self.points]
+        every += [{**p, "placed": False} for p in self.misplaced]
+        return sorted(every, key=lambda p: -p["position"])
+
+
+def left_out_note(misplaced: int, total: int) -> str:
+    """The sentence a figure adds when `misplaced` of `total` points were left out."""
+    if not misplaced:
+        return ""
+    return (
+        f"{misplaced} of {total} divergence points left out: the server counted their prompts "
+        f"at other than position + {TAIL} tokens (a probe word its tokenizer does not count as "
+        "one token), so their positions are unknown"
+    )
 
 
 def measure(
@@ -87,26 +117,36 @@ def measure(
         "tokens",
     )
     points: list[dict[str, int]] = []
+    misplaced: list[dict[str, int]] = []
     for d in positions(longest):
         keep = d - rule.offset
         if keep < 1:
             continue
         prompt = [*base[:keep], words.other_than(base[keep]), *words.take(TAIL - 1)]
         a = client.complete(text(prompt), d + TAIL)
-        points.append(
-            {"position": d, "prompt_tokens": a.prompt_tokens, "cached": a.cached_tokens or 0}
-        )
+        point = {"position": d, "prompt_tokens": a.prompt_tokens, "cached": a.cached_tokens or 0}
+        (points if a.prompt_tokens == d + TAIL else misplaced).append(point)
         step(f"prefix: diverge at token {d}")
+    left_out = left_out_note(len(misplaced), len(points) + len(misplaced))
     granularity = (
-        granularity_of(points)
+        granularity_of(points, left_out)
         if enabled.value
         else Figure("cache granularity", None, "not measurable", "prefix caching is off")
     )
-    return PrefixResult(enabled, granularity, identical, points, source)
+    return PrefixResult(enabled, granularity, identical, points, source, misplaced)
 
 
-def granularity_of(points: list[dict[str, int]]) -> Figure:
-    """The staircase's step: the gcd of the cached counts, checked against floor(d/P)xP."""
+def granularity_of(points: list[dict[str, int]], left_out: str = "") -> Figure:
+    """The staircase's step: the gcd of the cached counts, checked against floor(d/P)xP.
+    `left_out`: why some points are not among `points` (`left_out_note`), added to the note."""
+    if points:
+        fig = _granularity(points)
+    else:
+        fig = Figure("cache granularity", None, "not measurable", "no divergence point was placed")
+    return replace(fig, note=f"{fig.note}; {left_out}") if left_out else fig
+
+
+def _granularity(points: list[dict[str, int]]) -> Figure:
     cached = [p["cached"] for p in points]
     nonzero = sorted({c for c in cached if c > 0})
     if not nonzero:

@@ -6,8 +6,9 @@ is "diverge at word d". That rule is checked against the server, not assumed: ca
 sends two prompts and reads `usage.prompt_tokens` (the server's own count); words must cost
 exactly one token each, and the constant the server adds (a BOS or other special token) is
 measured as the offset. Where the server has `/tokenize` the same words are also counted
-there. If the rule fails the probe stops with one sentence instead of mislabelling
-positions.
+there, and the few words its tokenizer splits are found and never drawn
+(`ctxlab.probe.calibration`). If the rule fails the probe stops with one sentence instead of
+mislabelling positions.
 
 Every run draws from a fresh random stream (its nonce is in the report): a second probe of
 the same server must not find the first one's prompts in the cache.
@@ -23,17 +24,20 @@ from ctxlab.errors import CtxlabError
 
 
 class Words:
-    """Fresh random words; no two prompts from one source share a first word pair."""
+    """Fresh random words; no two prompts from one source share a first word pair.
+    `left_out`: words the server's tokenizer does not count as one token, never drawn."""
 
-    def __init__(self, nonce: int) -> None:
+    def __init__(self, nonce: int, left_out: tuple[str, ...] = ()) -> None:
         self.rng = random.Random(nonce)
+        out = set(left_out)
+        self.pool = [w for w in WORDS if w not in out] if out else list(WORDS)
 
     def take(self, n: int) -> list[str]:
-        return [WORDS[self.rng.randrange(len(WORDS))] for _ in range(n)]
+        return [self.pool[self.rng.randrange(len(self.pool))] for _ in range(n)]
 
     def other_than(self, word: str) -> str:
         while True:
-            w = WORDS[self.rng.randrange(len(WORDS))]
+            w = self.pool[self.rng.randrange(len(self.pool))]
             if w != word:
                 return w
 
@@ -60,6 +64,11 @@ class TokenRule:
 
     offset: int  # tokens the server adds to every prompt (BOS, ...)
     how: str  # how the rule was checked
+    left_out: tuple[str, ...] = ()  # words the server's tokenizer splits, never drawn
+
+    def with_left_out(self, left_out: tuple[str, ...], said: str) -> TokenRule:
+        """The rule with the words /tokenize found split (`said`: how they are named)."""
+        return TokenRule(self.offset, f"{self.how} ({said})", left_out)
 
     def words_for(self, tokens: int) -> int:
         """Words that make a prompt of exactly `tokens` tokens."""

@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from ctxlab.errors import CtxlabError
 from ctxlab.probe import capacity, isolation, prediction, prefix, steptime, window
 from ctxlab.probe import events as probe_events
+from ctxlab.probe.calibration import CALIBRATION, calibrate
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient, ServerGone
 from ctxlab.probe.figures import Figure
 from ctxlab.probe.hints import cached_tokens_hint
-from ctxlab.probe.identify import ServerInfo, check_url, identify, tokenize
+from ctxlab.probe.identify import ServerInfo, check_url, identify
 from ctxlab.probe.metrics import published_block_size, published_capacity, scrape, usage_gauge
-from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
+from ctxlab.probe.prompts import TokenRule, Words
 from ctxlab.probe.report import ProbeReport
 
 SECTIONS = ("prefix", "isolation", "capacity", "profile")
-CALIBRATION = (48, 112)  # words in the two calibration prompts
 
 
 @dataclass
@@ -149,9 +149,8 @@ def _run(
         report = ProbeReport(info, plan(cfg), cfg.nonce)
         if on_identified is not None:
             on_identified(info, report.plan)
-        words = Words(cfg.nonce)
         try:
-            rule = _calibrate(client, info, words)
+            words, rule = calibrate(client, info, cfg.nonce)
             report.token_rule = f"prompt tokens = words + {rule.offset} (checked by {rule.how})"
             say("calibrated")
             _sections(cfg, client, info, words, rule, report, say)
@@ -189,18 +188,6 @@ def _stopped(cfg: ProbeConfig, report: ProbeReport, why: str) -> None:
         report.not_run[name] = f"the run ended in the {report.running} section, before it"
 
 
-def _calibrate(client: ProbeClient, info: ServerInfo, words: Words) -> TokenRule:
-    counts: dict[int, int] = {}
-    tokenized: dict[int, int] = {}
-    for n in CALIBRATION:
-        w = words.take(n)
-        counts[n] = client.complete(text(w), n).prompt_tokens
-        ids = tokenize(client, info, text(w))
-        if ids is not None:
-            tokenized[n] = len(ids)
-    return check_rule(counts, tokenized or None)
-
-
 def _sections(
     cfg: ProbeConfig,
     client: ProbeClient,
@@ -219,11 +206,11 @@ def _sections(
             if not pre.cached_source:  # no cached-token report: name the flag that adds it
                 figures = _with_hint(figures, cached_tokens_hint(info.engine))
             report.add("prefix caching", figures)
-            report.details["staircase"] = pre.points
+            report.details["staircase"] = pre.staircase()
             report.add("prefix caching", [kind_of_cache(info, pre.granularity)])
             if isinstance(pre.granularity.value, int):
                 page = pre.granularity.value
-                report.add("prefix caching", _past_window(cfg, info, pre.points, page))
+                report.add("prefix caching", _past_window(cfg, info, pre, page))
         except BudgetSpent:
             report.not_run["prefix"] = (
                 "the budget ran out (--max-requests / --max-tokens / --max-seconds)"
@@ -303,12 +290,14 @@ def _sections(
 
 
 def _past_window(
-    cfg: ProbeConfig, info: ServerInfo, points: list[dict[str, int]], page: int
+    cfg: ProbeConfig, info: ServerInfo, pre: prefix.PrefixResult, page: int
 ) -> list[Figure]:
     """What the server reuses past the served model's sliding window (none without one)."""
     arch = cfg.architecture or prediction.served_architecture(info)
     found = window.sliding_window(arch.spec) if not isinstance(arch, str) else None
-    return [] if found is None else [window.past_window(points, *found, page)]
+    if found is None:
+        return []
+    return [window.past_window(pre.points, *found, page, left_out=pre.left_out())]
 
 
 def _predicted(

@@ -2,13 +2,17 @@
 
 A model with sliding-window layers (Gemma 3: 512-token windows on 5 of every 6 layers) keeps
 for those layers only the last W tokens' keys. A prefix cache can still reuse a long prefix
-if it kept the sliding layers' blocks of that prefix (vLLM's hybrid allocator keeps the
-blocks inside the window before the hit point), or reuse nothing past W, or something in
-between. The probe's staircase answers it from outside: the divergence points past W,
-against what a page-granular cache reuses below W (floor(position / P) x P).
+if it kept the sliding layers' blocks of that prefix (the blocks inside the window before
+the hit point), or reuse nothing past W, or something in between: vLLM 0.32 by default hashes
+them only at checkpoints (a prompt's last page, a shared-prefix junction), so the first
+request whose hit ends at a page no checkpoint covers reuses nothing (docs/deployment.md,
+"Past a sliding window"). The probe's staircase answers it from outside: the divergence
+points past W, against what a page-granular cache reuses below W (floor(position / P) x P).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from ctxlab.arch.spec import ArchSpec
 from ctxlab.probe.figures import Figure
@@ -22,16 +26,24 @@ def sliding_window(spec: ArchSpec) -> tuple[int, int] | None:
     return (max(windows), len(windows)) if windows else None
 
 
-def past_window(points: list[dict[str, int]], window: int, layers: int, page: int) -> Figure:
-    """The staircase's points past `window` against whole-page reuse (`page` tokens)."""
+def past_window(
+    points: list[dict[str, int]], window: int, layers: int, page: int, left_out: str = ""
+) -> Figure:
+    """The staircase's placed points past `window` against whole-page reuse (`page` tokens).
+    `left_out`: why some points are not among `points` (the prefix section's note), added."""
+    fig = _past(points, window, layers, page)
+    return replace(fig, note=f"{fig.note}; {left_out}") if left_out else fig
+
+
+def _past(points: list[dict[str, int]], window: int, layers: int, page: int) -> Figure:
     beyond = sorted((p for p in points if p["position"] > window), key=lambda p: p["position"])
     of = f"the {window}-token window of {layers} sliding layers"
     if not beyond:
         longest = max((p["position"] for p in points), default=0)
         return Figure(
             NAME, None, "not measurable",
-            f"the staircase stopped at token {longest}, inside {of}: probe with --longest "
-            f"above {window} (e.g. {2 * window + page})",
+            f"the staircase stopped at token {longest}, inside {of}: probe with "
+            f"--longest above {window} (e.g. {2 * window + page})",
         )  # fmt: skip
     whole = [p for p in beyond if p["cached"] == p["position"] // page * page]
     none = [p for p in beyond if p["cached"] == 0]

@@ -17,9 +17,9 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ctxlab.probe import isolation, prefix
+from ctxlab.probe import calibration, isolation, prefix
 from ctxlab.probe.figures import Figure
-from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
+from ctxlab.probe.prompts import TokenRule, Words
 from ctxlab.probe.runner import kind_of_cache
 from ctxlab.workshop.result import Column, Table
 
@@ -56,10 +56,9 @@ class Summary:
 
 
 def calibrate(server: ServerLLM) -> tuple[Words, TokenRule]:
-    """Fresh words and the server's token rule for them (`ctxlab.probe.prompts`)."""
-    words = Words(secrets.randbits(32))
-    counts = {n: server.client.complete(text(words.take(n)), n).prompt_tokens for n in (48, 112)}
-    return words, check_rule(counts, None)
+    """Fresh words and the server's token rule for them (`ctxlab.probe.calibration`: none
+    its tokenizer splits, where it has /tokenize)."""
+    return calibration.calibrate(server.client, server.info, secrets.randbits(32))
 
 
 def probe_page(server: ServerLLM, longest: int) -> prefix.PrefixResult:

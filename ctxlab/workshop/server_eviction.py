@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from ctxlab.errors import CtxlabError
 from ctxlab.probe import capacity, steptime
+from ctxlab.probe.calibration import calibrate
 from ctxlab.probe.client import Budget, BudgetSpent, ProbeClient
 from ctxlab.probe.figures import Figure
-from ctxlab.probe.prompts import TokenRule, Words, check_rule, text
 from ctxlab.workshop.eviction_workload import ORDERS, EvictionSection
 from ctxlab.workshop.measure import Timer, pct
 from ctxlab.workshop.result import Column, DemoResult, Gain, Table
@@ -83,12 +83,6 @@ def _client(server: ServerLLM, requests: int, tokens: int) -> ProbeClient:
     client = ProbeClient(c.base_url, c.model, c.api_key, Budget(requests, tokens), c.timeout)
     client.answered = c.answered
     return client
-
-
-def calibrate(client: ProbeClient, nonce: int) -> tuple[Words, TokenRule]:
-    words = Words(nonce)
-    counts = {n: client.complete(text(words.take(n)), n).prompt_tokens for n in (48, 112)}
-    return words, check_rule(counts, None)
 
 
 def kept_by(fig: Figure) -> tuple[str, int] | str:
@@ -197,7 +191,7 @@ def run(session: Session, through: ServerRun, demo: Demonstration[BaseModel]) ->
     # 1. the cache's capacity, with its own budget
     cap_client = _client(server, CAPACITY_REQUESTS, 200 * max_len)
     try:
-        words, rule = calibrate(cap_client, secrets.randbits(32))
+        words, rule = calibrate(cap_client, server.info, secrets.randbits(32))
         with Timer() as t_cap:
             cap = capacity.measure(cap_client, words, rule, page, max_len, lambda _m: None)
         sent_cap = cap_client.budget.requests

@@ -35,7 +35,9 @@ from tests.servers import (  # noqa: F401
 @dataclass
 class Script:
     """How the stand-in answers: `status` for every request, or an OpenAI stream that
-    counts words as tokens; after `die_after` completions the server closes."""
+    counts words as tokens (a word of `split` as more); after `die_after` completions the
+    server closes. With `page`, a paged prefix cache reports cached tokens; with `tokenize`,
+    POST /tokenize counts as the completions do."""
 
     status: int = 200
     models_body: str = '{"object": "list", "data": [{"id": "m", "object": "model"}]}'
@@ -45,6 +47,26 @@ class Script:
     chat_prompt_tokens: int | None = None  # chat usage.prompt_tokens (None: words counted)
     version: str | None = None  # GET /version answers it (as vLLM does) where set
     cached_details: bool = True  # False: usage without prompt_tokens_details (vLLM's default)
+    split: dict[str, int] = field(default_factory=dict)  # word -> its tokens (others: 1)
+    tokenize: bool = False  # answer POST /tokenize as vLLM does ({"tokens": [...]})
+    page: int | None = None  # a prefix cache of pages of this many tokens (no eviction)
+    pages: set[tuple[str, ...]] = field(default_factory=set)  # cached pages, by their prefix
+    tokenized: int = 0  # /tokenize requests answered
+
+    def tokens(self, prompt: str) -> list[str]:
+        """The prompt's tokens: one per word, `split[w]` pieces for a split word."""
+        return [f"{w}#{k}" for w in prompt.split() for k in range(self.split.get(w, 1))]
+
+    def cached(self, toks: list[str]) -> int:
+        """Whole pages reused (never the last token), and this prompt's pages cached."""
+        if self.page is None:
+            return 0
+        keys = [tuple(toks[: (i + 1) * self.page]) for i in range(len(toks) // self.page)]
+        hit = 0
+        while hit < len(keys) and keys[hit] in self.pages and (hit + 1) * self.page < len(toks):
+            hit += 1
+        self.pages.update(keys)
+        return hit * self.page
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -90,6 +112,11 @@ class _Handler(BaseHTTPRequestHandler):
                                "prompt_tokens_details": {"cached_tokens": n // 2}}}  # fmt: skip
             self._send(200, json.dumps(reply))
             return
+        if self.path == "/tokenize" and s.tokenize:
+            s.tokenized += 1
+            toks = s.tokens(str(body.get("prompt", "")))
+            self._send(200, json.dumps({"count": len(toks), "tokens": list(range(len(toks)))}))
+            return
         if self.path != "/v1/completions":
             self._send(404, "<html>not found</html>", "text/html")
             return
@@ -99,10 +126,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         s.served += 1
-        n = len(str(body.get("prompt", "")).split())
-        usage = {"prompt_tokens": n, "completion_tokens": 1}
+        toks = s.tokens(str(body.get("prompt", "")))
+        usage = {"prompt_tokens": len(toks), "completion_tokens": 1}
         if s.cached_details:
-            usage["prompt_tokens_details"] = {"cached_tokens": 0}
+            usage["prompt_tokens_details"] = {"cached_tokens": s.cached(toks)}
         events = [
             {"choices": [{"index": 0, "text": " x", "finish_reason": "length"}]},
             {"choices": [], "usage": usage},

@@ -39,3 +39,11 @@ def test_a_staircase_inside_the_window_says_how_to_reach_past_it():
     f = past_window(points(lambda d: d // 128 * 128)[:40], 512, 15, 128)
     assert f.value is None and f.how == "not measurable"
     assert "--longest above 512" in f.note
+
+
+def test_points_left_out_are_named_in_the_figure():
+    """Points the server counted otherwise are not among `points`; the figure says so."""
+    why = "2 of 171 divergence points left out: the server counted their prompts otherwise"
+    f = past_window(points(lambda d: d // 128 * 128), 512, 15, 128, left_out=why)
+    assert f.value == "every whole page" and f.note.endswith(why)
+    assert past_window(points(lambda d: d // 128 * 128), 512, 15, 128).note.count(";") == 0
