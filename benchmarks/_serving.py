@@ -47,6 +47,17 @@ def load_average() -> str:
     return Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
 
 
+def post(url: str, what: str) -> None:
+    """POST an empty JSON body to `url` (a server's control endpoint); `what` names the
+    action in the error when the server does not answer 200."""
+    req = urllib.request.Request(
+        url, method="POST", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=600) as r:
+        if r.status != 200:
+            raise RuntimeError(f"{url} did not {what}: HTTP {r.status}")
+
+
 def gguf_path() -> str:
     sys.path.insert(0, str(ROOT))
     from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path

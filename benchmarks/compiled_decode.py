@@ -29,11 +29,14 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import torch.nn.functional as F
+from _serving import load_average
+from decode_profile import start_decoding
 
-from ctxlab.engine import LLM, SamplingParams
+from ctxlab.engine import LLM
 from ctxlab.model import layers as model_layers
 from ctxlab.model import qlinear
 from ctxlab.model.layers import rope_tables
@@ -101,10 +104,6 @@ def _norm(self, x: torch.Tensor) -> torch.Tensor:
     return _EAGER_NORM(self, x)
 
 
-def load() -> str:
-    return open("/proc/loadavg").read().split()[0]
-
-
 class Subject:
     def __init__(self, fmt: str, batch: int, context: int, steps: int) -> None:
         self.llm = LLM(
@@ -138,14 +137,7 @@ class Subject:
             return self.compiled_body(x, cos, sin)
 
         self.compiled = compiled
-        params = SamplingParams(max_tokens=steps + 64, temperature=0.0, ignore_eos=True)
-        rids = [
-            self.engine.add_request(list(range(1000 + i, 1000 + i + context)), params)
-            for i in range(batch)
-        ]
-        while any(self.engine.seqs[r].metrics.output_tokens == 0 for r in rids):
-            self.engine.step()
-        self.rids = rids
+        self.rids = start_decoding(self.engine, batch, context, steps + 64)
 
     def use(self, compiled: bool) -> None:
         self.model.forward = self.compiled if compiled else self.eager
@@ -221,7 +213,7 @@ def main() -> None:
         f"torch {torch.__version__}, 1 thread, capability "
         f"{torch.backends.cpu.get_cpu_capability()}, context {args.context}, inductor cache "
         f"{cache} ({'warm' if cache.is_dir() and any(cache.iterdir()) else 'cold'}), "
-        f"load {load()}"
+        f"load {load_average()}"
     )
     rows = []
     for fmt in args.formats.split(","):
@@ -247,7 +239,7 @@ def main() -> None:
             print(
                 f"| {fmt} | {b} | {eager_ms:.1f} | {compiled_ms:.1f} | "
                 f"{eager_ms / compiled_ms:.2f}x | {first[0]:.1f} s wall ({first[1]:.1f} s CPU) | "
-                f"{breaks} | {load()} |",
+                f"{breaks} | {load_average()} |",
                 flush=True,
             )
             del s

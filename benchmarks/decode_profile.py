@@ -38,8 +38,10 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
+from _serving import load_average
 from torch.profiler import ProfilerActivity, profile
 
 from ctxlab.engine import LLM, SamplingParams
@@ -47,8 +49,16 @@ from ctxlab.engine.kernels import paged_decode
 from ctxlab.model.weights import LINEARS, step_weight_bytes
 
 
-def load() -> str:
-    return open("/proc/loadavg").read().split()[0]
+def start_decoding(engine, batch: int, context: int, max_tokens: int) -> list[int]:
+    """`batch` greedy sequences of `context` prompt tokens, stepped until each has its first
+    output token (so the next steps are decode steps); their request ids."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    rids = [
+        engine.add_request(list(range(1000 + i, 1000 + i + context)), params) for i in range(batch)
+    ]
+    while any(engine.seqs[r].metrics.output_tokens == 0 for r in rids):
+        engine.step()
+    return rids
 
 
 class NoAttention:
@@ -106,13 +116,7 @@ class Subject:
         self.engine = self.llm.engine
         model = self.llm.loaded.model
         self.model = model
-        params = SamplingParams(max_tokens=steps + 32, temperature=0.0, ignore_eos=True)
-        rids = [
-            self.engine.add_request(list(range(1000 + i, 1000 + i + context)), params)
-            for i in range(batch)
-        ]
-        while any(self.engine.seqs[r].metrics.output_tokens == 0 for r in rids):
-            self.engine.step()
+        start_decoding(self.engine, batch, context, steps + 32)
         self.token = torch.full((batch,), 5)
         self.pos = torch.full((batch,), context)
         self.lins = linears_of(model)
@@ -170,7 +174,7 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), batch {args.batch}, "
         f"context {args.context}, "
-        f"read bandwidth {bandwidth / 1e9:.1f} GB/s, load {load()}"
+        f"read bandwidth {bandwidth / 1e9:.1f} GB/s, load {load_average()}"
     )
 
     def using(attention: str, fn):
@@ -202,7 +206,7 @@ def main() -> None:
             f"| {f} | {nbytes / 2**20:.0f} MiB | {kv / 2**20:.1f} MiB | {roof:.1f} / "
             f"{roof_kv:.1f} | {r['linears']:.1f} | {r['forward']:.1f} | {r['step']:.1f} | "
             f"{r['step'] - r['forward']:.1f} | {r['step'] / roof_kv:.2f}x "
-            f"({roof_kv / r['step']:.0%}) | {load()} |"
+            f"({roof_kv / r['step']:.0%}) | {load_average()} |"
         )
     splits = []
     for f, (s, a) in subjects.items():
@@ -217,7 +221,7 @@ def main() -> None:
             f"\n### {f}: operators per decode step (profiled; unprofiled step "
             f"{rows[f]['step']:.1f} ms, operators' self time {total_us / 1e3:.1f} ms, "
             f"so {max(0.0, rows[f]['step'] - total_us / 1e3):.1f} ms or more is Python and "
-            f"dispatch; load {load()})"
+            f"dispatch; load {load_average()})"
         )
         print("| operator | calls / step | self CPU ms / step | share of operator time |")
         print("|---|---|---|---|")
@@ -248,7 +252,7 @@ def main() -> None:
         print(
             f"| {f} | {step:.1f} | {r['linears']:.1f} | {r['forward'] - r['linears']:.1f} | "
             f"{step - r['forward']:.1f} | {lin / total:.0%} | {att / total:.0%} | "
-            f"{other / total:.0%} ({n_other:.0f}) | {load()} |"
+            f"{other / total:.0%} ({n_other:.0f}) | {load_average()} |"
         )
 
 

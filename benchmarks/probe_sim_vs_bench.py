@@ -136,6 +136,12 @@ def own_profile(steps: list[dict], out: Path) -> Path:
 SCALES = "0.9,0.95,1,1.05,1.1"  # the sensitivity sweep of every step's price
 
 
+def observed_over_predicted(observed: dict, predicted: dict, figure: str) -> float:
+    """The bench's p50 `figure` ("ttft" or "tpot", ms) over the simulator's (s)."""
+    key = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms"}[figure]
+    return observed[key] / (predicted[f"{figure}_p50"] * 1e3)
+
+
 @dataclass
 class Round:
     """One fresh server: probe, replay, probe again; the predictions and the observation."""
@@ -153,8 +159,7 @@ class Round:
     sensitivity: dict[str, float]
 
     def ratio(self, figure: str, which: int) -> float:
-        key = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms"}[figure]
-        return self.observed[key] / (self.predicted[which][f"{figure}_p50"] * 1e3)
+        return observed_over_predicted(self.observed, self.predicted[which], figure)
 
 
 def one_round(trace: Path, work: Path) -> Round:

@@ -46,8 +46,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import serve_sim_vs_bench
-from _serving import bench, load_average, vllm_server
-from probe_sim_vs_bench import SCALES, TRACES, last_round_table, probe, simulate
+from _serving import bench, load_average, post, vllm_server
+from probe_sim_vs_bench import (
+    SCALES,
+    TRACES,
+    last_round_table,
+    observed_over_predicted,
+    probe,
+    simulate,
+)
 from serve_sim_vs_bench import CHUNK, MAX_RUNNING, MODEL, PAGE, POOL_TOKENS, derive_trace
 
 VLLM_BLOCK = 128  # vLLM's CPU block size
@@ -93,10 +100,7 @@ def vllm_metrics(url: str) -> dict[str, float]:
 
 
 def reset_prefix_cache(url: str) -> None:
-    req = urllib.request.Request(f"{url}/reset_prefix_cache", method="POST", data=b"")
-    with urllib.request.urlopen(req) as r:
-        if r.status != 200:
-            raise RuntimeError(f"vLLM did not empty its prefix cache: HTTP {r.status}")
+    post(f"{url}/reset_prefix_cache", "empty its prefix cache")
 
 
 @dataclass
@@ -146,8 +150,7 @@ class Round:
     sensitivity: dict[str, float]
 
     def ratio(self, figure: str, which: int) -> float:
-        key = {"ttft": "median_ttft_ms", "tpot": "median_tpot_ms"}[figure]
-        return self.observed[key] / (self.predicted[which][f"{figure}_p50"] * 1e3)
+        return observed_over_predicted(self.observed, self.predicted[which], figure)
 
     @classmethod
     def load(cls, work: Path) -> Round:

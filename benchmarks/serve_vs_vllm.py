@@ -77,14 +77,13 @@ def main() -> None:
     if a.servers:
         servers = {k: v for k, v in servers.items() if k in a.servers.split(",")}
     docs: dict[tuple[str, str], tuple[dict, str]] = {}
-    for w in workloads:
-        args = [*common, *WORKLOADS[w], "--input-len", lengths[w]]
+    commands = {w: [*common, *WORKLOADS[w], "--input-len", lengths[w]] for w in workloads}
+    for w, args in commands.items():
         print(f"command ({w}): ctxlab bench serve --base-url URL {' '.join(args)} "
               f"--num-prompts {a.num_prompts}")  # fmt: skip
     for name, start in servers.items():
         with start() as url:
-            for w in workloads:
-                args = [*common, *WORKLOADS[w], "--input-len", lengths[w]]
+            for w, args in commands.items():
                 # the warm-up has its own seed, so on shared-prefix its prefix is another
                 # one: the run's first requests compute theirs, the later ones reuse it
                 bench(url, [*args, "--num-prompts", str(2 * a.max_concurrency), "--seed", "1"])

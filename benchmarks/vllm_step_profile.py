@@ -27,6 +27,7 @@ profiled step. Standard library only (the trace is JSON).
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import random
@@ -38,20 +39,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _serving import load_average, vllm_server
+from _serving import load_average, post, vllm_server
 
 MODEL = "smollm2-135m"
 VOCAB = 49152  # SmolLM2's vocabulary
 # Operator names (the trace's) that are the linear layers' kernels and decode attention.
 LINEAR = ("onednn_mm", "weight_packed_linear", "aten::mm", "aten::addmm", "aten::linear")
 ATTENTION = ("cpu_attention_with_kv_cache", "cpu_attn_reshape_and_cache")
-
-
-def _post(url: str, body: dict | None = None, timeout: float = 600.0) -> bytes:
-    data = json.dumps(body or {}).encode()
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.read()
 
 
 def decode_gap_ms(url: str, prompt: list[int], steps: int) -> float:
@@ -96,14 +90,17 @@ def split_trace(events: list[dict]) -> dict[str, float]:
     if len(forwards) < 3:
         raise RuntimeError(f"the trace holds {len(forwards)} forward steps (is the scope on?)")
     decode = forwards[1:-1]  # the first is the prefill; the last has no next step to end it
-    ops = [e for e in spans if e.get("cat") == "cpu_op"]
     tid = decode[0]["tid"]
-    ops = [e for e in ops if e["tid"] == tid]
+    ops = sorted(
+        (e for e in spans if e.get("cat") == "cpu_op" and e["tid"] == tid), key=lambda e: e["ts"]
+    )
+    starts = [e["ts"] for e in ops]
     out = {"steps": float(len(decode))}
     totals = dict.fromkeys(("step", "forward", "linear", "attention", "other", "uncovered"), 0.0)
     for f, nxt in zip(decode, forwards[2:], strict=True):
         lo, hi = f["ts"], f["ts"] + f["dur"]
-        inside = [e for e in ops if lo <= e["ts"] and e["ts"] + e["dur"] <= hi]
+        window = ops[bisect.bisect_left(starts, lo) : bisect.bisect_right(starts, hi)]
+        inside = [e for e in window if e["ts"] + e["dur"] <= hi]
         groups = {"linear": [], "attention": [], "other": []}
         for e in inside:
             kind = (
@@ -158,9 +155,9 @@ def main() -> None:
                 decode_gap_ms(url, prompt(), a.steps)  # warm-up: compile the shapes
                 before = load_average()
                 plain = min(decode_gap_ms(url, prompt(), a.steps) for _ in range(a.reps))
-                _post(f"{url}/start_profile")
+                post(f"{url}/start_profile", "start its profiler")
                 profiled = decode_gap_ms(url, prompt(), a.steps)
-                _post(f"{url}/stop_profile")
+                post(f"{url}/stop_profile", "stop its profiler")
                 after = load_average()
                 deadline = time.monotonic() + 300
                 traces: list[Path] = []
