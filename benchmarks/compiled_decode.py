@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 import torch.nn.functional as F
 from _serving import load_average
-from decode_profile import start_decoding
+from decode_profile import best_cpu_ms, start_decoding
 
 from ctxlab.engine import LLM
 from ctxlab.model import layers as model_layers
@@ -144,16 +144,6 @@ class Subject:
 
     def step(self) -> None:
         self.engine.step()
-
-
-def best_cpu_ms(fn, steps: int, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        start = time.process_time()
-        for _ in range(steps):
-            fn()
-        best = min(best, (time.process_time() - start) / steps)
-    return best * 1e3
 
 
 @torch.inference_mode()
