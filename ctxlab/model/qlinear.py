@@ -5,10 +5,11 @@ the memory bandwidth: float32 weights move 4 bytes per parameter, int8 one, int4
 Each class keeps its weights in buffers, never as Parameters, so `next(model.parameters())`
 still gives the model's activation dtype (the engine sizes its KV pool by it).
 
-- `OneDNNLinear`: float32 weights prepacked once for oneDNN (`fp32-onednn`): the bytes of
-  fp32, a faster kernel at decode-sized calls.
-- `BF16Linear`: bfloat16 weights through `F.linear` (oneDNN uses bf16 dot products on CPUs
-  that have them; elsewhere it converts inside the kernel).
+- `OneDNNLinear`: weights prepacked once for oneDNN: float32 (`fp32-onednn`: the bytes of
+  fp32, a faster kernel at decode-sized calls) or bfloat16 (`bf16` on a CPU with bf16 dot
+  products: AVX512-BF16 or AMX).
+- `BF16Linear`: bfloat16 weights through `F.linear`, the `bf16` of a CPU without bf16 dot
+  products (oneDNN refuses to prepack bf16 there; aten converts inside the kernel).
 - `Int8Linear`: int8 codes with one scale per output row, through fbgemm's dynamically
   quantized linear: the input is quantized per call (one scale for the whole input) and the
   int32 product rescaled to float. One packed copy of the weights; no float copy is kept.
@@ -83,20 +84,48 @@ def onednn_available() -> bool:
         return False
 
 
+def native_bf16() -> bool:
+    """Whether this CPU has bfloat16 dot products (AVX512-BF16 or AMX tiles), which oneDNN's
+    prepacked bf16 linear runs on; without them it refuses the layout and aten converts."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    try:
+        return onednn_available() and any(getattr(torch.cpu, p, lambda: False)() for p in probes)
+    except RuntimeError:
+        return False
+
+
+def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedLinear:
+    """The `bf16` format's module for this machine: oneDNN's prepacked bf16 kernel where the
+    CPU has bf16 dot products (1.4x aten's bf16 over a decode step's linears and 1.5x at a
+    128-row prefill chunk on AMX, docs/decode.md), aten's `F.linear` elsewhere. Both round
+    the input to bf16, multiply exactly and sum in float32; only the order of the sums
+    differs."""
+    if weight.device.type == "cpu" and native_bf16():
+        return OneDNNLinear(weight, bias, torch.bfloat16)
+    return BF16Linear(weight, bias)
+
+
 class OneDNNLinear(PackedLinear):
-    """float32 weights reordered once into oneDNN's blocked layout and run through its
-    prepacked linear (the kernel torch's inductor uses on CPU after freezing; vLLM's CPU
-    build calls oneDNN the same way). Same float32 arithmetic as `nn.Linear`, summed in
-    another order; faster at decode-sized calls because nothing is repacked per call (1.46x
-    over aten's at 4 rows, docs/decode.md). A private copy: the weights no longer share the
-    file-mapped pages of the cache, and a tied output head gets its own copy.
+    """Weights reordered once into oneDNN's blocked layout and run through its prepacked
+    linear (the kernel torch's inductor uses on CPU after freezing; vLLM's CPU build calls
+    oneDNN the same way). float32 (`fp32-onednn`): the same arithmetic as `nn.Linear`,
+    summed in another order, faster at decode-sized calls because nothing is repacked per
+    call (1.46x over aten's at 4 rows, docs/decode.md). bfloat16 (`bf16` where the CPU has
+    bf16 dot products): the input rounded to bf16, as `F.linear` on bf16 does. A private
+    copy: the weights no longer share the file-mapped pages of the cache, and a tied output
+    head gets its own copy.
     """
 
-    fmt = "fp32-onednn"
     BATCH_HINT = 16  # rows the layout is chosen for: a hint of 1 is slower from 4 rows on
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__(weight.shape[1], weight.shape[0], bias)
+        self.fmt = "fp32-onednn" if dtype == torch.float32 else "bf16"
         if not onednn_available():
             raise CtxlabError(
                 "--weights fp32-onednn needs torch's oneDNN (mkldnn) ops, which this torch "
@@ -104,22 +133,25 @@ class OneDNNLinear(PackedLinear):
             )
         if weight.device.type != "cpu":
             raise CtxlabError("--weights fp32-onednn runs on CPU only; use fp32 elsewhere.")
-        dense = weight.detach().to(torch.float32).contiguous()
+        dense = weight.detach().to(dtype).contiguous()
+        self.dtype = dtype
+        if self.bias is not None:
+            self.bias = self.bias.to(dtype)
         self._packed = torch.ops.mkldnn._reorder_linear_weight(dense, self.BATCH_HINT)
-        self._bytes = dense.numel() * 4
+        self._bytes = dense.numel() * dense.element_size()
 
     def weight_bytes(self) -> int:
         return self._bytes + super().weight_bytes()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x if x.dtype == torch.float32 else x.float()
+        flat = x if x.dtype == self.dtype else x.to(self.dtype)
         y = torch.ops.mkldnn._linear_pointwise(flat, self._packed, self.bias, "none", [], "")
         return y if y.dtype == x.dtype else y.to(x.dtype)
 
     def dense_weight(self) -> torch.Tensor:
-        """The `[out, in]` float32 weights back out of the packed layout (exact: each is a
-        product with 1.0)."""
-        eye = torch.eye(self.in_features, dtype=torch.float32)
+        """The `[out, in]` weights back out of the packed layout (exact: each is a product
+        with 1.0)."""
+        eye = torch.eye(self.in_features, dtype=self.dtype)
         return torch.ops.mkldnn._linear_pointwise(eye, self._packed, None, "none", [], "").t()
 
     def __getstate__(self) -> dict:

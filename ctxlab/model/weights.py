@@ -6,13 +6,14 @@
 |---|---|---|---|
 | fp32 | float32 `nn.Linear` (the parity reference) | float32, tied | float32 |
 | fp32-onednn | float32 prepacked for oneDNN (a private copy) | float32, its own copy | float32 |
-| bf16 | bfloat16 `F.linear` | bfloat16, tied (one copy) | bfloat16 |
+| bf16 | bfloat16, oneDNN prepacked (***) or `F.linear` | bfloat16 (***: own copy) | bfloat16 |
 | int8 | fbgemm dynamic int8, a scale per row (*) | fbgemm int8 | int8, a scale per 32 values |
 | int4 | aten int4, scale and offset per 32 (**) | fbgemm int8 | int8, a scale per 32 values |
 
 (*) on a rotated residual stream (`rotation.py`), so per-token int8 inputs lose little.
 (**) calls of 64 tokens or more (prefill) run an int8 copy of the same weights, input
 rotated online (`qlinear.Int4Linear`): aten's int4 kernel is slow at large M.
+(***) on a CPU with bf16 dot products (AVX512-BF16, AMX): `qlinear.bf16_linear` decides.
 Activations, norms, RoPE, attention and the KV cache stay in the model dtype (`--dtype`).
 Where the source is a GGUF whose blocks a format can hold exactly (Q4_0/Q4_1 in int4, Q8_0
 in the int8 embedding table), the file's own codes are used; everything else is quantized
@@ -31,12 +32,12 @@ from ctxlab.errors import CtxlabError
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.gguf_blocks import GroupCodes, decode_blocks, quantize_groups, unpermute_qk
 from ctxlab.model.qlinear import (
-    BF16Linear,
     GroupInt8Embedding,
     Int4Linear,
     Int8Linear,
     OneDNNLinear,
     TableEmbedding,
+    bf16_linear,
 )
 from ctxlab.model.rotation import RotateInput, RotateOutput, rotate_residual
 
@@ -105,7 +106,7 @@ def _linear(fmt: str, weight: torch.Tensor, bias: torch.Tensor | None, codes: Gr
     if fmt == "fp32-onednn":
         return OneDNNLinear(weight, bias)
     if fmt == "bf16":
-        return BF16Linear(weight, bias)
+        return bf16_linear(weight, bias)
     if fmt == "int8":
         return Int8Linear(weight, bias)
     if codes is None or codes.bits != 4:
@@ -152,7 +153,7 @@ def convert_weights(model: nn.Module, fmt: str, gguf: Path | None = None) -> nn.
     elif fmt == "bf16":
         model.embed_tokens = TableEmbedding(table.to(torch.bfloat16), dtype)
         tied = model.lm_head is None
-        model.output = BF16Linear(model.embed_tokens.weight if tied else head)
+        model.output = bf16_linear(model.embed_tokens.weight if tied else head)
     elif fmt == "int8":
         model.output = Int8Linear(rotated["head"])
         model.embed_tokens = RotateOutput(_int8_table(table, codes, dtype), rotated["residual"])

@@ -13,13 +13,14 @@ torch = pytest.importorskip("torch")
 gguf = pytest.importorskip("gguf")
 
 from ctxlab.errors import CtxlabError  # noqa: E402
-from ctxlab.model import DenseBackend, load_model  # noqa: E402
+from ctxlab.model import DenseBackend, load_model, qlinear  # noqa: E402
 from ctxlab.model.gguf_blocks import Q4_0, Q4_1, Q8_0, decode_blocks, quantize_groups  # noqa: E402
 from ctxlab.model.qlinear import (  # noqa: E402
     BF16Linear,
     Int4Linear,
     Int8Linear,
     OneDNNLinear,
+    native_bf16,
     onednn_available,
 )
 from ctxlab.model.rotation import RotateInput, RotateOutput, hadamard, rotate_residual  # noqa: E402
@@ -95,7 +96,6 @@ def test_int4_linear_computes_the_codes_it_was_given():
 
 
 def test_int4_linear_runs_prefill_through_its_int8_copy_accurately():
-    from ctxlab.model import qlinear
 
     torch.manual_seed(0)
     w = torch.randn(192, 128) * 0.05
@@ -123,6 +123,36 @@ def test_bf16_linear_is_close_to_float():
 
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="torch without oneDNN ops")
+needs_native_bf16 = pytest.mark.skipif(
+    not native_bf16(), reason="CPU without bf16 dot products (AVX512-BF16 or AMX)"
+)
+
+
+def test_bf16_without_native_dot_products_is_aten(monkeypatch):
+    monkeypatch.setattr(qlinear, "native_bf16", lambda: False)
+    lin = qlinear.bf16_linear(torch.randn(32, 64))
+    assert isinstance(lin, BF16Linear) and lin.fmt == "bf16"
+
+
+@needs_native_bf16
+@pytest.mark.parametrize("rows", [1, 4, 64])
+def test_prepacked_bf16_is_aten_bf16_arithmetic(rows):
+    """Where the CPU has bf16 dot products, `bf16` is oneDNN's prepacked kernel: the same
+    bf16 products as aten's, summed in another order before the same rounding to bf16 (so
+    at most an ulp of bf16 apart); a wrong layout or a dropped bias is off by order 1."""
+    w, b = torch.randn(96, 64), torch.randn(96)
+    lin = qlinear.bf16_linear(w, b)
+    assert isinstance(lin, OneDNNLinear) and lin.fmt == "bf16"
+    aten = BF16Linear(w, b)
+    for x in (torch.randn(rows, 64), torch.randn(2, rows, 64)):
+        got, want = lin(x), aten(x)
+        assert got.shape == want.shape and got.dtype == x.dtype
+        assert rel(got, want) < 2**-7
+        assert rel(got, torch.nn.functional.linear(x, w, b)) < 0.01
+    assert torch.equal(lin.dense_weight(), w.to(torch.bfloat16))
+    x = torch.randn(rows, 64)
+    assert torch.equal(copy.deepcopy(lin)(x), lin(x))
+    assert lin.weight_bytes() == (96 * 64 + 96) * 2
 
 
 @needs_onednn
