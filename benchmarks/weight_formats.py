@@ -41,7 +41,16 @@ import torch.nn.functional as F
 
 from ctxlab.model import load_model
 from ctxlab.model.gguf_blocks import GROUP, quantize_groups
-from ctxlab.model.qlinear import BF16Linear, Int4Linear, Int8Linear, row_int8
+from ctxlab.model.qlinear import (
+    BF16Linear,
+    Int4Linear,
+    Int8Linear,
+    OneDNNLinear,
+    bf16_linear,
+    native_bf16,
+    onednn_available,
+    row_int8,
+)
 from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
 from ctxlab.model.weights import LINEARS, WEIGHT_FORMATS, gguf_codes, weight_bytes
 
@@ -107,8 +116,9 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
 
         return run
 
-    return {
+    kernels = {
         "fp32 F.linear (MKL)": fp32,
+        "fp32 oneDNN prepacked (ctxlab fp32-onednn)": lambda w: OneDNNLinear(w),
         "bf16 F.linear": lambda w: BF16Linear(w),
         "int8 fbgemm dynamic (ctxlab int8)": lambda w: Int8Linear(w),
         "int8 onednn dynamic": onednn,
@@ -116,6 +126,11 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
         "int8 aten _weight_int8pack_mm, bf16": int8pack,
         "int8 torch._int_mm, per-token": int_mm,
     }
+    if native_bf16():  # oneDNN refuses to prepack bf16 without bf16 dot products
+        kernels["bf16 oneDNN prepacked (ctxlab bf16 here)"] = lambda w: bf16_linear(w)
+    if not onednn_available():
+        del kernels["fp32 oneDNN prepacked (ctxlab fp32-onednn)"]
+    return kernels
 
 
 def bench_kernels(weights, ms: list[int], reps: int, names: list[str] | None) -> None:
