@@ -28,6 +28,7 @@ machine; the results and the choice are in docs/decode.md.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -84,14 +85,21 @@ def onednn_available() -> bool:
         return False
 
 
+@functools.cache
 def native_bf16() -> bool:
-    """Whether this CPU has bfloat16 dot products (AVX512-BF16 or AMX tiles), which oneDNN's
-    prepacked bf16 linear runs on; without them it refuses the layout and aten converts."""
+    """Whether oneDNN's prepacked bf16 linear runs here: a CPU with bfloat16 dot products
+    (AVX512-BF16 or AMX tiles) and a oneDNN allowed to use them (`ONEDNN_MAX_CPU_ISA=AVX2`
+    on the same CPU refuses the layout), tried once on a tiny weight."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     try:
-        return onednn_available() and any(getattr(torch.cpu, p, lambda: False)() for p in probes)
+        if not onednn_available() or not any(getattr(torch.cpu, p, bool)() for p in probes):
+            return False
+        tiny = torch.ones(16, 32, dtype=torch.bfloat16)
+        packed = torch.ops.mkldnn._reorder_linear_weight(tiny, OneDNNLinear.BATCH_HINT)
+        torch.ops.mkldnn._linear_pointwise(tiny[:1], packed, None, "none", [], "")
     except RuntimeError:
         return False
+    return True
 
 
 def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedLinear:
