@@ -161,7 +161,8 @@ def _confirm(
     return CapacityResult(
         Figure(
             "prefix-cache capacity", value or (lo + s_len if lo else None), "inferred",
-            f"the published {published:,} tokens were not confirmed within {len(trials)} fills "
+            f"the published {published:,} tokens were not confirmed within {len(trials)} "
+            f"fill{'s' if len(trials) != 1 else ''} "
             + (
                 "(the budget, --max-requests / --max-tokens / --max-seconds, ran out)"
                 if spent

@@ -259,7 +259,8 @@ def _sections(
                 sent_t = client.budget.tokens - before[1]
                 figures.insert(1, Figure(
                     "sent by the capacity section", f"{sent_r:,} requests, {sent_t:,} tokens",
-                    "measured", f"{len(cap.trials)} fills in {time.monotonic() - before[2]:.0f} s",
+                    "measured", f"{len(cap.trials)} fill{'s' if len(cap.trials) != 1 else ''} in "
+                    f"{time.monotonic() - before[2]:.0f} s",
                 ))  # fmt: skip
             except BudgetSpent:
                 report.not_run["capacity"] = (
