@@ -2,12 +2,18 @@
 vLLM's CPU build (fp32, bf16) on the same model, with the same command lines, in one run.
 Two workloads (issue 38's): random 128 in / 32 out, and one shared 512-token prefix before 64
 new tokens / 32 out. Prints each vLLM-style result block with the load average around it,
-then one table per workload with every server's figures and its ratio to vLLM bf16.
+then one table per workload with every server's figures and its ratio to vLLM at the same
+precision (fp32 weights against vLLM fp32, the others against vLLM bf16).
 
     make vllm && ctxlab export-hf smollm2-135m
     .venv/bin/python benchmarks/serve_vs_vllm.py                  # 24 prompts, 4 in flight
     .venv/bin/python benchmarks/serve_vs_vllm.py --num-prompts 8 --workloads random  # quick
     .venv/bin/python benchmarks/serve_vs_vllm.py --servers "vLLM fp32,ctxlab serve int8"
+    .venv/bin/python benchmarks/serve_vs_vllm.py --servers "ctxlab serve bf16,vLLM bf16" --repeat 3
+
+`--repeat N` runs every server N times, alternating the order (forwards, then backwards, ...),
+so a drift of the machine's speed over the run falls on both sides; the table then gives each
+figure's median over the rounds with its range, and each ratio from servers of the same round.
 
 Every server gets one thread, runs alone (never side by side on the shared cores) and is
 warmed up by a short run of the same command first. vLLM runs compiled (its default: eager
@@ -19,6 +25,7 @@ Q4_1 GGUF, cast to `--dtype`); ctxlab serve reads the GGUF itself.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -50,7 +57,10 @@ def main() -> None:
     ap.add_argument("--workloads", default="random,shared-prefix", help=", ".join(WORKLOADS))
     ap.add_argument("--servers", default="", help="comma-separated names (default: all)")
     ap.add_argument("--eager", action="store_true", help="vLLM --enforce-eager")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds, the order alternating")
     a = ap.parse_args()
+    if a.repeat < 1:
+        raise SystemExit(f"--repeat {a.repeat}: give 1 or more rounds.")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ctxlab.hf.export import export_folder
 
@@ -75,34 +85,72 @@ def main() -> None:
         "vLLM bf16": lambda: vllm_server(folder, MODEL, "bfloat16", a.threads, a.eager),
     }
     if a.servers:
-        servers = {k: v for k, v in servers.items() if k in a.servers.split(",")}
-    docs: dict[tuple[str, str], tuple[dict, str]] = {}
+        chosen = [n.strip() for n in a.servers.split(",") if n.strip()]
+        unknown = [n for n in chosen if n not in servers]
+        if unknown:
+            raise SystemExit(f"unknown server {unknown[0]!r}: choose from {', '.join(servers)}")
+        servers = {k: v for k, v in servers.items() if k in chosen}
+    # (server, workload) -> one (result document, load) per round
+    docs: dict[tuple[str, str], list[tuple[dict, str]]] = {}
     commands = {w: [*common, *WORKLOADS[w], "--input-len", lengths[w]] for w in workloads}
     for w, args in commands.items():
         print(f"command ({w}): ctxlab bench serve --base-url URL {' '.join(args)} "
               f"--num-prompts {a.num_prompts}")  # fmt: skip
-    for name, start in servers.items():
-        with start() as url:
-            for w, args in commands.items():
-                # the warm-up has its own seed, so on shared-prefix its prefix is another
-                # one: the run's first requests compute theirs, the later ones reuse it
-                bench(url, [*args, "--num-prompts", str(2 * a.max_concurrency), "--seed", "1"])
-                before = load_average()
-                block, doc = bench(url, [*args, "--num-prompts", str(a.num_prompts)])
-                after = load_average()
-                docs[name, w] = (doc, f"{before} / {after}")
-                print(f"\n### {name}, {w} (load average {before} before, {after} after)\n")
-                print(block, flush=True)
+    for r in range(a.repeat):
+        order = list(servers) if r % 2 == 0 else list(servers)[::-1]
+        for name in order:
+            with servers[name]() as url:
+                for w, args in commands.items():
+                    # the warm-up has its own seed, so on shared-prefix its prefix is another
+                    # one: the run's first requests compute theirs, the later ones reuse it
+                    warm = [*args, "--num-prompts", str(2 * a.max_concurrency), "--seed", "1"]
+                    bench(url, warm)
+                    before = load_average()
+                    block, doc = bench(url, [*args, "--num-prompts", str(a.num_prompts)])
+                    after = load_average()
+                    docs.setdefault((name, w), []).append((doc, f"{before} / {after}"))
+                    print(f"\n### round {r + 1}: {name}, {w} "
+                          f"(load average {before} before, {after} after)\n")  # fmt: skip
+                    print(block, flush=True)
     for w in workloads:
-        ref = docs.get(("vLLM bf16", w), (None, ""))[0]
-        print(f"\n{w}:\n")
-        print("| server | " + " | ".join(lbl for _, lbl in KEYS) + " | tok/s / vLLM bf16 | load |")
-        print("|---|" + "---:|" * (len(KEYS) + 1) + "---|")
-        for name in servers:
-            doc, load = docs[name, w]
-            cells = " | ".join(f"{doc[k]:.1f}" for k, _ in KEYS)
-            ratio = f"{doc['output_throughput'] / ref['output_throughput']:.2f}" if ref else "-"
-            print(f"| {name} | {cells} | {ratio} | {load} |")
+        print_table(w, list(servers), {n: docs[n, w] for n in servers})
+
+
+def reference(name: str, present: list[str]) -> str | None:
+    """The vLLM server a ctxlab server is compared with: the same precision where it ran."""
+    if name.startswith("vLLM"):
+        return name
+    same = "vLLM fp32" if name.startswith("ctxlab serve fp32") else "vLLM bf16"
+    return same if same in present else ("vLLM bf16" if "vLLM bf16" in present else None)
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    """One value as it is; several as their median and range."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    mid, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{mid:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def print_table(workload: str, names: list[str], rounds: dict[str, list[tuple[dict, str]]]) -> None:
+    """One workload's table: each figure per server (median and range over the rounds), and
+    the ratio of output tok/s to its reference vLLM, round by round."""
+    print(f"\n{workload}:\n")
+    print("| server | " + " | ".join(lbl for _, lbl in KEYS) + " | tok/s / vLLM | load |")
+    print("|---|" + "---:|" * (len(KEYS) + 1) + "---|")
+    for name in names:
+        got = rounds[name]
+        cells = " | ".join(spread([doc[k] for doc, _ in got]) for k, _ in KEYS)
+        ref = reference(name, names)
+        ratio = "-"
+        if ref is not None:
+            pairs = zip(got, rounds[ref], strict=True)
+            per_round = [
+                d["output_throughput"] / r["output_throughput"] for (d, _), (r, _) in pairs
+            ]
+            ratio = f"{spread(per_round, 2)} ({ref})"
+        loads = ", ".join(load for _, load in got)
+        print(f"| {name} | {cells} | {ratio} | {loads} |")
 
 
 if __name__ == "__main__":
