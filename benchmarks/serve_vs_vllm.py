@@ -143,7 +143,9 @@ def print_table(workload: str, names: list[str], rounds: dict[str, list[tuple[di
         cells = " | ".join(spread([doc[k] for doc, _ in got]) for k, _ in KEYS)
         ref = reference(name, names)
         ratio = "-"
-        if ref is not None:
+        if ref == name:
+            ratio = "1.00"
+        elif ref is not None:
             pairs = zip(got, rounds[ref], strict=True)
             per_round = [
                 d["output_throughput"] / r["output_throughput"] for (d, _), (r, _) in pairs

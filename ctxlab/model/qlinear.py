@@ -105,9 +105,8 @@ def native_bf16() -> bool:
 def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedLinear:
     """The `bf16` format's module for this machine: oneDNN's prepacked bf16 kernel where the
     CPU has bf16 dot products (1.35-1.45x aten's bf16 over the model's linears at 1 to 128
-    rows on AMX, docs/decode.md), aten's `F.linear` elsewhere. Both round
-    the input to bf16, multiply exactly and sum in float32; only the order of the sums
-    differs."""
+    rows on AMX, docs/decode.md), aten's `F.linear` elsewhere. Both round the input to bf16,
+    multiply exactly and sum in float32; only the order of the sums differs."""
     if weight.device.type == "cpu" and native_bf16():
         return OneDNNLinear(weight, bias, torch.bfloat16)
     return BF16Linear(weight, bias)

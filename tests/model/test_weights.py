@@ -96,7 +96,6 @@ def test_int4_linear_computes_the_codes_it_was_given():
 
 
 def test_int4_linear_runs_prefill_through_its_int8_copy_accurately():
-
     torch.manual_seed(0)
     w = torch.randn(192, 128) * 0.05
     codes = quantize_groups(w, 4)
