@@ -28,13 +28,13 @@ class LLM:
     `weights` stores the linear layers in a format, chosen at load (`ctxlab.model.weights`):
     "fp32" (float32 `F.linear` on MKL; the transformers-parity reference), "fp32-onednn"
     (float32 prepacked for oneDNN), "bf16" (bfloat16: oneDNN's prepacked kernel on a CPU with
-    bf16 dot products, `F.linear` elsewhere), "int8" (fbgemm's dynamic int8 linear: int8
-    weights with a scale per row, inputs quantized per token on a rotated residual stream;
-    the fastest kernel measured for prefill and batched decode, so the one to pick for
-    speed), "int4" (aten's int4 matmul on
-    the GGUF's own Q4_0/Q4_1 codes: the fewest bytes and the fastest batch-1 decode, but 2-3x
-    slower than int8 for batches and prefill). Given a `LoadedModel`, `weights` must match
-    the format it was loaded with. Measurements and reasons: docs/decode.md.
+    bf16 dot products, `F.linear` elsewhere), "int8" (fbgemm's dynamic int8 linear: int8 weights
+    with a scale per row, inputs quantized per token on a rotated residual stream; the fastest
+    kernel measured for prefill and batched decode, so the one to pick for speed), "int4"
+    (aten's int4 matmul on the GGUF's own Q4_0/Q4_1 codes: the fewest bytes and the fastest
+    batch-1 decode, but 2-3x slower than int8 for batches and prefill). Given a `LoadedModel`,
+    `weights` must match the format it was loaded with. Measurements and reasons:
+    docs/decode.md.
     `rope_scaling` ("linear:F", "dynamic:F", "yarn:F") scales RoPE on a checkpoint that does
     not, and runs it to trained x F positions (`ctxlab.model.rope_override`).
     """
