@@ -29,10 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np
 import torch
 
 from ctxlab.engine.decode_attention import decode_attention
@@ -94,6 +96,11 @@ def time_step(pool, tables, runs, q, context: int, attention: str, reps: int) ->
             r = runs[layer] if runs is not None else None
             decode_attention(q, pool, t, length=context, runs=r)
 
+    return best_cpu(step, reps)
+
+
+def best_cpu(step: Callable[[], None], reps: int) -> float:
+    """Best CPU seconds of `reps` calls of `step`, after one warm-up call."""
     step()
     best = float("inf")
     for _ in range(reps):
@@ -179,29 +186,22 @@ def compile_c_loop(folder: str) -> ctypes.CDLL | None:
     return dll
 
 
-def time_c_step(dll: ctypes.CDLL, pool, tables, q, context: int, reps: int) -> float:
-    """`time_step` with the C loop (float32 pools): one call per layer, on the pool in place."""
+def run_c(dll: ctypes.CDLL, pool, table: torch.Tensor, q: torch.Tensor, context: int,
+          out: np.ndarray) -> None:  # fmt: skip
+    """One layer's attention through the C loop, into `out [B, n_kv, g, d]` (float32 pools)."""
     _, (k, v) = pool.decode_views()
     B, H, g, d = q.shape
     assert g <= 8 and d <= 256 and k.shape[1] <= 256, "C_LOOP's fixed buffers"
-    qn = q.contiguous().numpy()
-    out = torch.empty(B, H, g, d).numpy()
-    scale = d**-0.5
+    qn, tb = q.contiguous().numpy(), table.contiguous().numpy()
+    dll.decode_f32(qn.ctypes.data, k.ctypes.data, v.ctypes.data, tb.ctypes.data, B * H, g, d,
+                   tb.shape[-1], context, k.shape[1], k.shape[2], d**-0.5,
+                   out.ctypes.data)  # fmt: skip
 
-    def step() -> None:
-        for t in tables:
-            tb = t.contiguous().numpy()
-            dll.decode_f32(qn.ctypes.data, k.ctypes.data, v.ctypes.data, tb.ctypes.data,
-                           B * H, g, d, tb.shape[-1], context, k.shape[1], k.shape[2], scale,
-                           out.ctypes.data)  # fmt: skip
 
-    step()
-    best = float("inf")
-    for _ in range(reps):
-        start = time.process_time()
-        step()
-        best = min(best, time.process_time() - start)
-    return best
+def time_c_step(dll: ctypes.CDLL, pool, tables, q, context: int, reps: int) -> float:
+    """`time_step` with the C loop (float32 pools): one call per layer, on the pool in place."""
+    out = np.empty(q.shape, dtype=np.float32)
+    return best_cpu(lambda: [run_c(dll, pool, t, q, context, out) for t in tables], reps)
 
 
 def main() -> None:
@@ -267,16 +267,11 @@ def main() -> None:
 def c_difference(dll: ctypes.CDLL, pool, tables, q, context: int) -> float:
     """Largest |C loop - engine kernel| over the first layer's output (the C loop must compute
     the same attention for its time to mean anything)."""
-    _, (k, v) = pool.decode_views()
-    B, H, g, d = q.shape
-    tb = tables[0].contiguous().numpy()
-    out = torch.empty(B, H, g, d)
-    dll.decode_f32(q.contiguous().numpy().ctypes.data, k.ctypes.data, v.ctypes.data,
-                   tb.ctypes.data, B * H, g, d, tb.shape[-1], context, k.shape[1], k.shape[2],
-                   d**-0.5, out.numpy().ctypes.data)  # fmt: skip
+    out = np.empty(q.shape, dtype=np.float32)
+    run_c(dll, pool, tables[0], q, context, out)
     paged_decode.set_enabled(True)
     want, _ = decode_attention(q, pool, tables[0], length=context)
-    return float((out - want.reshape(out.shape)).abs().max())
+    return float((torch.from_numpy(out) - want.reshape(out.shape)).abs().max())
 
 
 if __name__ == "__main__":
