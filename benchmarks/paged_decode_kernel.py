@@ -33,9 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import torch
+from decode_profile import best_cpu_ms
 
 from ctxlab.engine.decode_attention import decode_attention
 from ctxlab.engine.kernels import paged_decode
@@ -96,18 +98,13 @@ def time_step(pool, tables, runs, q, context: int, attention: str, reps: int) ->
             r = runs[layer] if runs is not None else None
             decode_attention(q, pool, t, length=context, runs=r)
 
-    return best_cpu(step, reps)
+    return best_of(step, reps)
 
 
-def best_cpu(step: Callable[[], None], reps: int) -> float:
-    """Best CPU seconds of `reps` calls of `step`, after one warm-up call."""
+def best_of(step: Callable[[], object], reps: int) -> float:
+    """Best CPU seconds of one `step` over `reps`, after a warm-up call."""
     step()
-    best = float("inf")
-    for _ in range(reps):
-        start = time.process_time()
-        step()
-        best = min(best, time.process_time() - start)
-    return best
+    return best_cpu_ms(step, 1, reps) / 1e3
 
 
 C_LOOP = r"""
@@ -201,7 +198,7 @@ def run_c(dll: ctypes.CDLL, pool, table: torch.Tensor, q: torch.Tensor, context:
 def time_c_step(dll: ctypes.CDLL, pool, tables, q, context: int, reps: int) -> float:
     """`time_step` with the C loop (float32 pools): one call per layer, on the pool in place."""
     out = np.empty(q.shape, dtype=np.float32)
-    return best_cpu(lambda: [run_c(dll, pool, t, q, context, out) for t in tables], reps)
+    return best_of(lambda: [run_c(dll, pool, t, q, context, out) for t in tables], reps)
 
 
 def main() -> None:

@@ -116,9 +116,10 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
 
         return run
 
+    onednn_fp32 = {"fp32 oneDNN prepacked (ctxlab fp32-onednn)": lambda w: OneDNNLinear(w)}
     kernels = {
         "fp32 F.linear (MKL)": fp32,
-        "fp32 oneDNN prepacked (ctxlab fp32-onednn)": lambda w: OneDNNLinear(w),
+        **(onednn_fp32 if onednn_available() else {}),
         "bf16 F.linear": lambda w: BF16Linear(w),
         "int8 fbgemm dynamic (ctxlab int8)": lambda w: Int8Linear(w),
         "int8 onednn dynamic": onednn,
@@ -128,8 +129,6 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
     }
     if native_bf16():  # oneDNN refuses to prepack bf16 without bf16 dot products
         kernels["bf16 oneDNN prepacked (ctxlab bf16 here)"] = lambda w: bf16_linear(w)
-    if not onednn_available():
-        del kernels["fp32 oneDNN prepacked (ctxlab fp32-onednn)"]
     return kernels
 
 
