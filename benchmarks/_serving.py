@@ -81,9 +81,10 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300.0) -> N
 
 
 @contextlib.contextmanager
-def _process(cmd: list[str]) -> Iterator[str]:
+def _process(cmd: list[str], env_extra: dict[str, str] | None = None) -> Iterator[str]:
+    env = ENV if not env_extra else {**ENV, **env_extra}
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV, cwd=ROOT
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT
     )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
@@ -101,8 +102,10 @@ def _process(cmd: list[str]) -> Iterator[str]:
             proc.wait()
 
 
-def ctxlab_server(*args: str) -> contextlib.AbstractContextManager[str]:
-    return _process([*CLI, "serve", "--port", "0", *args])
+def ctxlab_server(
+    *args: str, env_extra: dict[str, str] | None = None
+) -> contextlib.AbstractContextManager[str]:
+    return _process([*CLI, "serve", "--port", "0", *args], env_extra)
 
 
 def llamacpp_server(

@@ -25,8 +25,10 @@ Q4_1 GGUF, cast to `--dtype`); ctxlab serve reads the GGUF itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -76,10 +78,19 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown workload {unknown[0]!r}: choose from {', '.join(WORKLOADS)}")
     t = str(a.threads)
-    servers = {
+    servers: dict[str, Callable[[], contextlib.AbstractContextManager[str]]] = {
         **{
             f"ctxlab serve {w}": (lambda w=w: ctxlab_server("--threads", t, "--weights", w))
             for w in ("fp32", "fp32-onednn", "bf16", "int8", "int4")
+        },
+        # the same formats without ctxlab's compiled loops (ctxlab/native.py): torch's kernels
+        **{
+            f"ctxlab serve {w}, torch kernels": (
+                lambda w=w: ctxlab_server(
+                    "--threads", t, "--weights", w, env_extra={"CTXLAB_NATIVE": "off"}
+                )
+            )
+            for w in ("fp32", "bf16")
         },
         "vLLM fp32": lambda: vllm_server(folder, MODEL, "float32", a.threads, a.eager),
         "vLLM bf16": lambda: vllm_server(folder, MODEL, "bfloat16", a.threads, a.eager),

@@ -39,14 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 import torch.nn.functional as F
 
-from ctxlab.model import load_model
+from ctxlab.model import gemv, load_model
 from ctxlab.model.gguf_blocks import GROUP, quantize_groups
 from ctxlab.model.qlinear import (
     BF16Linear,
     Int4Linear,
     Int8Linear,
     OneDNNLinear,
-    bf16_linear,
     native_bf16,
     onednn_available,
     row_int8,
@@ -120,7 +119,7 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
     kernels = {
         "fp32 F.linear (MKL)": fp32,
         **(onednn_fp32 if onednn_available() else {}),
-        "bf16 F.linear": lambda w: BF16Linear(w),
+        "bf16 F.linear": lambda w: BF16Linear(w, compiled=False),
         "int8 fbgemm dynamic (ctxlab int8)": lambda w: Int8Linear(w),
         "int8 onednn dynamic": onednn,
         "int4 aten int4pack, bf16 (ctxlab int4)": lambda w: Int4Linear(quantize_groups(w, 4)),
@@ -128,7 +127,13 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
         "int8 torch._int_mm, per-token": int_mm,
     }
     if native_bf16():  # oneDNN refuses to prepack bf16 without bf16 dot products
-        kernels["bf16 oneDNN prepacked (ctxlab bf16 here)"] = lambda w: bf16_linear(w)
+        kernels["bf16 oneDNN prepacked"] = lambda w: OneDNNLinear(w, None, torch.bfloat16)
+    if gemv.kernels() is not None:  # ctxlab's compiled loop (a C compiler here), to 8 rows
+        dot = "bf16 dot products" if gemv.bf16_dot_products() else "widened"
+        kernels[f"bf16 compiled loop, {dot} (ctxlab bf16)"] = lambda w: BF16Linear(w)
+        kernels["fp32 compiled loop (F.linear above 8 rows)"] = lambda w: (
+            lambda x: gemv.small_linear(x, w) if x.shape[0] <= gemv.MAX_ROWS else F.linear(x, w)
+        )
     return kernels
 
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ctxlab.errors import CtxlabError
+from ctxlab.model import gemv
 from ctxlab.model.gguf_blocks import GROUP, GroupCodes
 from ctxlab.model.rotation import ONLINE_BLOCK, block_for, rotate_rows, signed_hadamard
 
@@ -65,13 +66,24 @@ class PackedLinear(nn.Module):
 
 
 class BF16Linear(PackedLinear):
+    """bfloat16 weights `[out, in]` as they are. Decode-sized calls (up to `gemv.MAX_ROWS`
+    rows) run ctxlab's compiled loop where it is built (`compiled`), which reads the weights
+    at the memory's speed; larger ones aten's `F.linear` (oneDNN inside, the weights
+    reordered per call). Both round the input to bf16, multiply exactly and sum in float32."""
+
     fmt = "bf16"
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, compiled: bool = True
+    ) -> None:
         super().__init__(weight.shape[1], weight.shape[0], bias)
         self.register_buffer("weight", weight.detach().to(torch.bfloat16).contiguous())
+        self.compiled = compiled and gemv.serves(self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.compiled and x.numel() <= gemv.MAX_ROWS * self.in_features:
+            y = gemv.small_linear(x, self.weight, self.bias)
+            return y if y.dtype == x.dtype else y.to(x.dtype)
         return self._out(F.linear(x.to(torch.bfloat16), self.weight), x)
 
 
@@ -103,11 +115,13 @@ def native_bf16() -> bool:
 
 
 def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedLinear:
-    """The `bf16` format's module for this machine: oneDNN's prepacked bf16 kernel where the
-    CPU has bf16 dot products (1.35-1.45x aten's bf16 over the model's linears at 1 to 128
-    rows on AMX, docs/decode.md), aten's `F.linear` elsewhere. Both round the input to bf16,
-    multiply exactly and sum in float32; only the order of the sums differs."""
-    if weight.device.type == "cpu" and native_bf16():
+    """The `bf16` format's module for this machine. With ctxlab's compiled loop (a C compiler
+    here): the weights as they are, decode through that loop (1.2-1.4x oneDNN's prepacked
+    kernel at 1 to 4 rows on AMX, docs/decode.md). Without it: oneDNN's prepacked bf16
+    kernel where the CPU has bf16 dot products (1.35-1.45x aten's), aten's `F.linear`
+    elsewhere. All round the input to bf16, multiply exactly and sum in float32; only the
+    order of the sums differs."""
+    if weight.device.type == "cpu" and gemv.kernels() is None and native_bf16():
         return OneDNNLinear(weight, bias, torch.bfloat16)
     return BF16Linear(weight, bias)
 

@@ -1,0 +1,93 @@
+"""Decode-sized linear layers (1 to `MAX_ROWS` rows) through ctxlab's compiled loop (`gemv.c`).
+
+A decode step multiplies a few rows by every weight once, so its time is the weights' bytes
+over the memory bandwidth. torch's kernels are tuned for larger products: at 1 to 4 rows
+oneDNN's prepacked bf16 kernel reads the weights at 8-9 GB/s on one core of the AMX machine,
+the compiled loop at 10-12 (what a plain read of the same bytes reaches),
+`benchmarks/weight_formats.py --only kernels` (docs/decode.md). Larger calls (prefill chunks)
+stay on torch's kernels, which are compute-bound there and better at it.
+
+The library is built once per machine (`ctxlab.native`); where it cannot be, `kernels()` is
+None and every layer runs its torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from pathlib import Path
+
+import torch
+
+from ctxlab import native
+
+MAX_ROWS = 8  # the loop keeps all rows' sums in registers; more rows and torch's kernels win
+SOURCE = Path(__file__).with_name("gemv.c")
+
+_VP, _L = ctypes.c_void_p, ctypes.c_long
+_SIGNATURE = [_VP, _L, _L, _VP, _L, _VP, _VP]  # x, M, K, W, N, bias (or None), y
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    for name in ("gemv_f32", "gemv_bf16", "gemv_i8"):
+        fn = getattr(lib, name)
+        fn.argtypes = _SIGNATURE
+        fn.restype = None
+    lib.gemv_bf16_dot_products.argtypes = []
+    lib.gemv_bf16_dot_products.restype = ctypes.c_int
+
+
+@functools.cache
+def kernels() -> ctypes.CDLL | None:
+    """The compiled library for this CPU, or None (no compiler, `CTXLAB_NATIVE=off`, a failed
+    build: logged once by `ctxlab.native`)."""
+    return native.load(SOURCE, _declare)
+
+
+def bf16_dot_products() -> bool:
+    """Whether the bf16 loop uses the CPU's bf16 dot-product instruction (AVX512-BF16) rather
+    than widening each weight to float32 (same arithmetic, more instructions)."""
+    lib = kernels()
+    return lib is not None and bool(lib.gemv_bf16_dot_products())
+
+
+_FUNCTION = {torch.float32: "gemv_f32", torch.bfloat16: "gemv_bf16", torch.int8: "gemv_i8"}
+
+
+def serves(weight: torch.Tensor) -> bool:
+    """Whether decode-sized calls on this weight can run the compiled loop."""
+    return (
+        weight.device.type == "cpu"
+        and weight.dim() == 2
+        and weight.dtype in _FUNCTION
+        and weight.is_contiguous()
+        and kernels() is not None
+    )
+
+
+def small_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`x [..., K] @ weight[N, K].T (+ bias)` in float32 for at most `MAX_ROWS` rows of x, by
+    the compiled loop (the caller checked `serves(weight)`). bf16 weights: x is rounded to
+    bf16 first, as torch's bf16 linear does; int8 weights: the raw codes' products (the
+    caller applies its row scales)."""
+    lib = kernels()
+    assert lib is not None, "small_linear needs serves(weight)"
+    k = x.shape[-1]
+    flat = x.reshape(-1, k)
+    if flat.dtype != torch.float32:
+        flat = flat.float()
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    rows, n = flat.shape[0], weight.shape[0]
+    assert 1 <= rows <= MAX_ROWS and weight.shape[1] == k
+    y = torch.empty(rows, n, dtype=torch.float32)
+    b = None
+    if bias is not None:
+        b = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float()
+    getattr(lib, _FUNCTION[weight.dtype])(
+        flat.data_ptr(), rows, k, weight.data_ptr(), n,
+        None if b is None else b.data_ptr(), y.data_ptr(),
+    )  # fmt: skip
+    return y.reshape(*x.shape[:-1], n)
