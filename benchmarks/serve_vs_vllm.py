@@ -85,7 +85,7 @@ def main() -> None:
         },
         # the same formats without ctxlab's compiled loops (ctxlab/native.py): torch's kernels
         **{
-            f"ctxlab serve {w}, torch kernels": (
+            f"ctxlab serve {w} (torch kernels)": (
                 lambda w=w: ctxlab_server(
                     "--threads", t, "--weights", w, env_extra={"CTXLAB_NATIVE": "off"}
                 )
