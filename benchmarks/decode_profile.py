@@ -4,12 +4,12 @@
     .venv/bin/python benchmarks/decode_profile.py --formats int8 --top 20
     .venv/bin/python benchmarks/decode_profile.py --formats int8,int4 --batch 16 --context 320
     .venv/bin/python benchmarks/decode_profile.py --model gemma3-270m --formats fp32,int4
-    .venv/bin/python benchmarks/decode_profile.py --formats int8 --attention numba,torch
+    .venv/bin/python benchmarks/decode_profile.py --formats int8 --attention c,numba,torch
     .venv/bin/python benchmarks/decode_profile.py --formats fp32,bf16,int8,int4 --context 2048
 
-`--attention numba,torch` runs every format twice, side by side in one process: with the
-compiled paged decode attention (ctxlab/engine/kernels) and with the torch reference
-(gather + SDPA), switched per call on the same engine.
+`--attention c,numba,torch` runs every format once per attention, side by side in one
+process: with the compiled paged decode attention (ctxlab/engine/kernels: its C or numba
+loops) and with the torch reference (gather + SDPA), switched per call on the same engine.
 
 For each format, after a 512-token prompt, three nested timings of one step, interleaved
 across formats (best of `--reps` rounds of `--steps` steps, CPU time of this process):
@@ -158,8 +158,9 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m or gemma3-270m")
     ap.add_argument(
         "--attention",
-        default="numba",
-        help="decode attention(s) to time, side by side: numba (the kernel), torch (reference)",
+        default="auto",
+        help="decode attention(s) to time, side by side: auto (the C loops where built, else "
+        "numba's), c, numba, torch (the reference)",
     )
     args = ap.parse_args()
     attentions = args.attention.split(",")
@@ -179,7 +180,7 @@ def main() -> None:
 
     def using(attention: str, fn):
         def run() -> None:
-            paged_decode.set_enabled(attention == "numba")
+            paged_decode.set_enabled(attention)
             fn()
 
         return run
@@ -210,7 +211,7 @@ def main() -> None:
         )
     splits = []
     for f, (s, a) in subjects.items():
-        paged_decode.set_enabled(a == "numba")
+        paged_decode.set_enabled(a)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(args.steps):
                 s.step()

@@ -1,33 +1,26 @@
-"""The decode attention alone: the numba paged kernel against the torch path, vs its memory floor.
+"""The decode attention alone: ctxlab's C and numba paged loops against the torch path, vs the
+memory floor.
 
     .venv/bin/python benchmarks/paged_decode_kernel.py                      # default shapes
     .venv/bin/python benchmarks/paged_decode_kernel.py --shapes 1x4096,1x16384 --kv float32
-    .venv/bin/python benchmarks/paged_decode_kernel.py --shapes 1x512,4x576 --kv float32 --c
+    .venv/bin/python benchmarks/paged_decode_kernel.py --shapes 1x512,4x576 --kv float32,bf16,int8
 
 One step's attention of SmolLM2-135M (30 layers, 3 KV heads of 64, 9 query heads, 16-token
 blocks): a pool holding `batch x context` tokens in every lane, its blocks handed out in a
 scrambled order (as a long-running pool's are), random contents; `decode_attention` called
-once per layer, as a step does, with the kernel (`numba`) and with the torch reference
-(`torch`: gather + SDPA, or for long lanes main's in-place runs), interleaved, 1 thread,
-best of `--reps` in CPU time. Beside each: the K and V bytes the step must read and the
-floor they set at the read bandwidth measured here (a sum over 256 MiB), so the kernel's
-own time can be read against its memory floor; `% of floor` = floor / time.
-
-`--c` adds a third column for float32 pools: the same online-softmax loop written in C
-(`C_LOOP` below, compiled here with `gcc -O3 -march=native -ffast-math`, with a software
-prefetch of the lane's next block), called through ctypes on the pool in place. It is a
-probe of what a compiled kernel would gain over the numba loop (docs/decode.md, issue 38),
-not a path the engine takes; without gcc the column says so.
+once per layer, as a step does, with each implementation (`CTXLAB_DECODE_KERNEL`'s choices:
+the C loops `c`, where a C compiler built them, numba's `numba`, and the torch reference
+`torch`: gather + SDPA, or for long lanes the in-place runs), interleaved, 1 thread, best of
+`--reps` in CPU time. Beside each: the K and V bytes the step must read and the floor they
+set at the read bandwidth measured here (a sum over 256 MiB), so a loop's own time can be
+read against its memory floor; `% of floor` = floor / time. The last column is the largest
+difference between the C and numba outputs over the first layer.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,10 +28,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np
 import torch
 from decode_profile import best_cpu_ms
 
+from ctxlab import native
 from ctxlab.engine.decode_attention import decode_attention
 from ctxlab.engine.kernels import paged_decode
 from ctxlab.engine.lane_runs import plan_runs
@@ -91,7 +84,7 @@ def step_case(batch: int, context: int, kv: str):
 
 
 def time_step(pool, tables, runs, q, context: int, attention: str, reps: int) -> float:
-    paged_decode.set_enabled(attention == "numba")
+    paged_decode.set_enabled(attention)
 
     def step() -> None:
         for layer, t in enumerate(tables):
@@ -107,168 +100,64 @@ def best_of(step: Callable[[], object], reps: int) -> float:
     return best_cpu_ms(step, 1, reps) / 1e3
 
 
-C_LOOP = r"""
-#include <math.h>
-#include <stdint.h>
-/* One lane per (sequence, KV head): the g queries' online softmax over the lane's blocks,
-   K and V rows read in place from [blocks, bs, width]; the next block is prefetched. */
-void decode_f32(const float *restrict q, const float *restrict kp, const float *restrict vp,
-                const int64_t *restrict table, int lanes, int g, int d, int nb, int n, int bs,
-                int width, float scale, float *restrict out) {
-    float sc[8][256], qs[8][256], acc[8][256], m[8], den[8];
-    for (int lane = 0; lane < lanes; lane++) {
-        const int64_t *tb = table + (int64_t)lane * nb;
-        for (int gi = 0; gi < g; gi++) {
-            for (int c = 0; c < d; c++) {
-                qs[gi][c] = q[((int64_t)lane * g + gi) * d + c] * scale;
-                acc[gi][c] = 0.f;
-            }
-            m[gi] = -3e38f;
-            den[gi] = 0.f;
-        }
-        int nbk = (n + bs - 1) / bs;
-        for (int j = 0; j < nbk; j++) {
-            const float *K = kp + tb[j] * bs * width, *V = vp + tb[j] * bs * width;
-            if (j + 1 < nbk)
-                for (int o = 0; o < bs * width; o += 16) {
-                    __builtin_prefetch(kp + tb[j + 1] * bs * width + o, 0, 3);
-                    __builtin_prefetch(vp + tb[j + 1] * bs * width + o, 0, 3);
-                }
-            int ns = n - j * bs < bs ? n - j * bs : bs;
-            for (int gi = 0; gi < g; gi++) {
-                float bmax = -3e38f;
-                for (int s = 0; s < ns; s++) {
-                    float dot = 0.f;
-                    for (int c = 0; c < d; c++) dot += qs[gi][c] * K[s * width + c];
-                    sc[gi][s] = dot;
-                    bmax = dot > bmax ? dot : bmax;
-                }
-                if (bmax > m[gi]) {
-                    float corr = expf(m[gi] - bmax);
-                    den[gi] *= corr;
-                    for (int c = 0; c < d; c++) acc[gi][c] *= corr;
-                    m[gi] = bmax;
-                }
-                float tot = 0.f;
-                for (int s = 0; s < ns; s++) {
-                    float p = expf(sc[gi][s] - m[gi]);
-                    sc[gi][s] = p;
-                    tot += p;
-                }
-                den[gi] += tot;
-                for (int s = 0; s < ns; s++)
-                    for (int c = 0; c < d; c++) acc[gi][c] += sc[gi][s] * V[s * width + c];
-            }
-        }
-        for (int gi = 0; gi < g; gi++)
-            for (int c = 0; c < d; c++)
-                out[((int64_t)lane * g + gi) * d + c] = acc[gi][c] / den[gi];
-    }
-}
-"""
-
-
-def compile_c_loop(folder: str) -> ctypes.CDLL | None:
-    """`C_LOOP` built with gcc for this CPU (None without gcc)."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        return None
-    src, lib = Path(folder) / "loop.c", Path(folder) / "loop.so"
-    src.write_text(C_LOOP)
-    flags = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
-    subprocess.run([gcc, *flags, "-o", str(lib), str(src), "-lm"], check=True)
-    dll = ctypes.CDLL(str(lib))
-    vp = ctypes.c_void_p
-    dll.decode_f32.argtypes = [vp] * 4 + [ctypes.c_int] * 7 + [ctypes.c_float, vp]
-    return dll
-
-
-def run_c(dll: ctypes.CDLL, pool, table: torch.Tensor, q: torch.Tensor, context: int,
-          out: np.ndarray) -> None:  # fmt: skip
-    """One layer's attention through the C loop, into `out [B, n_kv, g, d]` (float32 pools)."""
-    _, (k, v) = pool.decode_views()
-    B, H, g, d = q.shape
-    assert g <= 8 and d <= 256 and k.shape[1] <= 256, "C_LOOP's fixed buffers"
-    qn, tb = q.contiguous().numpy(), table.contiguous().numpy()
-    dll.decode_f32(qn.ctypes.data, k.ctypes.data, v.ctypes.data, tb.ctypes.data, B * H, g, d,
-                   tb.shape[-1], context, k.shape[1], k.shape[2], d**-0.5,
-                   out.ctypes.data)  # fmt: skip
-
-
-def time_c_step(dll: ctypes.CDLL, pool, tables, q, context: int, reps: int) -> float:
-    """`time_step` with the C loop (float32 pools): one call per layer, on the pool in place."""
-    out = np.empty(q.shape, dtype=np.float32)
-    return best_of(lambda: [run_c(dll, pool, t, q, context, out) for t in tables], reps)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="1x512,16x320,1x4096,1x16384", help="BATCHxCONTEXT list")
     ap.add_argument("--kv", default="float32,int8", help="pool formats: float32, bf16, int8")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--c", action="store_true", help="also the C loop (float32 pools, gcc)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     bw = read_bandwidth()
     paged_decode.warm_up()
-    with tempfile.TemporaryDirectory() as folder:
-        dll = compile_c_loop(folder) if args.c else None
-        if args.c and dll is None:
-            print("--c: no gcc on this machine; the C column is left out")
-        print(
-            f"torch {torch.__version__}, 1 thread, read bandwidth {bw / 1e9:.1f} GB/s, "
-            f"load {load()}; one step = 30 layers' decode attention"
-        )
-        c_head = " C ms | % of floor | C / numba speed-up (max abs diff) |" if dll else ""
-        print(
-            "\n| KV | batch x context | KV read / step | floor ms | numba ms | % of floor | "
-            f"torch ms | % of floor | numba / torch speed-up |{c_head} load |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|" + ("---|" * 3 if dll else "") + "---|")
-        for kv in args.kv.split(","):
-            for shape in args.shapes.split(","):
-                batch, context = (int(x) for x in shape.split("x"))
-                pool, tables, runs, q = step_case(batch, context, kv)
-                nbytes = batch * context * LAYERS * N_KV * pool.block_bytes // BS
-                floor = nbytes / bw
-                best = {"numba": float("inf"), "torch": float("inf"), "C": float("inf")}
-                with_c = dll is not None and kv == "float32"
-                for _ in range(2):  # interleaved rounds
-                    for a in ("numba", "torch"):
-                        t = time_step(pool, tables, runs, q, context, a, args.reps)
-                        best[a] = min(best[a], t)
-                    if with_c:
-                        t = time_c_step(dll, pool, tables, q, context, args.reps)
-                        best["C"] = min(best["C"], t)
-                c_cells = ""
-                if with_c:
-                    diff = c_difference(dll, pool, tables, q, context)
-                    c_cells = (
-                        f" {best['C'] * 1e3:.2f} | {floor / best['C']:.0%} | "
-                        f"{best['numba'] / best['C']:.2f}x ({diff:.1e}) |"
-                    )
-                elif dll is not None:
-                    c_cells = " - | - | - |"
-                print(
-                    f"| {kv} | {batch} x {context} | {nbytes / 2**20:.1f} MiB | "
-                    f"{floor * 1e3:.2f} | {best['numba'] * 1e3:.2f} | "
-                    f"{floor / best['numba']:.0%} | "
-                    f"{best['torch'] * 1e3:.2f} | {floor / best['torch']:.0%} | "
-                    f"{best['torch'] / best['numba']:.2f}x |{c_cells} {load()} |",
-                    flush=True,
+    paged_decode.set_enabled("c")
+    impls = ["c", "numba", "torch"] if paged_decode.backend() == "c" else ["numba", "torch"]
+    if "c" not in impls:
+        print(f"no C loops here ({native.why_not('paged_decode')}); their columns are left out")
+    print(
+        f"torch {torch.__version__}, 1 thread, read bandwidth {bw / 1e9:.1f} GB/s, "
+        f"load {load()}; one step = 30 layers' decode attention"
+    )
+    head = "".join(f" {a} ms | % of floor |" for a in impls)
+    ratios = " C / numba | numba / torch | max abs diff C - numba |" if "c" in impls else ""
+    ratios = ratios or " numba / torch |"
+    print(f"\n| KV | batch x context | KV read / step | floor ms |{head}{ratios} load |")
+    print("|---|---|---|---|" + "---|" * (2 * len(impls) + ratios.count("|")) + "---|")
+    for kv in args.kv.split(","):
+        for shape in args.shapes.split(","):
+            batch, context = (int(x) for x in shape.split("x"))
+            pool, tables, runs, q = step_case(batch, context, kv)
+            nbytes = batch * context * LAYERS * N_KV * pool.block_bytes // BS
+            floor = nbytes / bw
+            best = dict.fromkeys(impls, float("inf"))
+            for _ in range(2):  # interleaved rounds
+                for a in impls:
+                    best[a] = min(best[a], time_step(pool, tables, runs, q, context, a, args.reps))
+            cells = "".join(f" {best[a] * 1e3:.2f} | {floor / best[a]:.0%} |" for a in impls)
+            if "c" in impls:
+                diff = c_difference(pool, tables, q, context)
+                cells += (
+                    f" {best['numba'] / best['c']:.2f}x | {best['torch'] / best['numba']:.2f}x |"
+                    f" {diff:.1e} |"
                 )
-                del pool, tables, runs
+            else:
+                cells += f" {best['torch'] / best['numba']:.2f}x |"
+            print(
+                f"| {kv} | {batch} x {context} | {nbytes / 2**20:.1f} MiB | "
+                f"{floor * 1e3:.2f} |{cells} {load()} |",
+                flush=True,
+            )
+            del pool, tables, runs
     paged_decode.set_enabled(None)
 
 
-def c_difference(dll: ctypes.CDLL, pool, tables, q, context: int) -> float:
-    """Largest |C loop - engine kernel| over the first layer's output (the C loop must compute
-    the same attention for its time to mean anything)."""
-    out = np.empty(q.shape, dtype=np.float32)
-    run_c(dll, pool, tables[0], q, context, out)
-    paged_decode.set_enabled(True)
-    want, _ = decode_attention(q, pool, tables[0], length=context)
-    return float((torch.from_numpy(out) - want.reshape(out.shape)).abs().max())
+def c_difference(pool, tables, q, context: int) -> float:
+    """Largest |C - numba| over the first layer's output (the two must compute the same
+    attention for their times to mean anything)."""
+    got = {}
+    for a in ("c", "numba"):
+        paged_decode.set_enabled(a)
+        got[a], _ = decode_attention(q, pool, tables[0], length=context)
+    return float((got["c"].float() - got["numba"].float()).abs().max())
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
     .venv/bin/python benchmarks/vs_llamacpp.py                       # int8, 1 and 2 threads
     .venv/bin/python benchmarks/vs_llamacpp.py --formats int8,int4,fp32 --threads 1
     .venv/bin/python benchmarks/vs_llamacpp.py --quick               # 1 rep, smaller rows
-    .venv/bin/python benchmarks/vs_llamacpp.py --attention numba,torch --threads 1
+    .venv/bin/python benchmarks/vs_llamacpp.py --attention c,numba,torch --threads 1
 
-`--attention numba,torch` runs each ctxlab format twice, side by side: with the compiled
-paged decode attention (ctxlab/engine/kernels, the default) and with the torch reference
-(gather + SDPA); rows are labelled `int8 numba`, `int8 torch`.
+`--attention c,numba,torch` runs each ctxlab format once per attention, side by side: with
+the compiled paged decode attention (ctxlab/engine/kernels: its C or numba loops) and with
+the torch reference (gather + SDPA); rows are labelled `int8 c`, `int8 numba`, `int8 torch`.
 
 llama.cpp runs through the `xllamacpp` wheel (prebuilt llama.cpp bindings: nothing compiled,
 nothing downloaded) in a worker process (`_llamacpp_worker.py`), on:
@@ -188,7 +188,7 @@ class LlamaCpp:
 
 class Ctxlab:
     def __init__(
-        self, loaded, kv_pool_tokens: int = 16 * 512 + 4096, attention: str = "numba"
+        self, loaded, kv_pool_tokens: int = 16 * 512 + 4096, attention: str = "auto"
     ) -> None:
         self.loaded = loaded
         self.attention = attention
@@ -200,13 +200,13 @@ class Ctxlab:
         )
 
     def prefill(self, ids: list[int]) -> tuple[float, float]:
-        paged_decode.set_enabled(self.attention == "numba")
+        paged_decode.set_enabled(self.attention)
         wall, cpu = time.perf_counter(), time.process_time()
         self.llm.generate([ids], SamplingParams(max_tokens=1, temperature=0.0))
         return time.perf_counter() - wall, time.process_time() - cpu
 
     def decode(self, prompts: list[list[int]], n: int) -> tuple[float, float]:
-        paged_decode.set_enabled(self.attention == "numba")
+        paged_decode.set_enabled(self.attention)
         eng = self.llm.engine
         params = SamplingParams(max_tokens=n + 1, temperature=0.0, ignore_eos=True)
         rids = [eng.add_request(p, params) for p in prompts]
@@ -275,8 +275,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 rep, 512-token prefill only")
     parser.add_argument(
         "--attention",
-        default="numba",
-        help="ctxlab decode attention(s), side by side: numba (the kernel), torch (reference)",
+        default="auto",
+        help="ctxlab decode attention(s), side by side: auto (the C loops where built, else "
+        "numba's), c, numba, torch (the reference)",
     )
     args = parser.parse_args()
     attentions = args.attention.split(",")

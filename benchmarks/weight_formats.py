@@ -119,7 +119,7 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
     kernels = {
         "fp32 F.linear (MKL)": fp32,
         **(onednn_fp32 if onednn_available() else {}),
-        "bf16 F.linear": lambda w: BF16Linear(w, compiled=False),
+        "bf16 F.linear": lambda w: BF16Linear(w, kernel="aten"),
         "int8 fbgemm dynamic (ctxlab int8)": lambda w: Int8Linear(w),
         "int8 onednn dynamic": onednn,
         "int4 aten int4pack, bf16 (ctxlab int4)": lambda w: Int4Linear(quantize_groups(w, 4)),
@@ -128,9 +128,13 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
     }
     if native_bf16():  # oneDNN refuses to prepack bf16 without bf16 dot products
         kernels["bf16 oneDNN prepacked"] = lambda w: OneDNNLinear(w, None, torch.bfloat16)
-    if gemv.kernels() is not None:  # ctxlab's compiled loop (a C compiler here), to 8 rows
+    if gemv.kernels() is not None:  # ctxlab's compiled kernels (a C compiler here)
         dot = "bf16 dot products" if gemv.bf16_dot_products() else "widened"
-        kernels[f"bf16 compiled loop, {dot} (ctxlab bf16)"] = lambda w: BF16Linear(w)
+        kernels[f"bf16 compiled loop, {dot} (F.linear above 8 rows)"] = lambda w: BF16Linear(
+            w, kernel="loop"
+        )
+        if gemv.amx():
+            kernels["bf16 AMX tiles (ctxlab bf16 here)"] = lambda w: BF16Linear(w, kernel="amx")
         kernels["fp32 compiled loop (F.linear above 8 rows)"] = lambda w: (
             lambda x: gemv.small_linear(x, w) if x.shape[0] <= gemv.MAX_ROWS else F.linear(x, w)
         )

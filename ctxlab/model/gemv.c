@@ -224,3 +224,118 @@ void gemv_bf16(const float *x, long M, long K, const uint16_t *W, long N, const 
 }
 int gemv_bf16_dot_products(void) { return 0; }
 #endif
+
+/* bf16 weights on AMX tiles (Intel Sapphire Rapids and later), for any number of rows: the
+ * tile unit multiplies a 16 x 32 block of x by a 32 x 16 block of W in one instruction, so
+ * even at 1 to 16 rows the loop is bound by reading W (1.6x oneDNN's prepacked kernel at
+ * 1 to 16 rows on the AMX machine) and at prefill sizes by the tiles' own rate. W is packed
+ * once into the tiles' layout (`bf16_amx_pack`); x is rounded to bf16 as above. Needs the
+ * kernel's permission for the tile state (`bf16_amx_ready`, once per process); N a multiple
+ * of 64 and K of 32 (the caller checks). */
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+int bf16_amx_ready(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+
+/* W [N, K] -> tiles [N / 16][K / 32][16 pairs of k][16 columns][2]: one B tile is 1 KiB of
+ * consecutive bytes. */
+void bf16_amx_pack(const uint16_t *W, long N, long K, uint16_t *out) {
+    for (long nb = 0; nb < N / 16; nb++)
+        for (long kb = 0; kb < K / 32; kb++) {
+            uint16_t *t = out + (nb * (K / 32) + kb) * 512;
+            for (int kp = 0; kp < 16; kp++)
+                for (int n = 0; n < 16; n++) {
+                    t[(kp * 16 + n) * 2] = W[(nb * 16 + n) * K + kb * 32 + kp * 2];
+                    t[(kp * 16 + n) * 2 + 1] = W[(nb * 16 + n) * K + kb * 32 + kp * 2 + 1];
+                }
+        }
+}
+
+/* The inverse of bf16_amx_pack (weights back out, for copies and checks). */
+void bf16_amx_unpack(const uint16_t *packed, long N, long K, uint16_t *W) {
+    for (long nb = 0; nb < N / 16; nb++)
+        for (long kb = 0; kb < K / 32; kb++) {
+            const uint16_t *t = packed + (nb * (K / 32) + kb) * 512;
+            for (int kp = 0; kp < 16; kp++)
+                for (int n = 0; n < 16; n++) {
+                    W[(nb * 16 + n) * K + kb * 32 + kp * 2] = t[(kp * 16 + n) * 2];
+                    W[(nb * 16 + n) * K + kb * 32 + kp * 2 + 1] = t[(kp * 16 + n) * 2 + 1];
+                }
+        }
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} TileConfig;
+
+/* tiles 0-3: C (rows x 16 float32), 4: A (rows x 32 bf16), 5-7: B (16 x 16 pairs) */
+static void tile_config(int rows) {
+    TileConfig c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 5; t++) c.rows[t] = (uint8_t)rows, c.colsb[t] = 64;
+    for (int t = 5; t < 8; t++) c.rows[t] = 16, c.colsb[t] = 64;
+    _tile_loadconfig(&c);
+}
+
+void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {
+    const long rows_all = M < 16 ? M : (M + 15) / 16 * 16; /* x padded to whole tiles */
+    uint16_t *xb = aligned_alloc(64, (size_t)((rows_all * K * 2 + 63) / 64 * 64));
+    if (!xb) return;
+    long i = 0;
+    for (; i + 16 <= M * K; i += 16)
+        _mm256_storeu_si256((__m256i *)(xb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    for (; i < M * K; i++) xb[i] = round_one_bf16(x[i]);
+    for (; i < rows_all * K; i++) xb[i] = 0;
+    const int rows = (int)(rows_all < 16 ? rows_all : 16);
+    tile_config(rows);
+    float cbuf[4][16][16] __attribute__((aligned(64)));
+    const long kblocks = K / 32, bstep = kblocks * 512; /* bstep: the next 16 columns */
+    for (long n0 = 0; n0 < N; n0 += 64) {
+        const uint16_t *B = Wp + (n0 / 16) * bstep;
+        for (long m0 = 0; m0 < rows_all; m0 += 16) {
+            const uint16_t *A = xb + m0 * K;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (long kb = 0; kb < kblocks; kb++) {
+                _tile_loadd(4, A + kb * 32, K * 2);
+                _tile_loadd(5, B + kb * 512, 64);
+                _tile_dpbf16ps(0, 4, 5);
+                _tile_loadd(6, B + bstep + kb * 512, 64);
+                _tile_dpbf16ps(1, 4, 6);
+                _tile_loadd(7, B + 2 * bstep + kb * 512, 64);
+                _tile_dpbf16ps(2, 4, 7);
+                _tile_loadd(5, B + 3 * bstep + kb * 512, 64);
+                _tile_dpbf16ps(3, 4, 5);
+            }
+            _tile_stored(0, cbuf[0], 64);
+            _tile_stored(1, cbuf[1], 64);
+            _tile_stored(2, cbuf[2], 64);
+            _tile_stored(3, cbuf[3], 64);
+            const long valid = M - m0 < rows ? M - m0 : rows;
+            for (long r = 0; r < valid; r++)
+                for (int j = 0; j < 4; j++)
+                    for (int c = 0; c < 16; c++)
+                        y[(m0 + r) * N + n0 + 16 * j + c] = cbuf[j][r][c] + (bias ? bias[n0 + 16 * j + c] : 0.0f);
+        }
+    }
+    _tile_release();
+    free(xb);
+}
+#else
+int bf16_amx_ready(void) { return 0; }
+void bf16_amx_pack(const uint16_t *W, long N, long K, uint16_t *out) { (void)W, (void)N, (void)K, (void)out; }
+void bf16_amx_unpack(const uint16_t *p, long N, long K, uint16_t *W) { (void)p, (void)N, (void)K, (void)W; }
+void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {
+    (void)x, (void)M, (void)K, (void)Wp, (void)N, (void)bias, (void)y;
+}
+#endif

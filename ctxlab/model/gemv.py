@@ -29,12 +29,16 @@ _SIGNATURE = [_VP, _L, _L, _VP, _L, _VP, _VP]  # x, M, K, W, N, bias (or None), 
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    for name in ("gemv_f32", "gemv_bf16", "gemv_i8"):
+    for name in ("gemv_f32", "gemv_bf16", "gemv_i8", "bf16_amx"):
         fn = getattr(lib, name)
         fn.argtypes = _SIGNATURE
         fn.restype = None
-    lib.gemv_bf16_dot_products.argtypes = []
-    lib.gemv_bf16_dot_products.restype = ctypes.c_int
+    for name in ("gemv_bf16_dot_products", "bf16_amx_ready"):
+        getattr(lib, name).argtypes = []
+        getattr(lib, name).restype = ctypes.c_int
+    for name in ("bf16_amx_pack", "bf16_amx_unpack"):
+        getattr(lib, name).argtypes = [_VP, _L, _L, _VP]
+        getattr(lib, name).restype = None
 
 
 @functools.cache
@@ -49,6 +53,48 @@ def bf16_dot_products() -> bool:
     than widening each weight to float32 (same arithmetic, more instructions)."""
     lib = kernels()
     return lib is not None and bool(lib.gemv_bf16_dot_products())
+
+
+@functools.cache
+def amx() -> bool:
+    """Whether bf16 products run on AMX tiles here: a CPU with them, a library built for
+    them, and the kernel's permission for the tile state (asked once per process)."""
+    lib = kernels()
+    return lib is not None and bool(lib.bf16_amx_ready())
+
+
+def amx_fits(weight: torch.Tensor) -> bool:
+    """Whether a weight `[N, K]` takes the AMX layout: N a multiple of 64, K of 32."""
+    n, k = weight.shape
+    return n % 64 == 0 and k % 32 == 0
+
+
+def amx_pack(weight: torch.Tensor) -> torch.Tensor:
+    """bf16 weights `[N, K]` in the tiles' layout (the same bytes, reordered; `amx()` and
+    `amx_fits(weight)` are true)."""
+    lib = kernels()
+    assert lib is not None
+    dense = weight.detach().to(torch.bfloat16).contiguous()
+    out = torch.empty_like(dense)
+    lib.bf16_amx_pack(dense.data_ptr(), dense.shape[0], dense.shape[1], out.data_ptr())
+    return out
+
+
+def amx_unpack(tiles: torch.Tensor) -> torch.Tensor:
+    """The `[N, K]` weights back out of `amx_pack`'s layout."""
+    lib = kernels()
+    assert lib is not None
+    out = torch.empty_like(tiles)
+    lib.bf16_amx_unpack(tiles.data_ptr(), tiles.shape[0], tiles.shape[1], out.data_ptr())
+    return out
+
+
+def amx_linear(
+    x: torch.Tensor, tiles: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`x [..., K] @ W.T (+ bias)` in float32 for any number of rows, W in `amx_pack`'s
+    layout: x rounded to bf16, exact products, float32 sums (oneDNN's bf16 arithmetic)."""
+    return _call("bf16_amx", x, tiles, bias)
 
 
 _FUNCTION = {torch.float32: "gemv_f32", torch.bfloat16: "gemv_bf16", torch.int8: "gemv_i8"}
@@ -72,8 +118,18 @@ def small_linear(
     the compiled loop (the caller checked `serves(weight)`). bf16 weights: x is rounded to
     bf16 first, as torch's bf16 linear does; int8 weights: the raw codes' products (the
     caller applies its row scales)."""
+    return _call(_FUNCTION[weight.dtype], x, weight, bias, MAX_ROWS)
+
+
+def _call(
+    name: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    max_rows: int | None = None,
+) -> torch.Tensor:
     lib = kernels()
-    assert lib is not None, "small_linear needs serves(weight)"
+    assert lib is not None, f"{name} needs the compiled library"
     k = x.shape[-1]
     flat = x.reshape(-1, k)
     if flat.dtype != torch.float32:
@@ -81,12 +137,14 @@ def small_linear(
     if not flat.is_contiguous():
         flat = flat.contiguous()
     rows, n = flat.shape[0], weight.shape[0]
-    assert 1 <= rows <= MAX_ROWS and weight.shape[1] == k
+    assert weight.shape[1] == k and (max_rows is None or rows <= max_rows)
+    if rows == 0:
+        return torch.zeros(*x.shape[:-1], n)
     y = torch.empty(rows, n, dtype=torch.float32)
     b = None
     if bias is not None:
         b = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float()
-    getattr(lib, _FUNCTION[weight.dtype])(
+    getattr(lib, name)(
         flat.data_ptr(), rows, k, weight.data_ptr(), n,
         None if b is None else b.data_ptr(), y.data_ptr(),
     )  # fmt: skip

@@ -7,9 +7,9 @@ still gives the model's activation dtype (the engine sizes its KV pool by it).
 
 - `OneDNNLinear`: weights prepacked once for oneDNN: float32 (`fp32-onednn`: the bytes of
   fp32, a faster kernel at decode-sized calls) or bfloat16 (`bf16` on a CPU with bf16 dot
-  products: AVX512-BF16 or AMX).
-- `BF16Linear`: bfloat16 weights through `F.linear`, the `bf16` of a CPU without bf16 dot
-  products (oneDNN refuses to prepack bf16 there; aten converts inside the kernel).
+  products, AVX512-BF16 or AMX, where ctxlab's own kernels could not be built).
+- `BF16Linear`: bfloat16 weights through ctxlab's compiled kernels (`gemv.py`: AMX tiles,
+  or a loop for decode rows) where a C compiler built them, else `F.linear`.
 - `Int8Linear`: int8 codes with one scale per output row, through fbgemm's dynamically
   quantized linear: the input is quantized per call (one scale for the whole input) and the
   int32 product rescaled to float. One packed copy of the weights; no float copy is kept.
@@ -66,25 +66,49 @@ class PackedLinear(nn.Module):
 
 
 class BF16Linear(PackedLinear):
-    """bfloat16 weights `[out, in]` as they are. Decode-sized calls (up to `gemv.MAX_ROWS`
-    rows) run ctxlab's compiled loop where it is built (`compiled`), which reads the weights
-    at the memory's speed; larger ones aten's `F.linear` (oneDNN inside, the weights
-    reordered per call). Both round the input to bf16, multiply exactly and sum in float32."""
+    """bfloat16 weights `[out, in]`, through one of three kernels (`kernel`, chosen once):
+
+    - "amx": the weights reordered into AMX tiles (`gemv.amx_pack`, same bytes), every call
+      through ctxlab's tile loop (CPUs with AMX, a C compiler here);
+    - "loop": the weights as they are; calls of up to `gemv.MAX_ROWS` rows (decode) through
+      ctxlab's compiled loop, larger ones through aten's `F.linear`;
+    - "aten": `F.linear` only (no C compiler, or asked for).
+
+    All round the input to bf16, multiply exactly and sum in float32; only the order of the
+    sums differs (aten also rounds its output to bf16)."""
 
     fmt = "bf16"
+    KERNELS = ("amx", "loop", "aten")
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None = None, compiled: bool = True
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernel: str | None = None
     ) -> None:
         super().__init__(weight.shape[1], weight.shape[0], bias)
-        self.register_buffer("weight", weight.detach().to(torch.bfloat16).contiguous())
-        self.compiled = compiled and gemv.serves(self.weight)
+        dense = weight.detach().to(torch.bfloat16).contiguous()
+        if kernel is None:
+            kernel = "aten"
+            if gemv.serves(dense):
+                kernel = "amx" if gemv.amx() and gemv.amx_fits(dense) else "loop"
+        if kernel not in self.KERNELS:
+            raise ValueError(f"BF16Linear kernel {kernel!r}: use one of {self.KERNELS}")
+        self.kernel = kernel
+        self.register_buffer("weight", gemv.amx_pack(dense) if kernel == "amx" else dense)
+
+    def dense_weight(self) -> torch.Tensor:
+        """The `[out, in]` bf16 weights (unpacked from the tiles' layout for "amx")."""
+        return gemv.amx_unpack(self.weight) if self.kernel == "amx" else self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.compiled and x.numel() <= gemv.MAX_ROWS * self.in_features:
+        if self.kernel == "amx":
+            y = gemv.amx_linear(x, self.weight, self.bias)
+        elif self.kernel == "loop" and x.numel() <= gemv.MAX_ROWS * self.in_features:
             y = gemv.small_linear(x, self.weight, self.bias)
-            return y if y.dtype == x.dtype else y.to(x.dtype)
-        return self._out(F.linear(x.to(torch.bfloat16), self.weight), x)
+        else:
+            return self._out(F.linear(x.to(torch.bfloat16), self.weight), x)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, kernel={self.kernel}"
 
 
 def onednn_available() -> bool:
@@ -115,12 +139,12 @@ def native_bf16() -> bool:
 
 
 def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None = None) -> PackedLinear:
-    """The `bf16` format's module for this machine. With ctxlab's compiled loop (a C compiler
-    here): the weights as they are, decode through that loop (1.2-1.4x oneDNN's prepacked
-    kernel at 1 to 4 rows on AMX, docs/decode.md). Without it: oneDNN's prepacked bf16
+    """The `bf16` format's module for this machine. With ctxlab's compiled kernels (a C
+    compiler here): AMX tiles where the CPU has them (1.6x oneDNN's prepacked kernel at 1 to
+    16 rows), else the compiled loop for decode rows. Without them: oneDNN's prepacked bf16
     kernel where the CPU has bf16 dot products (1.35-1.45x aten's), aten's `F.linear`
-    elsewhere. All round the input to bf16, multiply exactly and sum in float32; only the
-    order of the sums differs."""
+    elsewhere (docs/decode.md). All round the input to bf16, multiply exactly and sum in
+    float32; only the order of the sums differs."""
     if weight.device.type == "cpu" and gemv.kernels() is None and native_bf16():
         return OneDNNLinear(weight, bias, torch.bfloat16)
     return BF16Linear(weight, bias)

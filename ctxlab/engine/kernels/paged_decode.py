@@ -2,19 +2,22 @@
 
 `run_kernel` is what the engine's attention runs for a decode read whose path is "kernel"
 (the step plan asks `serves(pool)` once per step; a plain read: no extra rows, no
-probabilities), and `paged_decode` what `decode_attention` runs for other callers: a numba
-loop (`numba_decode.py`) that walks each lane's block table and reads K and V in place from
-the pool's storage tensors (`.numpy()` views, no copy), every lane of the batch in one call,
-one pass over the bytes.
+probabilities), and `paged_decode` what `decode_attention` runs for other callers: a loop
+that walks each lane's block table and reads K and V in place from the pool's storage (no
+copy), every lane of the batch in one call, one pass over the bytes. Two implementations of
+that loop: C (`paged_decode.c`, built once per machine by `ctxlab.native`: 16 slots at a time
+with vector exponentials and the next block prefetched) where a C compiler is present, and
+numba's (`numba_decode.py`) elsewhere and for the shapes the C loops do not take.
 The gather + SDPA path stays in `decode_attention` as the reference and the fallback; it
 runs when numba is not importable, the pool is not on the CPU or not a float32 / bfloat16 /
 int8 pool (KIVI codes, other dtypes), or `CTXLAB_DECODE_KERNEL=torch`. Which one runs is
 logged once (`ctxlab.engine.kernels`).
 
-Compilation: the loops are `cache=True`, so a machine compiles them once (about 10 s for
-the three pool formats) and every later process loads them from numba's cache (well under
-a second); `warm_up(pool)` does it when an engine is built (`LLMEngine.__init__`), so no
-timed step (TTFT, TPOT) pays it.
+Compilation: the numba loops are `cache=True`, so a machine compiles them once (about 10 s
+for the three pool formats) and every later process loads them from numba's cache (well
+under a second); `warm_up(pool)` does it when an engine is built (`LLMEngine.__init__`), so
+no timed step (TTFT, TPOT) pays it. The C library is built (1-2 s) or loaded at the same
+point, on the first decision.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,11 +37,15 @@ if TYPE_CHECKING:
     from ctxlab.kv.store import KVStore
 
 log = logging.getLogger("ctxlab.engine.kernels")
+_NO_SCOPE = nullcontext()
 
-ENV = "CTXLAB_DECODE_KERNEL"  # "torch" forces the reference path; "numba" (default) the kernel
+ENV = "CTXLAB_DECODE_KERNEL"
+# "auto" (default): the C loops where they are built, else numba's; "c" the same; "numba":
+# numba's only (for side-by-side runs); "torch": the reference path.
+CHOICES = ("auto", "c", "numba", "torch")
 
 _kernels: dict[str, Callable[..., None]] | None = None
-_state: dict[str, bool | str] = {"decided": False, "why": ""}
+_state: dict[str, bool | str] = {"decided": False, "why": "", "impl": "torch"}
 _NO_MASK = np.zeros((1, 1, 1), dtype=np.bool_)
 # A pool's storage as numpy views, made once per pool (a call costs ~2 us inside the loop;
 # remaking the views each call cost several times that).
@@ -47,12 +55,18 @@ _views: weakref.WeakKeyDictionary[KVStore, tuple[str, tuple[np.ndarray, ...]] | 
 
 
 def _decide() -> dict[str, Callable[..., None]] | None:
-    """Import the numba loops once (None: the torch path runs), logging which runs."""
+    """Choose once which loops run (None: the torch path), logging the choice. The numba
+    loops are the fallback of the C ones (shapes the C loops do not take), so both need
+    numba."""
     global _kernels
     if _state["decided"]:
         return _kernels
     _state["decided"] = True
-    choice = os.environ.get(ENV, "numba").strip().lower()
+    choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if choice not in CHOICES:
+        log.warning("%s=%s is not one of %s; using auto", ENV, choice, ", ".join(CHOICES))
+        choice = "auto"
+    _state["impl"] = "torch"
     if choice == "torch":
         _state["why"] = f"{ENV}=torch"
     else:
@@ -60,17 +74,26 @@ def _decide() -> dict[str, Callable[..., None]] | None:
             from ctxlab.engine.kernels.numba_decode import KERNELS
 
             _kernels = KERNELS
+            _state["impl"] = "numba"
         except ImportError as exc:  # numba missing or broken: the reference still runs
             _state["why"] = f"numba is not importable ({exc})"
-    if _kernels is not None:
+    if _kernels is not None and choice != "numba":
+        from ctxlab.engine.kernels import c_decode
+
+        if c_decode.library() is not None:
+            _state["impl"] = "c"
+    if _state["impl"] == "c":
+        log.info("decode attention: C paged loops (in place, float32/bf16/int8 pools)")
+    elif _kernels is not None:
         log.info("decode attention: numba paged kernel (in place, float32/bf16/int8 pools)")
     else:
         log.info("decode attention: torch gather + SDPA (%s)", _state["why"])
     return _kernels
 
 
-def set_enabled(enabled: bool | None) -> None:
-    """Force the kernel on (`True`, when numba imports), off (`False`), or back to the
+def set_enabled(enabled: bool | str | None) -> None:
+    """Force the kernel on (`True`: the C loops where built, else numba's), off (`False`:
+    the torch path), one implementation by name (one of `CHOICES`), or back to the
     environment's choice (`None`); for tests and side-by-side benchmarks."""
     global _kernels
     _state["decided"] = False
@@ -79,7 +102,10 @@ def set_enabled(enabled: bool | None) -> None:
         _decide()
         return
     saved = os.environ.get(ENV)
-    os.environ[ENV] = "numba" if enabled else "torch"
+    if isinstance(enabled, str):
+        os.environ[ENV] = enabled
+    else:
+        os.environ[ENV] = "auto" if enabled else "torch"
     try:
         _decide()
     finally:
@@ -90,8 +116,9 @@ def set_enabled(enabled: bool | None) -> None:
 
 
 def backend() -> str:
-    """Which decode attention runs: "numba" or "torch"."""
-    return "numba" if _decide() is not None else "torch"
+    """Which decode attention runs: "c", "numba" or "torch"."""
+    _decide()
+    return str(_state["impl"])
 
 
 def _pool_arrays(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
@@ -140,7 +167,7 @@ def run_kernel(
     length: int | None = None,
 ) -> torch.Tensor:
     """`paged_decode` for a pool the kernel is known to serve (`serves(pool)` was true for
-    this step): no decision, straight to the numba loop."""
+    this step): no decision, straight to the C loop (or numba's)."""
     kernels = _kernels
     arrays = _pool_arrays(pool)
     assert kernels is not None and arrays is not None, "run_kernel needs serves(pool)"
@@ -149,30 +176,34 @@ def run_kernel(
     nb = table.shape[-1]
     bs = pool.layout.block_size
     width = nb * bs
+    mask3: torch.Tensor | None = None
     if mask is not None:
         L = min(mask.shape[-1], width)
         m = mask.reshape(B, H, mask.shape[-1])
-        m_np = (m if m.is_contiguous() else m.contiguous()).numpy()
-        use_mask = True
+        mask3 = m if m.is_contiguous() else m.contiguous()
     else:
         L = width if length is None else min(length, width)
-        m_np, use_mask = _NO_MASK, False
     qf = q if q.dtype == torch.float32 else q.to(torch.float32)
     qf = qf if qf.is_contiguous() else qf.contiguous()
     tb = table if table.dtype == torch.int64 else table.to(torch.int64)
     tb = tb if tb.is_contiguous() else tb.contiguous()
-    lens = np.full((B, H), L, dtype=np.int64)
     dv = pool.layout.head_dim_v
-    out = np.empty((B, H, g, dv), dtype=np.float32)
-    scale = np.float32(d**-0.5)
-    args = (qf.numpy(), *storage, tb.numpy(), lens, m_np, use_mask, scale, out)
-    if torch.autograd.profiler._is_profiler_enabled:  # named in torch.profiler's tables
-        with torch.profiler.record_function("ctxlab::paged_decode"):
-            kernels[kind](*args)
-    else:
-        kernels[kind](*args)
-    o = torch.from_numpy(out)
-    return o if q.dtype == torch.float32 else o.to(q.dtype)
+    out = torch.empty((B, H, g, dv), dtype=torch.float32)
+    scale = float(d**-0.5)
+    profiled = torch.autograd.profiler._is_profiler_enabled  # named in torch.profiler's tables
+    with torch.profiler.record_function("ctxlab::paged_decode") if profiled else _NO_SCOPE:
+        done = False
+        if _state["impl"] == "c":
+            from ctxlab.engine.kernels import c_decode
+
+            lens_t = torch.full((B, H), L, dtype=torch.int64)
+            done = c_decode.run(kind, pool, storage, qf, tb, lens_t, mask3, scale, out)
+        if not done:
+            m_np, use_mask = (_NO_MASK, False) if mask3 is None else (mask3.numpy(), True)
+            lens = np.full((B, H), L, dtype=np.int64)
+            args = (qf.numpy(), *storage, tb.numpy(), lens, m_np, use_mask, np.float32(scale))
+            kernels[kind](*args, out.numpy())
+    return out if q.dtype == torch.float32 else out.to(q.dtype)
 
 
 def warm_up(pool: KVStore | None = None) -> float:
