@@ -31,11 +31,13 @@ from ctxlab.progress import progress
 log = logging.getLogger("ctxlab.native")
 
 ENV = "CTXLAB_NATIVE"  # "off" (or 0/no/false) keeps every kernel on its torch/numba path
+# The -march the kernels are built for: "native" (default), or a lower level such as
+# x86-64-v3 (AVX2) or x86-64-v2, which `tests/second_isa.py` sets to test those loops too.
+MARCH_ENV = "CTXLAB_NATIVE_MARCH"
 # No -ffast-math: with -shared some compilers link an object that flushes denormals to zero
 # for the whole process. Reassociation and contraction are what the loops need.
 FLAGS = (
     "-O3",
-    "-march=native",
     "-std=gnu11",
     "-fPIC",
     "-shared",
@@ -112,7 +114,8 @@ def load(
     it once to declare its functions' argument types; None when native kernels are off or
     it cannot be built here (logged once, with the reason in `why_not`)."""
     name = source.stem
-    flags = FLAGS + tuple(extra_flags)
+    march = os.environ.get(MARCH_ENV, "").strip() or "native"
+    flags = (f"-march={march}", *FLAGS, *extra_flags)
     if (name, flags) in _loaded:
         return _loaded[(name, flags)]
     lib = _build_and_load(source, flags)

@@ -1,11 +1,13 @@
-"""The compiled paged decode attention against the torch reference, and the fallback.
+"""The compiled paged decode attention against the torch reference, and the fallbacks.
 
-`decode_attention` runs the numba kernel when numba is importable; forcing it off
-(`paged_decode.set_enabled(False)`) runs the gather + SDPA reference over the same pool and
-tables. Random shapes: GQA groups, lengths that are not a multiple of the block size, block
-tables in a scrambled order with holes (masked slots and whole masked blocks), float32,
-bfloat16 and int8 pools; within a float tolerance (the two sum in different orders). A
-process where `import numba` fails still decodes, through the reference.
+`decode_attention` runs the kernel's C loops where a C compiler built them, else its numba
+loops; forcing it off (`paged_decode.set_enabled(False)`) runs the gather + SDPA reference
+over the same pool and tables. Each implementation is checked against the reference on
+random shapes: GQA groups, lengths that are not a multiple of the block size, block tables
+in a scrambled order with holes (masked slots and whole masked blocks), float32, bfloat16
+and int8 pools; within a float tolerance (they sum in different orders). Shapes the C loops
+do not take (heads of 8) run numba's. A process where `import numba` fails still decodes,
+through the reference; one with `CTXLAB_NATIVE=off` through numba's loops.
 """
 
 from __future__ import annotations
@@ -34,9 +36,21 @@ def _restore():
     pd.set_enabled(None)
 
 
-def both(q, pool, table, mask=None, length=None):
+def c_loops_built() -> bool:
+    pd.set_enabled("c")
+    built = pd.backend() == "c"
+    pd.set_enabled(None)
+    return built
+
+
+# the kernel's implementations this machine has: numba's always, C where a compiler built it
+IMPLS = ["numba", "c"] if c_loops_built() else ["numba"]
+
+
+def both(q, pool, table, mask=None, length=None, impl="numba"):
     """(kernel, reference) outputs of the engine's decode attention on the same inputs."""
-    pd.set_enabled(True)
+    pd.set_enabled(impl)
+    assert pd.backend() == impl
     assert pd.paged_decode(q, pool, table, mask, length) is not None  # the kernel serves it
     got, _ = decode_attention(q, pool, table, mask, length)
     pd.set_enabled(False)
@@ -61,19 +75,20 @@ def make_pool(kind: str, layout: KVLayout, n_blocks: int, gen: torch.Generator):
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
 
+@pytest.mark.parametrize("impl", IMPLS)
 @settings(max_examples=40, deadline=None)
 @given(
     kind=st.sampled_from(["f32", "bf16", "int8"]),
     B=st.integers(1, 5),
     n_kv=st.integers(1, 3),
-    group=st.sampled_from([1, 2, 3, 4]),
-    d=st.sampled_from([8, 16, 64]),
-    bs=st.sampled_from([4, 16]),
-    n_keys=st.integers(1, 70),
+    group=st.sampled_from([1, 2, 3, 4, 5]),
+    d=st.sampled_from([8, 16, 64, 128]),
+    bs=st.sampled_from([4, 16, 32]),
+    n_keys=st.integers(1, 90),
     holes=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_kernel_matches_reference(kind, B, n_kv, group, d, bs, n_keys, holes, seed):
+def test_kernel_matches_reference(impl, kind, B, n_kv, group, d, bs, n_keys, holes, seed):
     gen = torch.Generator().manual_seed(seed)
     dtype = torch.bfloat16 if kind == "bf16" else torch.float32
     layout = KVLayout(1, n_kv, d, d, block_size=bs, dtype=dtype)
@@ -83,7 +98,7 @@ def test_kernel_matches_reference(kind, B, n_kv, group, d, bs, n_keys, holes, se
     table = torch.randperm(n_blocks, generator=gen)[: B * n_kv * nb].view(B, n_kv, nb)
     q = torch.randn(B, n_kv, group, d, generator=gen).to(dtype)
     if not holes:
-        got, want = both(q, pool, table, length=n_keys)
+        got, want = both(q, pool, table, length=n_keys, impl=impl)
     else:
         L = n_keys
         mask = torch.rand(B, n_kv, 1, L, generator=gen) < 0.7
@@ -91,9 +106,57 @@ def test_kernel_matches_reference(kind, B, n_kv, group, d, bs, n_keys, holes, se
             mask[:, 0, :, :bs] = False
             table[:, 0, 0] = 0
         mask[..., L - 1] = True  # every lane keeps at least its newest key
-        got, want = both(q, pool, table, mask=mask)
+        got, want = both(q, pool, table, mask=mask, impl=impl)
     assert got.shape == want.shape and got.dtype == want.dtype
     torch.testing.assert_close(got.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.isa
+@pytest.mark.skipif("c" not in IMPLS, reason="no C compiler: the C loops are not built")
+@pytest.mark.parametrize("kind", ["f32", "bf16", "int8"])
+@pytest.mark.parametrize("d, group", [(64, 3), (256, 4), (32, 16), (8, 3), (64, 17)])
+def test_c_loops_agree_with_numba(kind, d, group):
+    """The C loops and numba's compute the same attention to float32 rounding, Gemma's heads
+    of 256 and 16 query heads per KV head included; heads of 8 and 17 query heads are not
+    shapes the C loops take, and the call still answers (numba's loop)."""
+    gen = torch.Generator().manual_seed(d + group)
+    dtype = torch.bfloat16 if kind == "bf16" else torch.float32
+    layout = KVLayout(1, 2, d, d, block_size=16, dtype=dtype)
+    pool = make_pool(kind, layout, 24, gen)
+    table = torch.randperm(24, generator=gen)[:20].view(2, 2, 5)
+    q = torch.randn(2, 2, group, d, generator=gen)
+    mask = torch.rand(2, 2, 1, 77, generator=gen) < 0.6
+    mask[..., -1] = True
+    out = {}
+    for impl in ("c", "numba"):
+        pd.set_enabled(impl)
+        out[impl] = (
+            decode_attention(q, pool, table, length=73)[0],
+            decode_attention(q, pool, table, mask=mask)[0],
+        )
+    for got, want in zip(out["c"], out["numba"], strict=True):
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=2e-5)
+
+
+def test_without_a_compiler_numba_runs():
+    """`CTXLAB_NATIVE=off` (as a machine without a C compiler): numba's loops decode."""
+    code = (
+        "from ctxlab.engine.kernels import paged_decode as pd\n"
+        "assert pd.backend() == 'numba', pd.backend()\n"
+        "from ctxlab import native\n"
+        "from ctxlab.engine.kernels import c_decode\n"
+        "assert c_decode.library() is None and native.why_not('paged_decode')\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "CTXLAB_NATIVE": "off"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr
 
 
 def test_kivi_pool_falls_back_to_reference():

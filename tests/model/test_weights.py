@@ -127,22 +127,33 @@ needs_native_bf16 = pytest.mark.skipif(
 )
 
 
-def test_bf16_without_native_dot_products_is_aten(monkeypatch):
+def test_bf16_without_compiled_kernels_or_native_dot_products_is_aten(monkeypatch):
     monkeypatch.setattr(qlinear, "native_bf16", lambda: False)
+    monkeypatch.setattr(qlinear.gemv, "kernels", lambda: None)
     lin = qlinear.bf16_linear(torch.randn(32, 64))
-    assert isinstance(lin, BF16Linear) and lin.fmt == "bf16"
+    assert isinstance(lin, BF16Linear) and lin.fmt == "bf16" and lin.kernel == "aten"
+
+
+@needs_native_bf16
+def test_bf16_without_compiled_kernels_is_onednn_prepacked(monkeypatch):
+    """Where ctxlab's C kernels cannot be built (no compiler), a CPU with bf16 dot products
+    runs oneDNN's prepacked kernel."""
+    monkeypatch.setattr(qlinear.gemv, "kernels", lambda: None)
+    lin = qlinear.bf16_linear(torch.randn(32, 64))
+    assert isinstance(lin, OneDNNLinear) and lin.fmt == "bf16"
 
 
 @needs_native_bf16
 @pytest.mark.parametrize("rows", [1, 4, 64])
 def test_prepacked_bf16_is_aten_bf16_arithmetic(rows):
-    """Where the CPU has bf16 dot products, `bf16` is oneDNN's prepacked kernel: the same
-    bf16 products as aten's, summed in another order before the same rounding to bf16 (so
-    at most an ulp of bf16 apart); a wrong layout or a dropped bias is off by order 1."""
+    """oneDNN's prepacked bf16 kernel (the `bf16` of a CPU with bf16 dot products and no C
+    compiler): the same bf16 products as aten's, summed in another order before the same
+    rounding to bf16 (so at most an ulp of bf16 apart); a wrong layout or a dropped bias is
+    off by order 1."""
     w, b = torch.randn(96, 64), torch.randn(96)
-    lin = qlinear.bf16_linear(w, b)
-    assert isinstance(lin, OneDNNLinear) and lin.fmt == "bf16"
-    aten = BF16Linear(w, b)
+    lin = OneDNNLinear(w, b, torch.bfloat16)
+    assert lin.fmt == "bf16"
+    aten = BF16Linear(w, b, kernel="aten")
     for x in (torch.randn(rows, 64), torch.randn(2, rows, 64)):
         got, want = lin(x), aten(x)
         assert got.shape == want.shape and got.dtype == x.dtype

@@ -1,0 +1,119 @@
+"""ctxlab's compiled linear kernels (`gemv.c`) against exact products, and the bf16 module.
+
+Each loop computes float32 sums of exact products, so it must match a float64 product of
+the same (rounded) operands to float32's rounding: a wrong block, a dropped tail column, a
+missed bias or a wrong tile layout is off by order one. Shapes cover the loops' edges: row
+counts 1 to 8 (every register block), column counts that are not a multiple of the blocks,
+and input sizes that are not a multiple of a vector. Marked `isa`: `tests/second_isa.py`
+reruns them with the kernels built one instruction set lower (AVX2, then scalar loops).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from ctxlab.model import gemv
+from ctxlab.model.qlinear import BF16Linear, bf16_linear
+
+pytestmark = [
+    pytest.mark.isa,
+    pytest.mark.skipif(gemv.kernels() is None, reason="no C compiler: the kernels are not built"),
+]
+
+SHAPES = [(96, 64), (37, 100), (5, 33), (960, 576), (64, 1536)]
+
+
+def rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float(((got - want).abs() / (want.abs() + 1)).max())
+
+
+def exact(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    y = x.double() @ w.double().t()
+    return (y if b is None else y + b.double()).float()
+
+
+def sum_error(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> float:
+    """|got - exact| over the sum of the products' magnitudes: float32 sums of exact products
+    stay within a few 1e-7 of it whatever their order; a wrong term is order one."""
+    scale = x.double().abs() @ w.double().abs().t() + (0 if b is None else b.double().abs()) + 1
+    return float(((got.double() - exact(x, w, b).double()).abs() / scale).max())
+
+
+@pytest.mark.parametrize("n, k", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
+def test_small_linear_is_exact_products(n, k, dtype):
+    gen = torch.Generator().manual_seed(n * k)
+    w = torch.randn(n, k, generator=gen)
+    if dtype == torch.int8:
+        w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+    else:
+        w = w.to(dtype)
+    b = torch.randn(n, generator=gen)
+    assert gemv.serves(w)
+    for rows in range(1, gemv.MAX_ROWS + 1):
+        x = torch.randn(rows, k, generator=gen)
+        xr = x.bfloat16() if dtype == torch.bfloat16 else x  # bf16: the input rounded first
+        assert sum_error(gemv.small_linear(x, w, b), xr, w, b) < 1e-6
+        assert sum_error(gemv.small_linear(x, w), xr, w, None) < 1e-6
+    x = torch.randn(2, 3, k, generator=gen)  # leading dims kept
+    assert gemv.small_linear(x, w).shape == (2, 3, n)
+
+
+@pytest.mark.skipif(not gemv.amx(), reason="CPU without AMX tiles")
+@pytest.mark.parametrize("rows", [1, 3, 16, 17, 40])
+def test_amx_tiles_are_exact_products(rows):
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(192, 96, generator=gen).bfloat16()
+    b = torch.randn(192, generator=gen)
+    tiles = gemv.amx_pack(w)
+    assert torch.equal(gemv.amx_unpack(tiles), w)
+    assert not torch.equal(tiles, w)  # reordered, not the rows as they were
+    x = torch.randn(rows, 96, generator=gen)
+    assert sum_error(gemv.amx_linear(x, tiles, b), x.bfloat16(), w, b) < 1e-6
+
+
+def test_amx_takes_only_whole_tiles():
+    assert gemv.amx_fits(torch.empty(64, 32)) and gemv.amx_fits(torch.empty(960, 576))
+    assert not gemv.amx_fits(torch.empty(96, 64)) and not gemv.amx_fits(torch.empty(64, 48))
+
+
+@pytest.mark.parametrize("kernel", BF16Linear.KERNELS)
+@pytest.mark.parametrize("rows", [1, 4, 9, 64])
+def test_bf16_kernels_agree(kernel, rows):
+    """Every kernel of the bf16 format computes the input rounded to bf16 times the bf16
+    weights: ctxlab's kernels to float32's rounding, aten's within the bf16 rounding of its
+    output and bias; exact weights back out; copies compute the same."""
+    if kernel == "amx" and not gemv.amx():
+        pytest.skip("CPU without AMX tiles")
+    w, b = torch.randn(128, 64), torch.randn(128)
+    lin = BF16Linear(w, b, kernel=kernel)
+    assert lin.kernel == kernel
+    ours = kernel == "amx" or (kernel == "loop" and rows <= gemv.MAX_ROWS)
+    wb = w.to(torch.bfloat16)
+    for x in (torch.randn(rows, 64), torch.randn(2, rows, 64)):
+        got = lin(x)
+        assert got.shape == (*x.shape[:-1], 128) and got.dtype == x.dtype
+        if ours:
+            assert sum_error(got.reshape(-1, 128), x.reshape(-1, 64).bfloat16(), wb, b) < 1e-6
+        else:
+            assert rel(got, exact(x.reshape(-1, 64).bfloat16(), wb, b).view_as(got)) < 2**-6
+    assert torch.equal(lin.dense_weight(), wb)
+    x = torch.randn(rows, 64)
+    assert torch.equal(copy.deepcopy(lin)(x), lin(x))
+    assert lin.weight_bytes() == 128 * 64 * 2 + 128 * 4  # weights bf16, bias float32
+
+
+def test_bf16_format_takes_the_compiled_kernels():
+    lin = bf16_linear(torch.randn(128, 64))
+    assert isinstance(lin, BF16Linear)
+    assert lin.kernel == ("amx" if gemv.amx() else "loop")
+    odd = bf16_linear(torch.randn(100, 64))  # not whole tiles: the loop
+    assert isinstance(odd, BF16Linear) and odd.kernel == "loop"
+
+
+def test_unknown_kernel_is_refused():
+    with pytest.raises(ValueError, match="kernel"):
+        BF16Linear(torch.randn(4, 4), kernel="fast")
