@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ctxlab.model import gemv
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
 
@@ -59,10 +60,10 @@ class Attention(nn.Module):
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
         self.sliding_window = cfg.sliding_windows[layer_idx]
-        self.qkv_proj = nn.Linear(
+        self.qkv_proj = gemv.Linear(
             cfg.hidden_size, cfg.q_size + 2 * cfg.kv_size, bias=cfg.attention_bias
         )
-        self.o_proj = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
+        self.o_proj = gemv.Linear(cfg.q_size, cfg.hidden_size, bias=False)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
@@ -94,8 +95,8 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.intermediate = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = gemv.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = gemv.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj.forward(x).split(self.intermediate, dim=-1)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ctxlab.errors import CtxlabError
+from ctxlab.model import gemv
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.layers import DecoderLayer, RMSNorm, rope_tables
@@ -34,7 +35,7 @@ class LlamaModel(nn.Module):
         self.lm_head = (
             None
             if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            else gemv.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         )
         self.rope = RotaryEmbedding(
             cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position, rope_freq_factors
@@ -77,7 +78,7 @@ class LlamaModel(nn.Module):
         if self.output is not None:
             return self.output(hidden).float()
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return (hidden @ weight.T).float()
+        return gemv.linear(hidden, weight).float()
 
     # ------------------------------------------------------------------ weights
 

@@ -4,9 +4,9 @@
 
 | format | linear layers | output head | embedding table |
 |---|---|---|---|
-| fp32 | float32 `nn.Linear` (the parity reference) | float32, tied | float32 |
+| fp32 | float32 `nn.Linear` (the parity reference) (****) | float32, tied | float32 |
 | fp32-onednn | float32 prepacked for oneDNN (a private copy) | float32, its own copy | float32 |
-| bf16 | bfloat16: ctxlab's AMX tiles or compiled loop, else oneDNN or `F.linear` (***) | bfloat16 (tied, or a packed copy) | bfloat16 |
+| bf16 | bfloat16: ctxlab's AMX tiles or loop, oneDNN or `F.linear` (***) | (***) | bfloat16 |
 | int8 | fbgemm dynamic int8, a scale per row (*) | fbgemm int8 | int8, a scale per 32 values |
 | int4 | aten int4, scale and offset per 32 (**) | fbgemm int8 | int8, a scale per 32 values |
 
@@ -14,7 +14,10 @@
 (**) calls of 64 tokens or more (prefill) run an int8 copy of the same weights, input
 rotated online (`qlinear.Int4Linear`): aten's int4 kernel is slow at large M.
 (***) `qlinear.bf16_linear` decides: ctxlab's C kernels where a C compiler builds them (AMX
-tiles where the CPU has them), else oneDNN's prepacked kernel on a CPU with bf16 dot products.
+tiles, a packed copy of the head, where the CPU has them; else the loop on the tied table),
+else oneDNN's prepacked kernel (its own copy) on a CPU with bf16 dot products.
+(****) calls of up to 8 rows (decode) through ctxlab's compiled loop where it is built
+(`gemv.linear`): the same float32 products in another order.
 Activations, norms, RoPE, attention and the KV cache stay in the model dtype (`--dtype`).
 Where the source is a GGUF whose blocks a format can hold exactly (Q4_0/Q4_1 in int4, Q8_0
 in the int8 embedding table), the file's own codes are used; everything else is quantized
