@@ -120,7 +120,7 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
         "fp32 F.linear (MKL)": fp32,
         **(onednn_fp32 if onednn_available() else {}),
         "bf16 F.linear": lambda w: BF16Linear(w, kernel="aten"),
-        "int8 fbgemm dynamic (ctxlab int8)": lambda w: Int8Linear(w),
+        "int8 fbgemm dynamic": lambda w: Int8Linear(w, kernel="fbgemm"),
         "int8 onednn dynamic": onednn,
         "int4 aten int4pack, bf16 (ctxlab int4)": lambda w: Int4Linear(quantize_groups(w, 4)),
         "int8 aten _weight_int8pack_mm, bf16": int8pack,
@@ -135,6 +135,8 @@ def kernel_makers() -> dict[str, Callable[[torch.Tensor], Kernel]]:
         )
         if gemv.amx():
             kernels["bf16 AMX tiles (ctxlab bf16 here)"] = lambda w: BF16Linear(w, kernel="amx")
+        if gemv.amx_int8():
+            kernels["int8 AMX tiles (ctxlab int8 here)"] = lambda w: Int8Linear(w, kernel="amx")
         kernels["fp32 compiled loop (F.linear above 8 rows)"] = lambda w: (
             lambda x: gemv.small_linear(x, w) if x.shape[0] <= gemv.MAX_ROWS else F.linear(x, w)
         )

@@ -233,6 +233,7 @@ int gemv_bf16_dot_products(void) { return 0; }
  * kernel's permission for the tile state (`bf16_amx_ready`, once per process); N a multiple
  * of 64 and K of 32 (the caller checks). */
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
+#include <math.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -331,8 +332,110 @@ void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const 
     _tile_release();
     free(xb);
 }
+
+/* int8 weights on AMX tiles: x quantized per row to int8 (symmetric: scale = max |x| / 127,
+ * codes rounded to nearest even), exact int32 sums of code products, then each sum scaled
+ * by its row's and its column's scale (+ bias). W: int8 codes packed once into the tiles'
+ * layout (`int8_amx_pack`); N a multiple of 64 and K of 64 (the caller checks). */
+#if defined(__AMX_INT8__)
+/* W [N, K] -> tiles [N / 16][K / 64][16 groups of 4 k][16 columns][4]: one B tile is 1 KiB. */
+void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) {
+    for (long nb = 0; nb < N / 16; nb++)
+        for (long kb = 0; kb < K / 64; kb++) {
+            int8_t *t = out + (nb * (K / 64) + kb) * 1024;
+            for (int kq = 0; kq < 16; kq++)
+                for (int n = 0; n < 16; n++)
+                    for (int e = 0; e < 4; e++) t[(kq * 16 + n) * 4 + e] = W[(nb * 16 + n) * K + kb * 64 + kq * 4 + e];
+        }
+}
+
+void int8_amx_unpack(const int8_t *packed, long N, long K, int8_t *W) {
+    for (long nb = 0; nb < N / 16; nb++)
+        for (long kb = 0; kb < K / 64; kb++) {
+            const int8_t *t = packed + (nb * (K / 64) + kb) * 1024;
+            for (int kq = 0; kq < 16; kq++)
+                for (int n = 0; n < 16; n++)
+                    for (int e = 0; e < 4; e++) W[(nb * 16 + n) * K + kb * 64 + kq * 4 + e] = t[(kq * 16 + n) * 4 + e];
+        }
+}
+
+int int8_amx_available(void) { return 1; }
+
+void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
+              const float *bias, float *y) {
+    const long rows_all = M < 16 ? M : (M + 15) / 16 * 16;
+    int8_t *xq = aligned_alloc(64, (size_t)((rows_all * K + 63) / 64 * 64));
+    float *xs = malloc(sizeof(float) * (size_t)rows_all);
+    if (!xq || !xs) return free(xq), free(xs);
+    for (long m = 0; m < rows_all; m++) {
+        if (m >= M) {
+            memset(xq + m * K, 0, (size_t)K), xs[m] = 0.0f;
+            continue;
+        }
+        const float *r = x + m * K;
+        float amax = 0.0f;
+        for (long k = 0; k < K; k++) amax = fabsf(r[k]) > amax ? fabsf(r[k]) : amax;
+        const float scale = amax > 0.0f ? amax / 127.0f : 1.0f, inv = 1.0f / scale;
+        xs[m] = scale;
+        for (long k = 0; k < K; k++) xq[m * K + k] = (int8_t)lrintf(r[k] * inv);
+    }
+    const int rows = (int)(rows_all < 16 ? rows_all : 16);
+    tile_config(rows);
+    int32_t cbuf[4][16][16] __attribute__((aligned(64)));
+    const long kblocks = K / 64, bstep = kblocks * 1024;
+    for (long n0 = 0; n0 < N; n0 += 64) {
+        const int8_t *B = Wp + (n0 / 16) * bstep;
+        for (long m0 = 0; m0 < rows_all; m0 += 16) {
+            const int8_t *A = xq + m0 * K;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (long kb = 0; kb < kblocks; kb++) {
+                _tile_loadd(4, A + kb * 64, K);
+                _tile_loadd(5, B + kb * 1024, 64);
+                _tile_dpbssd(0, 4, 5);
+                _tile_loadd(6, B + bstep + kb * 1024, 64);
+                _tile_dpbssd(1, 4, 6);
+                _tile_loadd(7, B + 2 * bstep + kb * 1024, 64);
+                _tile_dpbssd(2, 4, 7);
+                _tile_loadd(5, B + 3 * bstep + kb * 1024, 64);
+                _tile_dpbssd(3, 4, 5);
+            }
+            _tile_stored(0, cbuf[0], 64);
+            _tile_stored(1, cbuf[1], 64);
+            _tile_stored(2, cbuf[2], 64);
+            _tile_stored(3, cbuf[3], 64);
+            const long valid = M - m0 < rows ? M - m0 : rows;
+            for (long r = 0; r < valid; r++)
+                for (int j = 0; j < 4; j++)
+                    for (int c = 0; c < 16; c++) {
+                        const long n = n0 + 16 * j + c;
+                        y[(m0 + r) * N + n] = (float)cbuf[j][r][c] * xs[m0 + r] * wscale[n] + (bias ? bias[n] : 0.0f);
+                    }
+        }
+    }
+    _tile_release();
+    free(xq), free(xs);
+}
+#else
+int int8_amx_available(void) { return 0; }
+void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) { (void)W, (void)N, (void)K, (void)out; }
+void int8_amx_unpack(const int8_t *p, long N, long K, int8_t *W) { (void)p, (void)N, (void)K, (void)W; }
+void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
+              const float *bias, float *y) {
+    (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)bias, (void)y;
+}
+#endif
 #else
 int bf16_amx_ready(void) { return 0; }
+int int8_amx_available(void) { return 0; }
+void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) { (void)W, (void)N, (void)K, (void)out; }
+void int8_amx_unpack(const int8_t *p, long N, long K, int8_t *W) { (void)p, (void)N, (void)K, (void)W; }
+void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
+              const float *bias, float *y) {
+    (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)bias, (void)y;
+}
 void bf16_amx_pack(const uint16_t *W, long N, long K, uint16_t *out) { (void)W, (void)N, (void)K, (void)out; }
 void bf16_amx_unpack(const uint16_t *p, long N, long K, uint16_t *W) { (void)p, (void)N, (void)K, (void)W; }
 void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {

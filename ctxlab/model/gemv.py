@@ -35,12 +35,14 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.argtypes = _SIGNATURE
         fn.restype = None
-    for name in ("gemv_bf16_dot_products", "bf16_amx_ready"):
+    for name in ("gemv_bf16_dot_products", "bf16_amx_ready", "int8_amx_available"):
         getattr(lib, name).argtypes = []
         getattr(lib, name).restype = ctypes.c_int
-    for name in ("bf16_amx_pack", "bf16_amx_unpack"):
+    for name in ("bf16_amx_pack", "bf16_amx_unpack", "int8_amx_pack", "int8_amx_unpack"):
         getattr(lib, name).argtypes = [_VP, _L, _L, _VP]
         getattr(lib, name).restype = None
+    lib.int8_amx.argtypes = [_VP, _L, _L, _VP, _VP, _L, _VP, _VP]  # x, M, K, W, scales, N, b, y
+    lib.int8_amx.restype = None
 
 
 @functools.cache
@@ -65,30 +67,65 @@ def amx() -> bool:
     return lib is not None and bool(lib.bf16_amx_ready())
 
 
+@functools.cache
+def amx_int8() -> bool:
+    """Whether int8 products run on AMX tiles here (`amx()` and a library built for them)."""
+    lib = kernels()
+    return amx() and lib is not None and bool(lib.int8_amx_available())
+
+
 def amx_fits(weight: torch.Tensor) -> bool:
-    """Whether a weight `[N, K]` takes the AMX layout: N a multiple of 64, K of 32."""
+    """Whether a weight `[N, K]` takes the AMX layout of its dtype: N a multiple of 64, K of
+    32 (bf16: 32 values a tile row) or of 64 (int8)."""
     n, k = weight.shape
-    return n % 64 == 0 and k % 32 == 0
+    return n % 64 == 0 and k % (64 if weight.dtype == torch.int8 else 32) == 0
 
 
 def amx_pack(weight: torch.Tensor) -> torch.Tensor:
-    """bf16 weights `[N, K]` in the tiles' layout (the same bytes, reordered; `amx()` and
-    `amx_fits(weight)` are true)."""
+    """bf16 weights (or int8 codes) `[N, K]` in the tiles' layout: the same bytes, reordered
+    (`amx()`, or `amx_int8()` for codes, and `amx_fits(weight)` are true)."""
     lib = kernels()
     assert lib is not None
-    dense = weight.detach().to(torch.bfloat16).contiguous()
+    codes = weight.dtype == torch.int8
+    dense = weight.detach().contiguous() if codes else weight.detach().to(torch.bfloat16)
+    dense = dense.contiguous()
     out = torch.empty_like(dense)
-    lib.bf16_amx_pack(dense.data_ptr(), dense.shape[0], dense.shape[1], out.data_ptr())
+    pack = lib.int8_amx_pack if codes else lib.bf16_amx_pack
+    pack(dense.data_ptr(), dense.shape[0], dense.shape[1], out.data_ptr())
     return out
 
 
 def amx_unpack(tiles: torch.Tensor) -> torch.Tensor:
-    """The `[N, K]` weights back out of `amx_pack`'s layout."""
+    """The `[N, K]` weights (or codes) back out of `amx_pack`'s layout."""
     lib = kernels()
     assert lib is not None
     out = torch.empty_like(tiles)
-    lib.bf16_amx_unpack(tiles.data_ptr(), tiles.shape[0], tiles.shape[1], out.data_ptr())
+    unpack = lib.int8_amx_unpack if tiles.dtype == torch.int8 else lib.bf16_amx_unpack
+    unpack(tiles.data_ptr(), tiles.shape[0], tiles.shape[1], out.data_ptr())
     return out
+
+
+def amx_int8_linear(
+    x: torch.Tensor, tiles: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`x [..., K]` times int8 codes in `amx_pack`'s layout with one float32 `scale` per
+    output row: each row of x quantized to int8 at its own scale (max |x| / 127, rounded to
+    nearest even), exact int32 sums, rescaled to float32 (+ bias)."""
+    lib = kernels()
+    assert lib is not None and scale.dtype == torch.float32 and scale.is_contiguous()
+    k = x.shape[-1]
+    flat = x.reshape(-1, k)
+    flat = flat if flat.dtype == torch.float32 else flat.float()
+    flat = flat if flat.is_contiguous() else flat.contiguous()
+    rows, n = flat.shape[0], tiles.shape[0]
+    y = torch.empty(rows, n, dtype=torch.float32)
+    if rows:
+        b = None if bias is None else bias.float().contiguous()
+        lib.int8_amx(
+            flat.data_ptr(), rows, k, tiles.data_ptr(), scale.data_ptr(), n,
+            None if b is None else b.data_ptr(), y.data_ptr(),
+        )  # fmt: skip
+    return y.reshape(*x.shape[:-1], n)
 
 
 def amx_linear(

@@ -10,9 +10,10 @@ still gives the model's activation dtype (the engine sizes its KV pool by it).
   products, AVX512-BF16 or AMX, where ctxlab's own kernels could not be built).
 - `BF16Linear`: bfloat16 weights through ctxlab's compiled kernels (`gemv.py`: AMX tiles,
   or a loop for decode rows) where a C compiler built them, else `F.linear`.
-- `Int8Linear`: int8 codes with one scale per output row, through fbgemm's dynamically
-  quantized linear: the input is quantized per call (one scale for the whole input) and the
-  int32 product rescaled to float. One packed copy of the weights; no float copy is kept.
+- `Int8Linear`: int8 codes with one scale per output row, the input quantized per token
+  and the int32 product rescaled to float: on AMX tiles through ctxlab's kernel where the
+  CPU has them, else through fbgemm's dynamically quantized linear. One packed copy of the
+  weights; no float copy is kept.
 - `Int4Linear`: 4-bit codes with a scale and offset per 32 inputs of a row (the layout of
   GGUF's Q4_0/Q4_1, so their codes are taken as they are) through aten's
   `_weight_int4pack_mm_for_cpu`, with bfloat16 activations, scales and offsets. From
@@ -231,49 +232,76 @@ def row_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class Int8Linear(PackedLinear):
-    """fbgemm dynamic int8: y = dequant(quant(x) @ codes^T), one weight scale per row.
+    """int8 codes with one scale per output row; each call quantizes its input per token.
 
-    `reduce_range` quantizes the input to 7 bits, which fbgemm needs on CPUs without VNNI
-    (its AVX2 path sums pairs of u8*s8 products in int16, which can saturate); with VNNI the
-    full 8 bits are exact. `int8_reduce_range()` probes the kernel once to decide.
+    Two kernels (`kernel`, chosen once):
+    - "amx": the codes packed into AMX tiles (`gemv.amx_pack`, the same bytes), every call
+      through ctxlab's tile loop: each row of x quantized to int8 at its own scale
+      (max |x| / 127), exact int32 sums, rescaled (CPUs with AMX, a C compiler here);
+    - "fbgemm": fbgemm's dynamic int8 linear, each row scaled to the same range first
+      (`_per_token_int8`). `reduce_range` quantizes the input to 7 bits, which fbgemm needs
+      on CPUs without VNNI (its AVX2 path sums pairs of u8*s8 products in int16, which can
+      saturate); with VNNI the full 8 bits are exact. `int8_reduce_range()` probes the
+      kernel once to decide.
     """
 
     fmt = "int8"
+    KERNELS = ("amx", "fbgemm")
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None = None, kernel: str | None = None
+    ) -> None:
         super().__init__(weight.shape[1], weight.shape[0], bias)
+        if weight.device.type != "cpu":
+            raise CtxlabError("int8 weights run on CPU only; use bf16 on other devices.")
+        codes, scale = row_int8(weight)
+        if kernel is None:
+            kernel = "amx" if gemv.amx_int8() and gemv.amx_fits(codes) else "fbgemm"
+        if kernel not in self.KERNELS:
+            raise ValueError(f"Int8Linear kernel {kernel!r}: use one of {self.KERNELS}")
+        self.kernel = kernel
+        self._bytes = codes.numel() + 4 * scale.numel()
+        if kernel == "amx":
+            self.register_buffer("codes", gemv.amx_pack(codes))
+            self.register_buffer("scale", scale.float().contiguous())
+            self._bytes = 0  # the buffers count themselves
+            return
         if not _quantized_ops_available():
             raise CtxlabError(
                 "int8 weights need torch's fbgemm quantized ops, which this torch build lacks; "
                 "use --weights bf16 or fp32."
             )
-        if weight.device.type != "cpu":
-            raise CtxlabError("int8 weights run on CPU only (fbgemm); use bf16 on other devices.")
-        codes, scale = row_int8(weight)
         self._packed = _fbgemm_pack(codes, scale)
-        self._bytes = codes.numel() + 4 * scale.numel()
         self.reduce_range = int8_reduce_range()
 
     def weight_bytes(self) -> int:
         return self._bytes + super().weight_bytes()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "amx":
+            y = gemv.amx_int8_linear(x, self.codes, self.scale, self.bias)
+            return y if y.dtype == x.dtype else y.to(x.dtype)
         flat = x if x.dtype == torch.float32 else x.float()
         if flat.shape[0] == 1:  # one token: the kernel's per-input scale is per token
             y = _linear_dynamic()(flat, self._packed, self.reduce_range)
             return y if self.bias is None and x.dtype == torch.float32 else self._out(y, x)
         return self._out(_per_token_int8(flat, self._packed, self.reduce_range), x)
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, kernel={self.kernel}"
+
     def __getstate__(self) -> dict:
         # the packed handle is not picklable as is; keep its codes and scales instead
         state = self.__dict__.copy()
-        w, _ = torch.ops.quantized.linear_unpack(self._packed)
-        state["_packed"] = (w.int_repr(), w.q_per_channel_scales().float())
+        if self.kernel == "fbgemm":
+            w, _ = torch.ops.quantized.linear_unpack(self._packed)
+            state["_packed"] = (w.int_repr(), w.q_per_channel_scales().float())
         return state
 
     def __setstate__(self, state: dict) -> None:
-        codes, scale = state["_packed"]
-        state["_packed"] = _fbgemm_pack(codes, scale)
+        if state.get("kernel", "fbgemm") == "fbgemm":
+            codes, scale = state["_packed"]
+            state["_packed"] = _fbgemm_pack(codes, scale)
         self.__dict__.update(state)
 
 

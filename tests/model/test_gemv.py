@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ctxlab.model import gemv
-from ctxlab.model.qlinear import BF16Linear, bf16_linear
+from ctxlab.model.qlinear import BF16Linear, Int8Linear, bf16_linear, row_int8
 
 pytestmark = [
     pytest.mark.isa,
@@ -117,3 +117,50 @@ def test_bf16_format_takes_the_compiled_kernels():
 def test_unknown_kernel_is_refused():
     with pytest.raises(ValueError, match="kernel"):
         BF16Linear(torch.randn(4, 4), kernel="fast")
+
+
+@pytest.mark.skipif(not gemv.amx_int8(), reason="CPU without AMX int8 tiles")
+@pytest.mark.parametrize("rows", [1, 5, 16, 33])
+def test_amx_int8_is_per_token_int8_exactly(rows):
+    """The tile loop's arithmetic, emulated in float64: each row of x quantized at its own
+    scale (max |x| / 127, round half to even), exact integer sums, both scales applied."""
+    gen = torch.Generator().manual_seed(rows)
+    w = torch.randn(128, 192, generator=gen)
+    codes, scale = row_int8(w)
+    tiles = gemv.amx_pack(codes)
+    assert torch.equal(gemv.amx_unpack(tiles), codes)
+    x = torch.randn(rows, 192, generator=gen)
+    x[0, :7] = 0.0  # a zero stretch; and below, a row of zeros
+    if rows > 1:
+        x[1] = 0.0
+    b = torch.randn(128, generator=gen)
+    s = (x.abs().amax(1, keepdim=True) / 127).clamp_min(1e-30)
+    xq = torch.round(x / s).clamp(-127, 127).double()
+    want = xq @ codes.double().t() * s.double() * scale.double() + b.double()
+    got = gemv.amx_int8_linear(x, tiles, scale, b)
+    assert float((got.double() - want).abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize("kernel", Int8Linear.KERNELS)
+def test_int8_kernels_agree(kernel):
+    """Both int8 kernels quantize each token's input to 8 bits: within 2 % of the float
+    product and of each other (a wrong scale or layout is off by order one); same bytes."""
+    if kernel == "amx" and not gemv.amx_int8():
+        pytest.skip("CPU without AMX int8 tiles")
+    w, b = torch.randn(192, 128) * 0.05, torch.randn(192)
+    lin, fb = Int8Linear(w, b, kernel=kernel), Int8Linear(w, b, kernel="fbgemm")
+    assert lin.kernel == kernel and lin.weight_bytes() == fb.weight_bytes()
+    for rows in (1, 4, 40):
+        x = torch.randn(rows, 128)
+        ref = torch.nn.functional.linear(x, w, b)
+        got = lin(x)
+        assert float((got - ref).norm() / ref.norm()) < 0.02
+        assert float((got - fb(x)).norm() / ref.norm()) < 0.02
+    x = torch.randn(3, 128)
+    assert torch.equal(copy.deepcopy(lin)(x), lin(x))
+
+
+def test_int8_format_takes_the_tiles_where_it_can():
+    lin = Int8Linear(torch.randn(128, 128))
+    assert lin.kernel == ("amx" if gemv.amx_int8() else "fbgemm")
+    assert Int8Linear(torch.randn(100, 128)).kernel == "fbgemm"  # not whole tiles
