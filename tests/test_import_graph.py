@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("representation", {"arch", "plan"}),
     ("allocation", {"kv"}),
     ("retention and selection", {"policy"}),
-    ("execution", {"model", "engine", "engine_options"}),
+    ("execution", {"model", "engine", "engine_options", "native"}),
     ("serving", {"serve", "sim", "bench", "probe", "lab", "kvevents"}),
     ("model use", {"eval"}),
     ("application", {"memory", "rag"}),

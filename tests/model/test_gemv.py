@@ -15,13 +15,22 @@ import copy
 import pytest
 import torch
 
+from ctxlab import native
 from ctxlab.model import gemv
 from ctxlab.model.qlinear import BF16Linear, Int8Linear, bf16_linear, row_int8
 
-pytestmark = [
-    pytest.mark.isa,
-    pytest.mark.skipif(gemv.kernels() is None, reason="no C compiler: the kernels are not built"),
-]
+pytestmark = pytest.mark.isa
+built = pytest.mark.skipif(
+    gemv.kernels() is None, reason=f"the kernels are not built: {native.why_not('gemv')}"
+)
+
+
+def test_the_kernels_build_where_there_is_a_compiler():
+    """A machine with a C compiler builds them (else every test below would only skip)."""
+    if native.compiler() is None or not native.enabled():
+        pytest.skip("no C compiler here, or CTXLAB_NATIVE=off")
+    assert gemv.kernels() is not None, native.why_not("gemv")
+
 
 SHAPES = [(96, 64), (37, 100), (5, 33), (960, 576), (64, 1536)]
 
@@ -42,6 +51,7 @@ def sum_error(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tens
     return float(((got.double() - exact(x, w, b).double()).abs() / scale).max())
 
 
+@built
 @pytest.mark.parametrize("n, k", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
 def test_small_linear_is_exact_products(n, k, dtype):
@@ -62,6 +72,7 @@ def test_small_linear_is_exact_products(n, k, dtype):
     assert gemv.small_linear(x, w).shape == (2, 3, n)
 
 
+@built
 @pytest.mark.skipif(not gemv.amx(), reason="CPU without AMX tiles")
 @pytest.mark.parametrize("rows", [1, 3, 16, 17, 40])
 def test_amx_tiles_are_exact_products(rows):
@@ -75,11 +86,13 @@ def test_amx_tiles_are_exact_products(rows):
     assert sum_error(gemv.amx_linear(x, tiles, b), x.bfloat16(), w, b) < 1e-6
 
 
+@built
 def test_amx_takes_only_whole_tiles():
     assert gemv.amx_fits(torch.empty(64, 32)) and gemv.amx_fits(torch.empty(960, 576))
     assert not gemv.amx_fits(torch.empty(96, 64)) and not gemv.amx_fits(torch.empty(64, 48))
 
 
+@built
 @pytest.mark.parametrize("kernel", BF16Linear.KERNELS)
 @pytest.mark.parametrize("rows", [1, 4, 9, 64])
 def test_bf16_kernels_agree(kernel, rows):
@@ -106,6 +119,7 @@ def test_bf16_kernels_agree(kernel, rows):
     assert lin.weight_bytes() == 128 * 64 * 2 + 128 * 4  # weights bf16, bias float32
 
 
+@built
 def test_bf16_format_takes_the_compiled_kernels():
     lin = bf16_linear(torch.randn(128, 64))
     assert isinstance(lin, BF16Linear)
@@ -114,11 +128,13 @@ def test_bf16_format_takes_the_compiled_kernels():
     assert isinstance(odd, BF16Linear) and odd.kernel == "loop"
 
 
+@built
 def test_unknown_kernel_is_refused():
     with pytest.raises(ValueError, match="kernel"):
         BF16Linear(torch.randn(4, 4), kernel="fast")
 
 
+@built
 @pytest.mark.skipif(not gemv.amx_int8(), reason="CPU without AMX int8 tiles")
 @pytest.mark.parametrize("rows", [1, 5, 16, 33])
 def test_amx_int8_is_per_token_int8_exactly(rows):
@@ -141,6 +157,7 @@ def test_amx_int8_is_per_token_int8_exactly(rows):
     assert float((got.double() - want).abs().max()) < 1e-4
 
 
+@built
 @pytest.mark.parametrize("kernel", Int8Linear.KERNELS)
 def test_int8_kernels_agree(kernel):
     """Both int8 kernels quantize each token's input to 8 bits: within 2 % of the float
@@ -160,6 +177,7 @@ def test_int8_kernels_agree(kernel):
     assert torch.equal(copy.deepcopy(lin)(x), lin(x))
 
 
+@built
 def test_int8_format_takes_the_tiles_where_it_can():
     lin = Int8Linear(torch.randn(128, 128))
     assert lin.kernel == ("amx" if gemv.amx_int8() else "fbgemm")
