@@ -46,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.engine.kernels import paged_decode
+from ctxlab.model import gemv
 from ctxlab.model.weights import LINEARS, step_weight_bytes
 
 
@@ -125,7 +126,7 @@ class Subject:
         hidden = model.config.hidden_size
         if model.output is None:  # fp32: the tied table is the head
             table = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
-            self.lins[-1] = (lambda x, t=table: x @ t.T, hidden)
+            self.lins[-1] = (lambda x, t=table: gemv.linear(x, t), hidden)  # as compute_logits
             self.xs[hidden] = torch.randn(batch, hidden)
 
     def kv_bytes(self) -> int:
