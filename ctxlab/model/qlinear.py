@@ -383,10 +383,11 @@ class Int4Linear(PackedLinear):
 
     Calls of `WIDE_ROWS` tokens or more (prefill) run a second copy: the same weights, their
     input dimension rotated by a signed block Hadamard matrix (which spreads outlier input
-    channels, as `rotation.py` does for the int8 format), in fbgemm's per-row int8; the input
-    is rotated online. It costs about 1 byte per weight more memory (`weight_bytes` counts
-    it; `decode_bytes` does not, since decode never reads it) and adds an int8 rounding to
-    prefill only; `wide=False` builds without it.
+    channels, as `rotation.py` does for the int8 format), as an `Int8Linear` (the int8
+    format's kernel: AMX tiles or fbgemm); the input is rotated online. It costs about 1
+    byte per weight more memory (`weight_bytes` counts it; `decode_bytes` does not, since
+    decode never reads it) and adds an int8 rounding to prefill only; `wide=False` builds
+    without it.
     """
 
     fmt = "int4"
@@ -407,9 +408,11 @@ class Int4Linear(PackedLinear):
         self.register_buffer(
             "scale_offset", scale_offset.transpose(0, 1).contiguous().to(torch.bfloat16)
         )
-        self._wide = None
-        self._wide_bytes = 0
-        block = _wide_block(cols) if wide and _quantized_ops_available() else None
+        # The copy lives outside the module tree, as an opaque handle would: this module's
+        # `weight_bytes` counts it, and a walk over `model.modules()` does not count it twice.
+        self.__dict__["_wide"] = None
+        can_int8 = gemv.amx_int8() or _quantized_ops_available()
+        block = _wide_block(cols) if wide and can_int8 else None
         self.register_buffer("wide_rotation", None)
         if block is not None:
             m = signed_hadamard(block, seed=cols)
@@ -417,14 +420,12 @@ class Int4Linear(PackedLinear):
             so = self.scale_offset.float().transpose(0, 1)  # [rows, groups, 2]
             grouped = codes.codes.view(rows, -1, GROUP).float() - codes.code_zero
             values = (grouped * so[..., :1] + so[..., 1:]).view(rows, cols)
-            int8_codes, scale = row_int8(rotate_rows(values, m))
-            self._wide = _fbgemm_pack(int8_codes, scale)
-            self._wide_bytes = int8_codes.numel() + 4 * scale.numel()
+            self.__dict__["_wide"] = Int8Linear(rotate_rows(values, m))  # the int8 format's kernel
             self.wide_rotation = m.contiguous()
-            self.reduce_range = int8_reduce_range()
 
     def weight_bytes(self) -> int:
-        return self._wide_bytes + super().weight_bytes()
+        wide: Int8Linear | None = self._wide
+        return super().weight_bytes() + (wide.weight_bytes() if wide is not None else 0)
 
     def decode_bytes(self) -> int:
         """Bytes a decode step (fewer than `WIDE_ROWS` tokens) reads: the 4-bit copy."""
@@ -432,27 +433,16 @@ class Int4Linear(PackedLinear):
         return sum(b.numel() * b.element_size() for b in held if b is not None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._wide is not None and x.shape[0] >= WIDE_ROWS:
+        wide: Int8Linear | None = self._wide
+        if wide is not None and x.shape[0] >= WIDE_ROWS:
             flat = x if x.dtype == torch.float32 else x.float()
             m = self.wide_rotation
             rotated = torch.mm(flat.reshape(-1, m.shape[0]), m).view(flat.shape)
-            return self._out(_per_token_int8(rotated, self._wide, self.reduce_range), x)
+            return self._out(wide(rotated), x)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16), self.packed, GROUP, self.scale_offset
         )
         return self._out(y, x)
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        if self._wide is not None:
-            w, _ = torch.ops.quantized.linear_unpack(self._wide)
-            state["_wide"] = (w.int_repr(), w.q_per_channel_scales().float())
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        if state.get("_wide") is not None:
-            state["_wide"] = _fbgemm_pack(*state["_wide"])
-        self.__dict__.update(state)
 
 
 def _wide_block(cols: int) -> int | None:
