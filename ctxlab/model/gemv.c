@@ -233,6 +233,7 @@ int gemv_bf16_dot_products(void) { return 0; }
  * kernel's permission for the tile state (`bf16_amx_ready`, once per process); N a multiple
  * of 64 and K of 32 (the caller checks). */
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
+#define HAVE_AMX 1
 #include <math.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -344,11 +345,20 @@ void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const 
     free(xb);
 }
 
+#else
+int bf16_amx_ready(void) { return 0; }
+void bf16_amx_pack(const uint16_t *W, long N, long K, uint16_t *out) { (void)W, (void)N, (void)K, (void)out; }
+void bf16_amx_unpack(const uint16_t *p, long N, long K, uint16_t *W) { (void)p, (void)N, (void)K, (void)W; }
+void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {
+    (void)x, (void)M, (void)K, (void)Wp, (void)N, (void)bias, (void)y;
+}
+#endif
+
 /* int8 weights on AMX tiles: x quantized per row to int8 (symmetric: scale = max |x| / 127,
  * codes rounded to nearest even), exact int32 sums of code products, then each sum scaled
  * by its row's and its column's scale (+ bias). W: int8 codes packed once into the tiles'
  * layout (`int8_amx_pack`); N a multiple of 64 and K of 64 (the caller checks). */
-#if defined(__AMX_INT8__)
+#if defined(HAVE_AMX) && defined(__AMX_INT8__)
 /* W [N, K] -> tiles [N / 16][K / 64][16 groups of 4 k][16 columns][4]: one B tile is 1 KiB. */
 void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) {
     for (long nb = 0; nb < N / 16; nb++)
@@ -411,20 +421,5 @@ void int8_amx_unpack(const int8_t *p, long N, long K, int8_t *W) { (void)p, (voi
 void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
               const float *bias, float *y) {
     (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)bias, (void)y;
-}
-#endif
-#else
-int bf16_amx_ready(void) { return 0; }
-int int8_amx_available(void) { return 0; }
-void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) { (void)W, (void)N, (void)K, (void)out; }
-void int8_amx_unpack(const int8_t *p, long N, long K, int8_t *W) { (void)p, (void)N, (void)K, (void)W; }
-void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
-              const float *bias, float *y) {
-    (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)bias, (void)y;
-}
-void bf16_amx_pack(const uint16_t *W, long N, long K, uint16_t *out) { (void)W, (void)N, (void)K, (void)out; }
-void bf16_amx_unpack(const uint16_t *p, long N, long K, uint16_t *W) { (void)p, (void)N, (void)K, (void)W; }
-void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {
-    (void)x, (void)M, (void)K, (void)Wp, (void)N, (void)bias, (void)y;
 }
 #endif

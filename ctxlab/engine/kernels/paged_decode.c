@@ -253,6 +253,26 @@ static int unsupported(long g, long d, long dv) {
         finish_lane(L, out + bh * g * dv);                                                      \
     }
 
+/* A lane's state and a float buffer for one block's widened K and V rows (bf16 and int8
+ * pools); nonzero when out of memory. */
+static int staged_lane(Lane **L, float **kb, long bs, long d, long dv) {
+    *L = aligned_alloc(64, sizeof(Lane)); /* 64-byte vectors inside */
+    *kb = malloc(sizeof(float) * (size_t)(bs * (d + dv)));
+    if (*L && *kb) return 0;
+    free(*L), free(*kb);
+    return 1;
+}
+
+/* The start of a staged pool's loop: the shapes checked, the lane and its block buffer (kb,
+ * vb: float rows of d and dv). */
+#define STAGED_LANE                                                                             \
+    if (unsupported(g, d, dv)) return -1;                                                       \
+    Lane *L;                                                                                    \
+    float *kb;                                                                                  \
+    if (staged_lane(&L, &kb, bs, d, dv)) return -2;                                             \
+    float *vb = kb + bs * d;                                                                    \
+    const long kstride = d, vstride = dv;
+
 #define ARGS                                                                                    \
     const int64_t *table, const int64_t *lens, const uint8_t *mask, int use_mask, long mask_len, \
         float scale, float *out, long B, long H, long g, long d, long dv, long bs, long nb,       \
@@ -275,12 +295,7 @@ int decode_f32(const float *q, const float *kp, const float *vp, ARGS) {
 
 /* bfloat16 pool as 16-bit patterns, widened (exactly) one block at a time. */
 int decode_bf16(const float *q, const uint16_t *kp, const uint16_t *vp, ARGS) {
-    if (unsupported(g, d, dv)) return -1;
-    Lane *L = aligned_alloc(64, sizeof(Lane)); /* 64-byte vectors inside */
-    float *kb = malloc(sizeof(float) * (size_t)(bs * (d + dv)));
-    if (!L || !kb) return free(L), free(kb), -2;
-    float *vb = kb + bs * d;
-    const long kstride = d, vstride = dv;
+    STAGED_LANE
 #define BF16_STAGE(blk, ns)                                                                     \
     for (int s = 0; s < (ns); s++) {                                                            \
         const uint16_t *kr = kp + ((blk) * bs + s) * kw, *vr = vp + ((blk) * bs + s) * vw;      \
@@ -304,12 +319,7 @@ int decode_bf16(const float *q, const uint16_t *kp, const uint16_t *vp, ARGS) {
  * at a time. */
 int decode_int8(const float *q, const int8_t *kq, const float *ksc, const int8_t *vq,
                 const float *vsc, ARGS) {
-    if (unsupported(g, d, dv)) return -1;
-    Lane *L = aligned_alloc(64, sizeof(Lane)); /* 64-byte vectors inside */
-    float *kb = malloc(sizeof(float) * (size_t)(bs * (d + dv)));
-    if (!L || !kb) return free(L), free(kb), -2;
-    float *vb = kb + bs * d;
-    const long kstride = d, vstride = dv;
+    STAGED_LANE
 #define INT8_STAGE(blk, ns)                                                                     \
     for (int s = 0; s < (ns); s++) {                                                            \
         const long row = (blk) * bs + s;                                                        \
