@@ -231,7 +231,8 @@ int gemv_bf16_dot_products(void) { return 0; }
  * 1 to 16 rows on the AMX machine) and at prefill sizes by the tiles' own rate. W is packed
  * once into the tiles' layout (`bf16_amx_pack`); x is rounded to bf16 as above. Needs the
  * kernel's permission for the tile state (`bf16_amx_ready`, once per process); N a multiple
- * of 64 and K of 32 (the caller checks). */
+ * of 64 and K of 32 (the caller checks). y's rows are ldy floats apart, so a caller can split
+ * the columns between threads (their weights are consecutive tiles). */
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__) && defined(__linux__)
 #define HAVE_AMX 1
 #include <math.h>
@@ -326,7 +327,8 @@ static long tile_rows(long M) { return M <= 16 ? M : (M + 15) / 16 * 16; }
         _tile_release();                                                                          \
     } while (0)
 
-void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {
+void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, long ldy, const float *bias,
+              float *y) {
     const long rows_all = tile_rows(M);
     uint16_t *xb = aligned_alloc(64, (size_t)((rows_all * K * 2 + 63) / 64 * 64));
     if (!xb) return;
@@ -339,7 +341,7 @@ void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const 
     for (long r = 0, valid = M - (m0) < 16 ? M - (m0) : 16; r < valid; r++)                       \
         for (int j = 0; j < 4; j++)                                                               \
             for (int c = 0; c < 16; c++)                                                          \
-                y[((m0) + r) * N + (n0) + 16 * j + c] = cb[j][r][c] + (bias ? bias[(n0) + 16 * j + c] : 0.0f);
+                y[((m0) + r) * ldy + (n0) + 16 * j + c] = cb[j][r][c] + (bias ? bias[(n0) + 16 * j + c] : 0.0f);
     AMX_GEMM(_tile_dpbf16ps, float, (const char *)xb, K * 2, (const char *)Wp, K / 32 * 1024, K / 32,
              rows_all, M, N, BF16_EPI);
     free(xb);
@@ -349,8 +351,9 @@ void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const 
 int bf16_amx_ready(void) { return 0; }
 void bf16_amx_pack(const uint16_t *W, long N, long K, uint16_t *out) { (void)W, (void)N, (void)K, (void)out; }
 void bf16_amx_unpack(const uint16_t *p, long N, long K, uint16_t *W) { (void)p, (void)N, (void)K, (void)W; }
-void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, const float *bias, float *y) {
-    (void)x, (void)M, (void)K, (void)Wp, (void)N, (void)bias, (void)y;
+void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, long ldy, const float *bias,
+              float *y) {
+    (void)x, (void)M, (void)K, (void)Wp, (void)N, (void)ldy, (void)bias, (void)y;
 }
 #endif
 
@@ -382,7 +385,7 @@ void int8_amx_unpack(const int8_t *packed, long N, long K, int8_t *W) {
 
 int int8_amx_available(void) { return 1; }
 
-void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
+void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N, long ldy,
               const float *bias, float *y) {
     const long rows_all = tile_rows(M);
     int8_t *xq = aligned_alloc(64, (size_t)((rows_all * K + 63) / 64 * 64));
@@ -408,7 +411,7 @@ void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wsc
     for (long r = 0, valid = M - (m0) < 16 ? M - (m0) : 16; r < valid; r++)                       \
         for (int j = 0; j < 4; j++)                                                               \
             for (int c = 0; c < 16; c++)                                                          \
-                y[((m0) + r) * N + (n0) + 16 * j + c] = (float)cb[j][r][c] * xs[(m0) + r] *       \
+                y[((m0) + r) * ldy + (n0) + 16 * j + c] = (float)cb[j][r][c] * xs[(m0) + r] *     \
                     wscale[(n0) + 16 * j + c] + (bias ? bias[(n0) + 16 * j + c] : 0.0f);
     AMX_GEMM(_tile_dpbssd, int32_t, (const char *)xq, K, (const char *)Wp, K / 64 * 1024, K / 64,
              rows_all, M, N, INT8_EPI);
@@ -418,8 +421,8 @@ void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wsc
 int int8_amx_available(void) { return 0; }
 void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) { (void)W, (void)N, (void)K, (void)out; }
 void int8_amx_unpack(const int8_t *p, long N, long K, int8_t *W) { (void)p, (void)N, (void)K, (void)W; }
-void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N,
+void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N, long ldy,
               const float *bias, float *y) {
-    (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)bias, (void)y;
+    (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)ldy, (void)bias, (void)y;
 }
 #endif

@@ -182,3 +182,20 @@ def test_int8_format_takes_the_tiles_where_it_can():
     lin = Int8Linear(torch.randn(128, 128))
     assert lin.kernel == ("amx" if gemv.amx_int8() else "fbgemm")
     assert Int8Linear(torch.randn(100, 128)).kernel == "fbgemm"  # not whole tiles
+
+
+@built
+@pytest.mark.skipif(not gemv.amx(), reason="CPU without AMX tiles")
+def test_tiles_split_between_threads_compute_the_same(monkeypatch):
+    """A prefill-sized call split between threads by rows gives exactly the one-thread
+    result (each row's sums do not depend on the split)."""
+    w, b = torch.randn(192, 128), torch.randn(192)
+    lin, codes = BF16Linear(w, b, kernel="amx"), Int8Linear(w, b)
+    x = torch.randn(300, 128)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    one = (lin(x), codes(x))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    assert len(gemv._row_slices(300)) == 2  # 128 rows at least per thread
+    three = (lin(x), codes(x))
+    for a, c in zip(one, three, strict=True):
+        assert torch.equal(a, c)
