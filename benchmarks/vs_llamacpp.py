@@ -53,7 +53,7 @@ import torch
 
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.engine.kernels import paged_decode
-from ctxlab.model import load_model
+from ctxlab.model import gemv, load_model
 from ctxlab.model.registry import DEFAULT_MODEL, REGISTRY, packaged_path
 from ctxlab.model.weights import step_weight_bytes
 
@@ -228,7 +228,7 @@ def linears_alone(model, m: int, reps: int = 5) -> float:
     lins = [(mod, w) for mod, w in linears_of(model) if mod is not None]
     if model.output is None:  # fp32: the tied table is the head
         table = model.embed_tokens.weight if model.lm_head is None else model.lm_head.weight
-        lins.append((lambda x, t=table: x @ t.T, model.config.hidden_size))
+        lins.append((lambda x, t=table: gemv.linear(x, t), model.config.hidden_size))
     xs = {w: torch.randn(m, w) for _, w in lins}
     best = float("inf")
     with torch.inference_mode():
