@@ -1,15 +1,18 @@
-"""Decode-sized linear layers (1 to `MAX_ROWS` rows) through ctxlab's compiled loop (`gemv.c`).
+"""ctxlab's compiled linear kernels (`gemv.c`): a loop for decode rows, AMX tiles for all rows.
 
 A decode step multiplies a few rows by every weight once, so its time is the weights' bytes
 over the memory bandwidth. torch's kernels are tuned for larger products: at 1 to 4 rows
 oneDNN's prepacked bf16 kernel reads the weights at 8-9 GB/s on one core of the AMX machine,
-the compiled loop at 10-12 (what a plain read of the same bytes reaches),
-`benchmarks/weight_formats.py --only kernels` (docs/decode.md). Larger calls (prefill chunks)
-stay on torch's kernels, which are compute-bound there and better at it.
+the compiled loop and the tiles at 11-12 (what a plain read of the same bytes reaches),
+`benchmarks/weight_formats.py --only kernels` (docs/decode.md).
+
+- `small_linear` / `linear` / `Linear`: 1 to `MAX_ROWS` rows of float32, bf16 or int8
+  weights as they are; larger calls stay on torch's kernels.
+- `amx_linear` / `amx_int8_linear`: bf16 weights or int8 codes packed once into AMX tiles
+  (`amx_pack`), any row count (also prefill: 1.1-1.3x oneDNN's bf16, 3.3x fbgemm's int8).
 
 The library is built once per machine (`ctxlab.native`); where it cannot be, `kernels()` is
-None and every layer runs its torch path.
-"""
+None and every layer runs its torch path."""
 
 from __future__ import annotations
 
