@@ -17,6 +17,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -66,8 +67,10 @@ def compiler() -> str | None:
     return next((p for c in ("cc", "gcc", "clang") if (p := shutil.which(c))), None)
 
 
+@functools.cache
 def cpu_flags() -> str:
-    """The CPU's feature flags (what -march=native compiles for), for the cache key."""
+    """The CPU's feature flags (what -march=native compiles for), for the cache key; read
+    once per process."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -86,15 +89,19 @@ def _cache_dir() -> Path:
     return cache_root() / "native"
 
 
-def _key(source: bytes, cc: str, flags: tuple[str, ...]) -> str:
+@functools.cache
+def _compiler_version(cc: str) -> str:
+    """The first line of `cc --version` (asked once per process and compiler)."""
     try:
-        version = subprocess.run(
-            [cc, "--version"], capture_output=True, text=True, timeout=30
-        ).stdout.splitlines()[:1]
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        version = []
+        return ""
+    return next(iter(out.stdout.splitlines()), "")
+
+
+def _key(source: bytes, cc: str, flags: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
-    for part in (source, cc.encode(), " ".join(flags).encode(), *map(str.encode, version)):
+    for part in (source, cc.encode(), " ".join(flags).encode(), _compiler_version(cc).encode()):
         digest.update(part + b"\0")
     digest.update(cpu_flags().encode())
     return digest.hexdigest()[:20]
@@ -105,17 +112,13 @@ def why_not(name: str) -> str:
     return _why_not.get(name, "")
 
 
-def load(
-    source: Path,
-    setup: Callable[[ctypes.CDLL], None],
-    extra_flags: tuple[str, ...] = (),
-) -> ctypes.CDLL | None:
+def load(source: Path, setup: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL | None:
     """The compiled `source` (built on the first call on this machine), with `setup` run on
     it once to declare its functions' argument types; None when native kernels are off or
     it cannot be built here (logged once, with the reason in `why_not`)."""
     name = source.stem
     march = os.environ.get(MARCH_ENV, "").strip() or "native"
-    flags = (f"-march={march}", *FLAGS, *extra_flags)
+    flags = (f"-march={march}", *FLAGS)
     if (name, flags) in _loaded:
         return _loaded[(name, flags)]
     lib = _build_and_load(source, flags)
@@ -123,39 +126,34 @@ def load(
         try:
             setup(lib)
         except AttributeError as exc:  # a stale or foreign library without the functions
-            _why_not[name] = f"the built library lacks a function ({exc})"
-            log.warning("native %s: %s; its torch path runs", name, _why_not[name])
-            lib = None
+            lib = _refuse(name, f"the built library lacks a function ({exc})")
     _loaded[(name, flags)] = lib
     return lib
+
+
+def _refuse(name: str, why: str, level: int = logging.WARNING) -> None:
+    """Record and log once why `name` is not loaded; its callers run their torch path."""
+    _why_not[name] = why
+    log.log(level, "native %s: %s; its torch path runs", name, why)
 
 
 def _build_and_load(source: Path, flags: tuple[str, ...]) -> ctypes.CDLL | None:
     name = source.stem
     if not enabled():
-        _why_not[name] = f"{ENV}=off"
-        log.info("native %s: off (%s); its torch path runs", name, _why_not[name])
-        return None
+        return _refuse(name, f"{ENV}=off", logging.INFO)
     cc = compiler()
     if cc is None:
-        _why_not[name] = "no C compiler (cc, gcc or clang) on PATH"
-        log.info("native %s: %s; its torch path runs", name, _why_not[name])
-        return None
-    text = source.read_bytes()
-    target = _cache_dir() / f"{name}-{_key(text, cc, flags)}.so"
+        return _refuse(name, "no C compiler (cc, gcc or clang) on PATH", logging.INFO)
+    target = _cache_dir() / f"{name}-{_key(source.read_bytes(), cc, flags)}.so"
     if not target.is_file():
         try:
             _build(source, cc, flags, target)
         except (OSError, subprocess.SubprocessError) as exc:
-            _why_not[name] = f"building it failed ({_first_line(exc)})"
-            log.warning("native %s: %s; its torch path runs", name, _why_not[name])
-            return None
+            return _refuse(name, f"building it failed ({_first_line(exc)})")
     try:
         return ctypes.CDLL(str(target))
     except OSError as exc:
-        _why_not[name] = f"loading {target} failed ({exc})"
-        log.warning("native %s: %s; its torch path runs", name, _why_not[name])
-        return None
+        return _refuse(name, f"loading {target} failed ({exc})")
 
 
 def _build(source: Path, cc: str, flags: tuple[str, ...], target: Path) -> None:

@@ -138,6 +138,18 @@ def amx_int8_linear(
 _POOL: ThreadPoolExecutor | None = None
 
 
+def _operands(
+    x: torch.Tensor, n: int, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """What every kernel call takes: x as float32 rows `[M, K]` (contiguous), an empty
+    float32 output `[M, n]`, and the bias as contiguous float32 (or None)."""
+    flat = x.reshape(-1, x.shape[-1])
+    flat = flat if flat.dtype == torch.float32 else flat.float()
+    flat = flat if flat.is_contiguous() else flat.contiguous()
+    b = None if bias is None else bias.float().contiguous()
+    return flat, torch.empty(flat.shape[0], n, dtype=torch.float32), b
+
+
 def _row_slices(rows: int) -> list[tuple[int, int]]:
     """How a tiles call's rows are split between torch's threads: one slice at decode sizes
     (a decode step runs on one thread, `engine/phase_threads.py`), else up to
@@ -165,15 +177,10 @@ def _tiles_call(
     """Run a tiles kernel `fn(x, M, K, W, [scales,] N, ldy, bias, y)` over slices of rows, on
     torch's threads (the kernel releases the GIL: ctypes calls a C function without it)."""
     global _POOL
-    k = x.shape[-1]
-    flat = x.reshape(-1, k)
-    flat = flat if flat.dtype == torch.float32 else flat.float()
-    flat = flat if flat.is_contiguous() else flat.contiguous()
-    rows, n = flat.shape[0], tiles.shape[0]
-    y = torch.empty(rows, n, dtype=torch.float32)
+    flat, y, b = _operands(x, tiles.shape[0], bias)
+    (rows, k), n = flat.shape, y.shape[1]
     if not rows:
         return y.reshape(*x.shape[:-1], n)
-    b = None if bias is None else bias.float().contiguous()
     extra = () if scale is None else (scale.data_ptr(),)
 
     def part(lo: int, hi: int) -> None:
@@ -216,37 +223,22 @@ def small_linear(
     the compiled loop (the caller checked `serves(weight)`). bf16 weights: x is rounded to
     bf16 first, as torch's bf16 linear does; int8 weights: the raw codes' products (the
     caller applies its row scales)."""
-    return _call(_FUNCTION[weight.dtype], x, weight, bias, MAX_ROWS)
-
-
-def _call(
-    name: str,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    max_rows: int | None = None,
-) -> torch.Tensor:
     lib = kernels()
-    assert lib is not None, f"{name} needs the compiled library"
-    k = x.shape[-1]
-    flat = x.reshape(-1, k)
-    if flat.dtype != torch.float32:
-        flat = flat.float()
-    if not flat.is_contiguous():
-        flat = flat.contiguous()
-    rows, n = flat.shape[0], weight.shape[0]
-    assert weight.shape[1] == k and (max_rows is None or rows <= max_rows)
-    if rows == 0:
-        return torch.zeros(*x.shape[:-1], n)
-    y = torch.empty(rows, n, dtype=torch.float32)
-    b = None
-    if bias is not None:
-        b = bias if bias.dtype == torch.float32 and bias.is_contiguous() else bias.float()
-    getattr(lib, name)(
-        flat.data_ptr(), rows, k, weight.data_ptr(), n,
-        None if b is None else b.data_ptr(), y.data_ptr(),
-    )  # fmt: skip
+    assert lib is not None, "small_linear needs the compiled library"
+    flat, y, b = _operands(x, weight.shape[0], bias)
+    (rows, k), n = flat.shape, y.shape[1]
+    assert weight.shape[1] == k and rows <= MAX_ROWS
+    if rows:
+        getattr(lib, _FUNCTION[weight.dtype])(
+            flat.data_ptr(), rows, k, weight.data_ptr(), n,
+            None if b is None else b.data_ptr(), y.data_ptr(),
+        )  # fmt: skip
     return y.reshape(*x.shape[:-1], n)
+
+
+def decode_sized(x: torch.Tensor) -> bool:
+    """Whether a call of `x [..., K]` has at most `MAX_ROWS` rows (the compiled loop's)."""
+    return x.numel() <= MAX_ROWS * x.shape[-1]
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -256,7 +248,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if (
         x.dtype == torch.float32
         and weight.dtype == torch.float32
-        and x.numel() <= MAX_ROWS * x.shape[-1]
+        and decode_sized(x)
         and x.device.type == "cpu"
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
         and serves(weight)

@@ -102,7 +102,7 @@ class BF16Linear(PackedLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "amx":
             y = gemv.amx_linear(x, self.weight, self.bias)
-        elif self.kernel == "loop" and x.numel() <= gemv.MAX_ROWS * self.in_features:
+        elif self.kernel == "loop" and gemv.decode_sized(x):
             y = gemv.small_linear(x, self.weight, self.bias)
         else:
             return self._out(F.linear(x.to(torch.bfloat16), self.weight), x)
@@ -260,11 +260,10 @@ class Int8Linear(PackedLinear):
         if kernel not in self.KERNELS:
             raise ValueError(f"Int8Linear kernel {kernel!r}: use one of {self.KERNELS}")
         self.kernel = kernel
-        self._bytes = codes.numel() + 4 * scale.numel()
+        self._bytes = 0  # bytes held outside the buffers (fbgemm's packed handle)
         if kernel == "amx":
             self.register_buffer("codes", gemv.amx_pack(codes))
             self.register_buffer("scale", scale.float().contiguous())
-            self._bytes = 0  # the buffers count themselves
             return
         if not _quantized_ops_available():
             raise CtxlabError(
@@ -272,6 +271,7 @@ class Int8Linear(PackedLinear):
                 "use --weights bf16 or fp32."
             )
         self._packed = _fbgemm_pack(codes, scale)
+        self._bytes = codes.numel() + 4 * scale.numel()
         self.reduce_range = int8_reduce_range()
 
     def weight_bytes(self) -> int:

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ctxlab.engine.kernels import c_decode
+
 if TYPE_CHECKING:
     from ctxlab.kv.store import KVStore
 
@@ -77,11 +79,8 @@ def _decide() -> dict[str, Callable[..., None]] | None:
             _state["impl"] = "numba"
         except ImportError as exc:  # numba missing or broken: the reference still runs
             _state["why"] = f"numba is not importable ({exc})"
-    if _kernels is not None and choice != "numba":
-        from ctxlab.engine.kernels import c_decode
-
-        if c_decode.library() is not None:
-            _state["impl"] = "c"
+    if _kernels is not None and choice != "numba" and c_decode.library() is not None:
+        _state["impl"] = "c"
     if _state["impl"] == "c":
         log.info("decode attention: C paged loops (in place, float32/bf16/int8 pools)")
     elif _kernels is not None:
@@ -194,8 +193,6 @@ def run_kernel(
     with torch.profiler.record_function("ctxlab::paged_decode") if profiled else _NO_SCOPE:
         done = False
         if _state["impl"] == "c":
-            from ctxlab.engine.kernels import c_decode
-
             lens_t = torch.full((B, H), L, dtype=torch.int64)
             done = c_decode.run(kind, pool, storage, qf, tb, lens_t, mask3, scale, out)
         if not done:
