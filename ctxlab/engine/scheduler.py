@@ -3,7 +3,9 @@
 Each step has a token budget (`max_num_batched_tokens`). Running sequences go first, in
 arrival order: a decoding one takes 1 token, one still in prefill takes the next chunk that
 fits. Then waiting sequences are admitted (prefix-cache hit first, then a chunk of the rest)
-while budget, `max_num_seqs` and the pool allow. When the pool cannot give a running
+while budget, `max_num_seqs` and the pool allow; a hit also takes the full blocks that
+sequences earlier in the same step are about to write (`KVCacheManager.filled_by_step`), so
+requests arriving together with one prefix compute it once. When the pool cannot give a running
 sequence its next slots, the most recently admitted running sequence is preempted: its
 blocks are freed and it goes back to the head of the waiting queue, to be recomputed later.
 
@@ -16,9 +18,11 @@ to being batched.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ctxlab.engine.sequence import Sequence, Status
+from ctxlab.kv.hashing import BlockHash
 from ctxlab.kv.manager import KVCacheManager
 
 # Tokens a suspect samples alone after a failed step: its catch-up step (a prefill-end
@@ -78,18 +82,33 @@ class Scheduler:
                 out.append(ScheduledSeq.of(seq, n))
                 budget -= n
                 i += 1
-        if preempted:
+        if preempted or not self.waiting:
             return out
+        in_flight: dict[BlockHash, tuple[int, ...]] = {}  # full blocks this step writes
+        for sch in out:
+            in_flight.update(self._fills(sch))
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            sch = self._admit(self.waiting[0], budget)
+            sch = self._admit(self.waiting[0], budget, in_flight)
             if sch is None:
                 break
             self.waiting.popleft()
             out.append(sch)
+            in_flight.update(self._fills(sch))
             budget -= sch.num_new
         return out
 
-    def _admit(self, seq: Sequence, budget: int) -> ScheduledSeq | None:
+    def _fills(self, sch: ScheduledSeq) -> dict[BlockHash, tuple[int, ...]]:
+        seq = sch.seq
+        return self.kv.filled_by_step(
+            seq.kv, seq.token_ids, seq.cache_salt, seq.num_computed + sch.num_new
+        )
+
+    def _admit(
+        self,
+        seq: Sequence,
+        budget: int,
+        in_flight: Mapping[BlockHash, tuple[int, ...]] | None = None,
+    ) -> ScheduledSeq | None:
         """Take a waiting sequence's cached prefix and room for its next chunk, or None.
 
         A follow-up turn (`LLMEngine.follow_up`) still holds its cache: it resumes on it, with
@@ -101,7 +120,9 @@ class Scheduler:
             seq.status = Status.RUNNING
             self.running.append(seq)
             return ScheduledSeq.of(seq, n)
-        hit = self.kv.lookup_prefix(seq.kv, seq.token_ids, seq.cache_salt, self.compute_tail)
+        hit = self.kv.lookup_prefix(
+            seq.kv, seq.token_ids, seq.cache_salt, self.compute_tail, in_flight
+        )
         n = min(seq.num_tokens - hit.num_tokens, budget)
         if not self.kv.allocate(seq.kv, hit.num_tokens + n, hit, seq.num_tokens):
             return None

@@ -18,7 +18,7 @@ window is still complete in every sliding lane, and a sliding lane takes only th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -148,9 +148,16 @@ class KVCacheManager:
         token_ids: Sequence[int],
         salt: str | None = None,
         compute_tail: int = 1,
+        in_flight: Mapping[BlockHash, tuple[int, ...]] | None = None,
     ) -> PrefixHit:
         """Cached groups for the leading full blocks of `token_ids`; with an offload tier
         attached, groups it restores into the pool continue the hit.
+
+        `in_flight` (`filled_by_step` of the sequences already in the step being scheduled)
+        are groups this step writes: a hit may take them, because every layer writes the
+        whole step's K/V before any of its attention reads (`PagedAttention.attend`), so
+        requests that arrive together with one prefix compute it once (vLLM caches blocks
+        when it schedules them, to the same effect).
 
         The blocks holding the last `compute_tail` tokens are never matched: at least one
         token is computed (its logits give the next token), and a retention policy that
@@ -163,6 +170,8 @@ class KVCacheManager:
         groups: list[tuple[int, ...]] = []
         for h in seq.block_hashes[:n_share]:
             g = self.alloc.lookup(h)
+            if g is None and in_flight:
+                g = in_flight.get(h)
             if g is None:
                 break
             groups.append(g)
@@ -474,6 +483,24 @@ class KVCacheManager:
             seq.num_committed_blocks = b + 1
         if stored and self.alloc.events is not None:
             self._tell_stored(seq, token_ids, salt, stored)
+
+    def filled_by_step(
+        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None, num_tokens: int
+    ) -> dict[BlockHash, tuple[int, ...]]:
+        """The groups `commit` will register once a step has computed `seq` up to
+        `num_tokens` (allocated, not yet written): what `lookup_prefix` takes as `in_flight`."""
+        if not (self.enable_prefix_caching and seq.lockstep):
+            return {}
+        n_full = num_tokens // self.block_size
+        if n_full <= seq.num_committed_blocks:
+            return {}
+        self._extend_hashes(seq, token_ids, salt, n_full)
+        out: dict[BlockHash, tuple[int, ...]] = {}
+        for b in range(seq.num_committed_blocks, n_full):
+            if bool((seq.dropped > b).any()):  # as in `commit`
+                break
+            out[seq.block_hashes[b]] = tuple(seq.table[:, b].tolist())
+        return out
 
     def observe(self, events: BlockEvents | None) -> None:
         """Tell `events` every block the prefix cache stores or removes from now on."""

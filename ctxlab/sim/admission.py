@@ -8,6 +8,8 @@ ctxlab/sim/engine.py) owns the queues and asks it to admit, commit and release r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ctxlab.errors import CtxlabError
 from ctxlab.plan.units import fmt_bytes
 from ctxlab.sim.config import Setup
@@ -57,13 +59,17 @@ class Admission:
                 )
 
     # -- admission ----------------------------------------------------------------------
-    def _lookup(self, s: Seq) -> tuple[list[tuple[int, Entry | None, int]], int, int, int]:
+    def _lookup(
+        self, s: Seq, reach: Mapping[int, int]
+    ) -> tuple[list[tuple[int, Entry | None, int]], int, int, int]:
         """The prompt's cached prefix in order: (key, device entry or None for a tier hit,
         pages in the tier) per block; the prompt pages it covers; pages of unreferenced
         device hits (pinned by admitting); pages to bring back from the tier.
 
-        Only committed blocks count: a block another running request is still computing
-        ends the prefix (the engine's lookup does not see it either), and this request
+        Committed blocks count, and so do blocks another request completes in the step
+        this one is admitted for (`reach`: id of a request -> the token its chunk in this
+        step reaches), as the engine's lookup takes them (`KVCacheManager.filled_by_step`).
+        A block still being computed beyond that step ends the prefix, and this request
         computes its own copy."""
         found: list[tuple[int, Entry | None, int]] = []
         pages = pinned = from_tier = 0
@@ -78,7 +84,9 @@ class Admission:
                 break
             entry = entries.get(key)
             if entry is not None:
-                if entry.owner is not None:  # still being computed: not a hit yet
+                if entry.owner is not None and reach.get(id(entry.owner), -1) < (
+                    i * B + entry.pages * P
+                ):  # not computed by the end of this step: not a hit
                     break
                 got = entry.pages
                 found.append((key, entry, 0))
@@ -95,13 +103,14 @@ class Admission:
                 break
         return found, pages, pinned, from_tier
 
-    def try_admit(self, s: Seq, now: float) -> bool:
-        """Admit `s` if the pool can hold it; False leaves everything unchanged."""
+    def try_admit(self, s: Seq, now: float, reach: Mapping[int, int] | None = None) -> bool:
+        """Admit `s` if the pool can hold it; False leaves everything unchanged. `reach`:
+        how far each request's chunk in this step goes (see `_lookup`)."""
         pool, P, B = self.pool, self.P, self.B
         L = s.req.input_len
         resumed = s.preemptions > 0
         target = L + s.generated if resumed else L
-        found, hit_pages, pinned_free, tier_pages = self._lookup(s)
+        found, hit_pages, pinned_free, tier_pages = self._lookup(s, reach or {})
         total_pages = -(-target // P)
         # pages not covered by hits are new: private ones or blocks this request will own
         need_bytes = (total_pages - hit_pages + tier_pages) * self.page_bytes + self.slot_bytes
@@ -174,8 +183,8 @@ class Admission:
         return True
 
     def commit(self, s: Seq) -> None:
-        """Blocks whose pages `s` has now computed become prefix-cache hits for requests
-        admitted from the next step on (the engine commits full blocks after each step)."""
+        """Blocks whose pages `s` has now computed are committed (the engine commits full
+        blocks after each step; requests admitted in that step could already take them)."""
         done = 0
         for end, e in s.owned:
             if end > s.computed:

@@ -6,9 +6,10 @@ does (a request's prefix hits are found block by block among committed blocks; a
 schedules a transfer); give every decoding request one token (a page when it crosses a page
 boundary; if none can be had, the most recently admitted request is preempted and will be
 recomputed); fill the rest of the token budget with prefill chunks in admission order;
-price the step; advance the clock; commit the blocks the chunks completed, so requests
-admitted from the next step on can hit them (as in the engine: two requests admitted in the
-same step with the same new prefix both compute it).
+price the step; advance the clock; commit the blocks the chunks completed. A request
+admitted for a step also hits the blocks that chunks of requests before it in that step
+complete (as in the engine, and in vLLM: requests arriving together with one new prefix
+compute it once).
 
 Speed: a step costs work proportional to the running requests, pages are integer counts,
 and stretches of decode-only steps (nothing to admit, no prefill) are advanced in one go
@@ -110,6 +111,20 @@ class Simulator:
             budget -= self._wants(s, now)
             if budget <= 0:
                 return
+        # How far each prefill chunk of this step goes, as `_step` will cut them (decode
+        # tokens first, then chunks in running order): what an admitted request can hit.
+        chunk_budget = cfg.chunk_tokens - sum(1 for s in self.running if s.state == DECODE)
+        reach: dict[int, int] = {}
+
+        def plan_chunk(s: Seq) -> None:
+            nonlocal chunk_budget
+            if s.state == PREFILL and s.ready_at <= now and chunk_budget > 0:
+                take = min(s.target - s.computed, chunk_budget)
+                reach[id(s)] = s.computed + take
+                chunk_budget -= take
+
+        for s in self.running:
+            plan_chunk(s)
         while len(self.running) < cfg.max_running and budget > 0:
             queue_is_resume = bool(self.resume)
             if queue_is_resume:
@@ -118,13 +133,14 @@ class Simulator:
                 s = self.waiting[0]
             else:
                 return
-            if not self.admission.try_admit(s, now):
+            if not self.admission.try_admit(s, now, reach):
                 return
             if queue_is_resume:
                 self.resume.pop(0)
             else:
                 self.waiting.popleft()
             self.running.append(s)
+            plan_chunk(s)
             budget -= self._wants(s, now)
 
     @staticmethod

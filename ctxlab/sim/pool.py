@@ -7,10 +7,10 @@ is needed, then it is evicted: dropped, or moved to the host tier when there is 
 unit of eviction is a whole block, the granularity at which the trace knows identity.
 
 An entry is created when the request that will compute it is admitted (its bytes are
-reserved then) but is a prefix-cache hit only once that computation has finished
-(`owner` is None: committed), as in the engine, whose prefix cache registers a block after
-the step that wrote it. A request admitted while a block is still being computed computes
-its own copy.
+reserved then) and is committed (`owner` None) once that computation has finished, as in
+the engine, whose prefix cache registers a block after the step that wrote it. Before that,
+only a request admitted for the step that finishes it takes it (`Admission._lookup`); one
+admitted while its computation goes on past that step computes its own copy.
 
 Invariants (checked by `check`): used bytes = entry pages x page bytes + private pages and
 state slots of running requests; an entry is in the LRU queue exactly when it has no

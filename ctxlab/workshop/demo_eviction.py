@@ -362,8 +362,9 @@ def _explain(session: Session, res: DemoResult, r: Records) -> None:
         res.notes.append(
             f"In grouped order the simulator reused {f.say('sim_reused_grouped', sg.reused)} "
             f"tokens and the engine {f.say('reused_grouped', g.reused)}. Both count a "
-            "prefix block as a hit only once it is computed, so the gap comes from admission "
-            "order or step timing, not from the sharing rule."
+            "prefix block as a hit once computed or for a request admitted for the step "
+            "that computes it, so the gap comes from admission order or step timing, not "
+            "from the sharing rule."
         )
     if g.preemptions or i.preemptions:
         res.notes.append(

@@ -1,12 +1,15 @@
-"""A prefix block is a cache hit only once it is computed (committed), as in the engine.
+"""A prefix block is a cache hit once it is computed, or once the step a request is admitted
+for computes it, as in the engine.
 
 The engine admits a waiting request only while the step's token budget has tokens left
-after the running requests, and registers a full block in its prefix cache after the step
-that wrote it. So a request admitted in the same step as a group-mate with the same new
-prefix computes its own copy; one that waited for the budget reuses the blocks finished by
-the step it is admitted in; one that arrives after the group-mate's prefill reuses the whole
-prefix. These scenarios are checked here on the simulator and, with the same numbers, on the
-real engine in `test_commit_engine.py`.
+after the running requests, registers a full block in its prefix cache after the step that
+wrote it, and lets a request admitted for a step take the full blocks that requests before it
+in that step write. So a request admitted in the same step as a group-mate with the same new
+prefix reuses the blocks the group-mate writes then; one that waited for the budget reuses
+the blocks committed before and those finished by the step it is admitted in; one that
+arrives after the group-mate's prefill reuses the whole prefix. These scenarios are checked
+here on the simulator and, with the same numbers, on the real engine in
+`test_commit_engine.py`.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ class Scenario:
 
 
 SCENARIOS = [
-    # 512 tokens hold both prompts: both admitted in step 1, so both compute the prefix
-    Scenario("same step", 512, False, (0, 0)),
+    # 512 tokens hold both prompts: both admitted in step 1, the second after the first,
+    # whose prefill writes the 15 shared blocks in that step: the prefix is computed once
+    Scenario("same step", 512, False, (0, PREFIX)),
     # the first prompt fills steps 1-2 (100 + 100 tokens); the second is admitted beside
-    # its last chunk in step 3 and finds the 12 blocks (192 tokens) committed by then
-    Scenario("waits for the budget", 100, False, (0, 192)),
+    # its last chunk in step 3 and finds the 12 blocks (192 tokens) committed by then and
+    # the 3 that chunk completes
+    Scenario("waits for the budget", 100, False, (0, PREFIX)),
     # arriving after the first request's prefill: the whole shared prefix is committed
     Scenario("after prefill", 512, True, (0, PREFIX)),
 ]
