@@ -70,13 +70,14 @@ class PagedAttention:
         self.plan: StepPlan | None = None
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
+        self._chunk_biases: dict[int, torch.Tensor] = {}  # the same masks as additive -inf
         self._policy_masks: dict[int, torch.Tensor] = {}  # the policy's pattern, likewise
 
     def begin_step(self, plan: StepPlan) -> None:
         """Read `plan` for this step's forward."""
         self.plan = plan
         self._readback = StepReadback.empty(self.layout.n_layers)
-        self._chunk_masks, self._policy_masks = {}, {}
+        self._chunk_masks, self._chunk_biases, self._policy_masks = {}, {}, {}
 
     def end_step(self) -> StepReadback:
         """What this step's forward observed, for the policy runtime; forgets the plan."""
@@ -253,8 +254,17 @@ class PagedAttention:
         if pattern is not None:
             grouped = pattern.view(1, 1, n, L).expand(self.n_kv, self.group, n, L)
             mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
+        # SDPA turns a boolean mask into an additive one on every call (two `where`s, 18 % of
+        # a 3 x 64-token step after a 512-token prefix); the step's shared mask is turned once.
+        memo = self._chunk_biases.get(item.start)
+        if memo is not None and memo.shape[-1] == L and mask is self._chunk_masks.get(item.start):
+            bias = memo
+        else:
+            bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
+            if mask is self._chunk_masks.get(item.start):
+                self._chunk_biases[item.start] = bias
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
-        o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=mask)
+        o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=bias)
         o = o.view(self.n_kv, self.group, n, -1).permute(2, 0, 1, 3)
         return o.reshape(n, self.n_heads, -1)
