@@ -1,4 +1,5 @@
-"""`ctxlab bench serve` against `ctxlab serve` (fp32, fp32-onednn, bf16, int8, int4) and against
+"""`ctxlab bench serve` against `ctxlab serve` (fp32, fp32-onednn, bf16, int8, int4; bf16 and int8
+also with a bfloat16 KV cache, `--kv-cache-dtype bfloat16`) and against
 vLLM's CPU build (fp32, bf16) on the same model, with the same command lines, in one run.
 Two workloads (issue 38's): random 128 in / 32 out, and one shared 512-token prefix before 64
 new tokens / 32 out. Prints each vLLM-style result block with the load average around it,
@@ -91,6 +92,15 @@ def main() -> None:
                 )
             )
             for w in ("fp32", "bf16")
+        },
+        # K/V stored in bfloat16 as vLLM bf16 stores them (the activations stay float32)
+        **{
+            f"ctxlab serve {w} (bf16 KV)": (
+                lambda w=w: ctxlab_server(
+                    "--threads", t, "--weights", w, "--kv-cache-dtype", "bfloat16"
+                )
+            )
+            for w in ("bf16", "int8")
         },
         "vLLM fp32": lambda: vllm_server(folder, MODEL, "float32", a.threads, a.eager),
         "vLLM bf16": lambda: vllm_server(folder, MODEL, "bfloat16", a.threads, a.eager),

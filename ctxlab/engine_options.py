@@ -19,6 +19,7 @@ from ctxlab.errors import CtxlabError
 DEFAULT_MODEL = "smollm2-135m"
 DTYPES = ("float32", "bfloat16")
 KV_FORMATS = ("int8", "kivi4", "kivi2")
+KV_CACHE_DTYPES = ("auto", "bfloat16")  # what the pool stores (auto: the model's dtype)
 # as ctxlab.model.weights (no torch here)
 WEIGHT_FORMATS = ("fp32", "fp32-onednn", "bf16", "int8", "int4")
 
@@ -31,6 +32,7 @@ class EngineOptions:
     policy: str | None = None
     budget: str | None = None
     kv_format: str | None = None
+    kv_cache_dtype: str = "auto"
     page_size: int = 16
     kv_pool_tokens: int = 16384
     dtype: str = "float32"
@@ -58,6 +60,16 @@ class EngineOptions:
         if self.kv_format is not None and self.kv_format not in KV_FORMATS:
             raise CtxlabError(
                 f"--kv-format {self.kv_format!r} is unknown; use one of {', '.join(KV_FORMATS)}."
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise CtxlabError(
+                f"--kv-cache-dtype {self.kv_cache_dtype!r} is unknown; use one of "
+                f"{', '.join(KV_CACHE_DTYPES)}."
+            )
+        if self.kv_cache_dtype != "auto" and self.kv_format is not None:
+            raise CtxlabError(
+                f"--kv-format {self.kv_format} stores codes; give it or --kv-cache-dtype "
+                f"{self.kv_cache_dtype}, not both."
             )
         from ctxlab.arch.rope_scaling import RopeOverride
 
@@ -96,6 +108,7 @@ class EngineOptions:
             "policy": self.policy,
             "budget": self.budget,
             "kv_format": self.kv_format,
+            "kv_cache_dtype": self.kv_cache_dtype,
             "block_size": self.page_size,
             "kv_pool_tokens": self.kv_pool_tokens,
             "dtype": self.dtype,

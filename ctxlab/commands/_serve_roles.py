@@ -74,6 +74,7 @@ class Roles:
         decode_cpu: int | None,
         policy: str | None,
         kv_format: str | None,
+        kv_cache_dtype: str = "auto",
     ) -> Roles:
         if role not in ROLES:
             raise CtxlabError(f"--role {role!r} is unknown; use one of {', '.join(ROLES)}.")
@@ -83,6 +84,11 @@ class Roles:
         if split and (policy or kv_format):
             raise CtxlabError(
                 "disaggregated serving moves the plain cache: give no --policy or --kv-format."
+            )
+        if split and kv_cache_dtype != "auto":
+            raise CtxlabError(
+                "disaggregated serving moves the cache in the model's dtype: give no "
+                "--kv-cache-dtype."
             )
         if role in ("prefill", "decode") and not kv_socket:
             raise CtxlabError(f"--role {role} needs --kv-socket (where the two processes meet).")

@@ -22,6 +22,7 @@ from ctxlab.commands.options import (
     BudgetOpt,
     GoneDTypeOpt,
     JsonOpt,
+    KVCacheDtypeOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
     ModelOpt,
@@ -72,6 +73,7 @@ def register(app: typer.Typer) -> None:
         policy: PolicyOpt = None,
         budget: BudgetOpt = None,
         kv_format: KVFormatOpt = None,
+        kv_cache_dtype: KVCacheDtypeOpt = "auto",
         weights: WeightsOpt = "fp32",
         rope_scaling: RopeScalingOpt = None,
         offload_bytes: OffloadBytesOpt = None,
@@ -124,6 +126,7 @@ def register(app: typer.Typer) -> None:
                 "budget": budget,
                 "budget_keeps_all": keeps_all is not None,
                 "kv_format": llm.engine.kv.kv_format,
+                "kv_cache_dtype": options.kv_cache_dtype,
                 "weights": weights,
                 "weight_bytes": weight_bytes(loaded.model),
                 "offload": llm.engine.offload.stats().as_dict() if llm.engine.offload else None,
@@ -138,6 +141,7 @@ def register(app: typer.Typer) -> None:
             f"{m.resident_kv_bytes / 2**20:.2f} MiB | preemptions {m.preemptions}"
             + (f" | policy {policy} budget {budget}" if policy else "")
             + (f" | KV {llm.engine.kv.kv_format}" if llm.engine.kv.kv_format else "")
+            + (f" | KV {kv_cache_dtype}" if kv_cache_dtype != "auto" else "")
             + (f" | weights {weights}" if weights != "fp32" else "")
             + _offload_note(llm.engine)
             + "]"

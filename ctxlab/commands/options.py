@@ -58,6 +58,14 @@ KVFormatOpt = Annotated[
     str | None,
     typer.Option("--kv-format", help="Store the KV pool quantized: int8, kivi4 or kivi2."),
 ]
+KVCacheDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--kv-cache-dtype",
+        help="What the KV pool stores: auto (the model's dtype) or bfloat16 (half a float32 "
+        "model's bytes, read back widened; as vLLM's flag).",
+    ),
+]
 PageSizeOpt = Annotated[
     int,
     typer.Option(

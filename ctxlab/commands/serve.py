@@ -29,6 +29,7 @@ from ctxlab.commands.options import (
     DEFAULT_MODEL,
     BudgetOpt,
     GoneDTypeOpt,
+    KVCacheDtypeOpt,
     KVFormatOpt,
     KVPoolTokensOpt,
     ModelOpt,
@@ -58,6 +59,7 @@ def register(app: typer.Typer) -> None:
         policy: PolicyOpt = None,
         budget: BudgetOpt = None,
         kv_format: KVFormatOpt = None,
+        kv_cache_dtype: KVCacheDtypeOpt = "auto",
         kv_pool_tokens: KVPoolTokensOpt = 16384,
         page_size: PageSizeOpt = 16,
         no_prefix_cache: NoPrefixCacheOpt = False,
@@ -121,7 +123,14 @@ def register(app: typer.Typer) -> None:
         tier = check_offload(offload_bytes, offload_dir, not no_prefix_cache, kv_format, model)
         _check(port, max_num_seqs, max_num_batched_tokens, max_waiting, request_timeout)
         roles = Roles.check(
-            role, disaggregated, kv_socket, prefill_cpu, decode_cpu, policy, kv_format
+            role,
+            disaggregated,
+            kv_socket,
+            prefill_cpu,
+            decode_cpu,
+            policy,
+            kv_format,
+            kv_cache_dtype,
         )
         if tier is not None and (disaggregated or role != "colocated"):
             raise CtxlabError(

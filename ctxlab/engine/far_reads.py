@@ -110,8 +110,8 @@ class FarReads:
         lay = self.layout
         B = q.shape[0]
         g = q.shape[1] // self.n_kv
-        fk = torch.zeros(B, self.n_kv, self.slots, lay.head_dim, dtype=lay.dtype)
-        fv = torch.zeros(B, self.n_kv, self.slots, lay.head_dim_v, dtype=lay.dtype)
+        fk = torch.zeros(B, self.n_kv, self.slots, lay.head_dim, dtype=lay.read_dtype)
+        fv = torch.zeros(B, self.n_kv, self.slots, lay.head_dim_v, dtype=lay.read_dtype)
         fm = torch.zeros(B, self.n_kv, self.slots, dtype=torch.bool)
         first = lay.lanes_of_layer(layer).start
         for b, (seq_id, step) in enumerate(self.step_rows):
@@ -119,8 +119,8 @@ class FarReads:
                 at = 0
                 for _, k, v in self._lane_rows(seq_id, step, first + h, q[b, h * g : (h + 1) * g]):
                     n = k.shape[0]
-                    fk[b, h, at : at + n] = k.to(lay.dtype)
-                    fv[b, h, at : at + n] = v.to(lay.dtype)
+                    fk[b, h, at : at + n] = k.to(lay.read_dtype)
+                    fv[b, h, at : at + n] = v.to(lay.read_dtype)
                     fm[b, h, at : at + n] = True
                     at += n
         dev = q.device

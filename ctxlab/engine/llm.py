@@ -24,7 +24,8 @@ class LLM:
     `model` is a model name or path understood by `ctxlab.model.load_model`, or an already
     loaded `LoadedModel` (tests share one across several engines). `policy`/`budget` pick a
     KV policy (`ctxlab policies`); `kv_format` ("int8", "kivi4", "kivi2") stores the pool
-    quantized under any policy (`policy="quant"` alone: every token kept, quantized).
+    quantized under any policy (`policy="quant"` alone: every token kept, quantized);
+    `kv_cache_dtype="bfloat16"` stores it in bfloat16 beside a float32 model.
     `weights` stores the linear layers in a format, chosen at load (`ctxlab.model.weights`):
     "fp32" (float32 `F.linear` on MKL; the transformers-parity reference), "fp32-onednn"
     (float32 prepacked for oneDNN), "bf16" (bfloat16: oneDNN's prepacked kernel on a CPU with
@@ -55,6 +56,7 @@ class LLM:
         kv_format: str | None = None,
         weights: str = "fp32",
         rope_scaling: str | None = None,
+        kv_cache_dtype: str = "auto",
     ):
         if isinstance(model, str):
             from ctxlab.model import load_model
@@ -91,6 +93,7 @@ class LLM:
             budget=budget,
             max_model_len=max_model_len,
             kv_format=kv_format,
+            kv_cache_dtype=kv_cache_dtype,
         )
 
     def generate(

@@ -28,6 +28,7 @@ from ctxlab.engine.runner import Runner
 from ctxlab.engine.sampling import SamplingParams, make_generator
 from ctxlab.engine.scheduler import Scheduler
 from ctxlab.engine.sequence import RequestError, Sequence, Status
+from ctxlab.engine_options import KV_CACHE_DTYPES
 from ctxlab.errors import CtxlabError
 from ctxlab.kv.layout import KVLayout
 from ctxlab.kv.manager import KVCacheManager, KVStats
@@ -54,7 +55,11 @@ class LLMEngine:
         budget: Any = None,
         max_model_len: int | None = None,
         kv_format: str | None = None,
+        kv_cache_dtype: str = "auto",
     ):
+        """`kv_cache_dtype` "bfloat16" stores K/V in bfloat16 beside a float32 model (half the
+        pool's bytes, rows widened as attention reads them; vLLM's `--kv-cache-dtype`);
+        "auto" stores the model's dtype. `kv_format` stores codes instead (not both)."""
         if max_num_batched_tokens <= 0 or max_num_seqs <= 0:
             raise CtxlabError("max_num_batched_tokens and max_num_seqs must be positive.")
         if max_model_len is not None and max_model_len <= 0:
@@ -65,25 +70,32 @@ class LLMEngine:
         self.tokenizer = tokenizer
         dtype = next(model.parameters()).dtype
         device = next(model.parameters()).device
+        stored = cache_dtype(kv_cache_dtype, dtype)
         layout = KVLayout(
             n_layers=config.num_layers,
             n_kv_heads=config.num_kv_heads,
             head_dim=config.head_dim,
             head_dim_v=getattr(config, "head_dim_v", config.head_dim),
             block_size=block_size,
-            dtype=dtype,
+            dtype=stored,
             windows=tuple(getattr(config, "sliding_windows", ()) or ()),
+            compute_dtype=dtype if stored != dtype else None,
         )
         # One policy object (a storage format wraps the policy when kv_format is given); the
         # pool's storage format is the model dtype or int8 / KIVI codes.
         self.policy = resolve_policy(policy, budget, kv_format)
         fmt, group = self.policy.storage() if self.policy is not None else (None, 32)
+        if fmt is not None and stored != dtype:
+            raise CtxlabError(
+                f"the pool stores {fmt} codes; give --kv-cache-dtype bfloat16 or a KV format, "
+                "not both."
+            )
         self.kv = KVCacheManager(
             layout,
             kv_pool_tokens,
             enable_prefix_caching,
             device,
-            extra=(model_id,),
+            extra=(model_id,) if stored == dtype else (model_id, f"kv={stored}"),
             kv_format=fmt,
             kv_group=group,
         )
@@ -463,3 +475,13 @@ class LLMEngine:
     def _holds(self, request_id: int) -> bool:
         seq = self.seqs.get(request_id)
         return seq is not None and seq.hold and seq.finish_reason in ("stop", "length")
+
+
+def cache_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The pool's storage dtype for `kv_cache_dtype` `name` ("auto": the model's)."""
+    if name == "auto":
+        return model_dtype
+    if name == "bfloat16":
+        return torch.bfloat16
+    known = ", ".join(KV_CACHE_DTYPES)
+    raise CtxlabError(f"kv_cache_dtype {name!r} is unknown; use one of {known}.")

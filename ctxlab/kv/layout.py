@@ -1,5 +1,9 @@
 """What one token costs in the pool: lanes, head dims, dtype, block size.
 
+`dtype` is what the pool stores; `compute_dtype` (None: the same) what K/V arrive in and
+what reads give back: a bfloat16 cache beside a float32 model (`kv_cache_dtype="bfloat16"`,
+as vLLM's `--kv-cache-dtype`) stores half the bytes and widens rows as it reads them.
+
 A lane is one (layer, KV head) pair. Blocks are per lane, so a retention policy can keep a
 different set of tokens per KV head and free the rest for real. Bytes are exact integers.
 `windows` holds each layer's sliding window (None: a full-attention layer; empty: every
@@ -24,6 +28,7 @@ class KVLayout:
     block_size: int = 16
     dtype: torch.dtype = torch.float32
     windows: tuple[int | None, ...] = ()
+    compute_dtype: torch.dtype | None = None
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
@@ -38,6 +43,11 @@ class KVLayout:
             raise CtxlabError("a sliding window must be a positive number of tokens.")
         if all(w is None for w in self.windows):
             object.__setattr__(self, "windows", ())  # no sliding layer: the plain layout
+
+    @property
+    def read_dtype(self) -> torch.dtype:
+        """The dtype K/V arrive in and reads return (the model's)."""
+        return self.compute_dtype or self.dtype
 
     @property
     def windowed(self) -> bool:

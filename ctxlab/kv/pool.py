@@ -41,7 +41,13 @@ class KVPool:
 
     @property
     def views(self) -> bool:
-        return True
+        """Whether `run_view` reads in place (False for a cache stored narrower than the
+        model computes: its reads are widened copies)."""
+        return self.layout.read_dtype == self.data.dtype
+
+    def _widened(self, x: torch.Tensor) -> torch.Tensor:
+        want = self.layout.read_dtype
+        return x if x.dtype == want else x.to(want)
 
     @property
     def k(self) -> torch.Tensor:
@@ -97,7 +103,7 @@ class KVPool:
             k = k[..., : lay.head_dim]
         if lay.head_dim_v != v.shape[-1]:
             v = v[..., : lay.head_dim_v]
-        return k, v
+        return self._widened(k), self._widened(v)
 
     def run_view(
         self, first: int, n_blocks: int, n_heads: int, head_stride: int
@@ -116,7 +122,7 @@ class KVPool:
         v0 = self.data[1].storage_offset() + first * lay.block_size * width
         k = self.data.as_strided((*size, lay.head_dim), (*stride, 1), k0)
         v = self.data.as_strided((*size, lay.head_dim_v), (*stride, 1), v0)
-        return k, v
+        return self._widened(k), self._widened(v)
 
     def decode_views(self) -> tuple[str, tuple[np.ndarray, ...]] | None:
         """The storage as numpy views for the compiled decode attention
@@ -136,7 +142,7 @@ class KVPool:
         flat = rows.reshape(-1)
         k = self._k_rows.index_select(0, flat)[:, : self.layout.head_dim]
         v = self._v_rows.index_select(0, flat)[:, : self.layout.head_dim_v]
-        return k.reshape(*rows.shape, -1), v.reshape(*rows.shape, -1)
+        return self._widened(k.reshape(*rows.shape, -1)), self._widened(v.reshape(*rows.shape, -1))
 
     def write_rows(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.write(rows, k, v)

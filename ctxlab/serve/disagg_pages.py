@@ -25,6 +25,10 @@ def check_movable(engine: LLMEngine) -> None:
         raise CtxlabError(
             "disaggregated serving moves the plain cache: give no --policy or --kv-format."
         )
+    if engine.kv.layout.compute_dtype is not None:
+        raise CtxlabError(
+            "disaggregated serving moves the cache in the model's dtype: give no --kv-cache-dtype."
+        )
     if engine.kv.sliding:
         raise CtxlabError(
             "disaggregated serving does not support models with sliding-window layers yet."

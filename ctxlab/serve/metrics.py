@@ -35,6 +35,7 @@ from prometheus_client import (
 from ctxlab.engine.llm_engine import LLMEngine
 from ctxlab.engine.request import RequestOutput
 from ctxlab.engine.sequence import Sequence
+from ctxlab.kv.layout import KVLayout
 
 PREFIXES = ("ctxlab", "vllm")
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -119,7 +120,7 @@ class ServeMetrics:
             "block_size": str(kv.block_size),
             "num_gpu_blocks": str(kv.pool_tokens // kv.block_size),
             "enable_prefix_caching": str(bool(kv.enable_prefix_caching)),
-            "cache_dtype": str(kv.kv_format or "auto"),
+            "cache_dtype": cache_dtype_name(kv.kv_format, kv.layout),
         })  # fmt: skip
         if getattr(engine, "offload", None) is not None:  # its series show from the start
             self._offload_series()
@@ -181,3 +182,13 @@ class ServeMetrics:
             full_blocks = -(-seq.num_computed // kv.block_size) * kv.n_lanes
             held_blocks = m.resident_kv_bytes // kv.pool.block_bytes
             self.evicted.inc(max(0, full_blocks - held_blocks) * kv.pool.block_bytes)
+
+
+def cache_dtype_name(kv_format: str | None, layout: KVLayout) -> str:
+    """vLLM's `cache_dtype` label: the codes' format, "bfloat16" for a bf16 cache beside a
+    float32 model, else "auto" (the model's dtype)."""
+    if kv_format is not None:
+        return kv_format
+    if layout.compute_dtype is not None:
+        return str(layout.dtype).removeprefix("torch.")
+    return "auto"

@@ -128,6 +128,17 @@ CASES = [
     # early checks of the engine commands
     ("policy-unknown-eval", ["eval", "--policy", "nope"], "policy 'nope' is unknown"),
     ("kv-format", ["generate", "hi", "--kv-format", "int3"], "--kv-format 'int3'"),
+    ("kv-cache-dtype", ["serve", "--kv-cache-dtype", "fp8"], "--kv-cache-dtype 'fp8' is unknown"),
+    (
+        "kv-cache-dtype-split",
+        ["serve", "--disaggregated", "--kv-cache-dtype", "bfloat16"],
+        "give no --kv-cache-dtype",
+    ),
+    (
+        "kv-cache-dtype-and-format",
+        ["generate", "hi", "--kv-cache-dtype", "bfloat16", "--kv-format", "int8"],
+        "not both",
+    ),
     ("weights", ["generate", "hi", "--weights", "q4"], "--weights 'q4' is unknown"),
     ("weights-serve", ["serve", "--weights", "int3"], "--weights 'int3' is unknown"),
     ("temperature", ["generate", "hi", "--temperature", "-1"], "--temperature"),

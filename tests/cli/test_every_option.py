@@ -117,6 +117,10 @@ ROWS: tuple[Row, ...] = (
         "prompt",
     ),
     Row("generate --chat --file {prompt_file} --max-tokens 1 --kv-format int8 --json", '"text"'),
+    Row(
+        "generate 'The capital of France is' --max-tokens 2 --kv-cache-dtype bfloat16 --json",
+        '"kv_cache_dtype": "bfloat16"',
+    ),
     Row("generate 'The capital of France is' --max-tokens 2 --offload-bytes 64MiB", "offload"),
     Row(
         "generate 'The capital of France is' --max-tokens 2 --offload-bytes 0 "
@@ -224,7 +228,8 @@ ROWS: tuple[Row, ...] = (
         "--policy snapkv --budget 64 --kv-pool-tokens 1024 --page-size 8 --weights fp32 "
         "--max-num-seqs 2 --max-num-batched-tokens 256 --max-model-len 512 --max-waiting 4 "
         "--request-timeout 60 --api-keys {api_keys} --metrics-prefix vllm --threads 1 "
-        "--log-level error --step-log {tmp}/steps.jsonl --decode-cpu {cpu}",
+        "--log-level error --step-log {tmp}/steps.jsonl --decode-cpu {cpu} "
+        "--kv-cache-dtype bfloat16",
         "ready http://127.0.0.1:",
         seam="uvicorn",
     ),
