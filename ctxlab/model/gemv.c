@@ -385,15 +385,58 @@ void int8_amx_unpack(const int8_t *packed, long N, long K, int8_t *W) {
 
 int int8_amx_available(void) { return 1; }
 
+/* One row times blockdiag(S H, S H, ...): S = diag(signs), H the B x B Sylvester-Hadamard
+ * matrix / sqrt(B) (B 16, 32 or 64), i.e. `rotation.signed_hadamard`. As a fast
+ * Walsh-Hadamard transform of (row * signs): log2(B) butterfly stages, a permute and an FMA
+ * per vector each, about a tenth of the B x B product's arithmetic (the product itself,
+ * with MKL or in registers, took half as long again as the int8 tiles it fed). The sums
+ * are the same terms in another order. */
+static void rotate_row(const float *row, long K, const float *signs, long B, float *out) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i partner[4];
+    __m512 sgn[4];
+    for (int s = 0; s < 4; s++) { /* stage h = 1 << s inside a vector: (a, b) -> (a + b, a - b) */
+        const __m512i h = _mm512_set1_epi32(1 << s);
+        partner[s] = _mm512_xor_si512(lane, h);
+        const __mmask16 high = _mm512_test_epi32_mask(lane, h);
+        sgn[s] = _mm512_mask_blend_ps(high, _mm512_set1_ps(1.0f), _mm512_set1_ps(-1.0f));
+    }
+    const long nv = B / 16;
+    const __m512 norm = _mm512_set1_ps(1.0f / sqrtf((float)B));
+    for (long b = 0; b < K; b += B) {
+        __m512 v[4];
+        for (long j = 0; j < nv; j++) {
+            __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + b + 16 * j), _mm512_loadu_ps(signs + 16 * j));
+            for (int s = 0; s < 4; s++) x = _mm512_fmadd_ps(x, sgn[s], _mm512_permutexvar_ps(partner[s], x));
+            v[j] = x;
+        }
+        for (long h = 1; h < nv; h *= 2) /* stages across vectors */
+            for (long j = 0; j < nv; j++)
+                if (!(j & h)) {
+                    const __m512 a = v[j], c = v[j + h];
+                    v[j] = _mm512_add_ps(a, c), v[j + h] = _mm512_sub_ps(a, c);
+                }
+        for (long j = 0; j < nv; j++) _mm512_storeu_ps(out + b + 16 * j, _mm512_mul_ps(v[j], norm));
+    }
+}
+
+/* rot: NULL, or the signs of a signed Hadamard block each row of x is first multiplied by,
+ * block by block (`rotate_row`: the int formats' online input rotation, `RotateInput`),
+ * fused here so the rotated rows never go through memory. */
 void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N, long ldy,
-              const float *bias, float *y) {
+              const float *bias, float *y, const float *rot, long rot_block) {
     const long rows_all = tile_rows(M);
     int8_t *xq = aligned_alloc(64, (size_t)((rows_all * K + 63) / 64 * 64));
     float *xs = malloc(sizeof(float) * (size_t)rows_all);
-    if (!xq || !xs) return free(xq), free(xs);
+    float *turned = rot ? malloc(sizeof(float) * (size_t)K) : NULL;
+    if (!xq || !xs || (rot && !turned)) return free(xq), free(xs), free(turned);
     memset(xq + M * K, 0, (size_t)((rows_all - M) * K));
     for (long m = 0; m < M; m++) {
         const float *r = x + m * K;
+        if (rot) {
+            rotate_row(r, K, rot, rot_block, turned);
+            r = turned;
+        }
         __m512 vmax = _mm512_setzero_ps();
         long k = 0;
         for (; k + 16 <= K; k += 16) vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(r + k)));
@@ -415,14 +458,15 @@ void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wsc
                     wscale[(n0) + 16 * j + c] + (bias ? bias[(n0) + 16 * j + c] : 0.0f);
     AMX_GEMM(_tile_dpbssd, int32_t, (const char *)xq, K, (const char *)Wp, K / 64 * 1024, K / 64,
              rows_all, M, N, INT8_EPI);
-    free(xq), free(xs);
+    free(xq), free(xs), free(turned);
 }
 #else
 int int8_amx_available(void) { return 0; }
 void int8_amx_pack(const int8_t *W, long N, long K, int8_t *out) { (void)W, (void)N, (void)K, (void)out; }
 void int8_amx_unpack(const int8_t *p, long N, long K, int8_t *W) { (void)p, (void)N, (void)K, (void)W; }
 void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wscale, long N, long ldy,
-              const float *bias, float *y) {
+              const float *bias, float *y, const float *rot, long rot_block) {
     (void)x, (void)M, (void)K, (void)Wp, (void)wscale, (void)N, (void)ldy, (void)bias, (void)y;
+    (void)rot, (void)rot_block;
 }
 #endif

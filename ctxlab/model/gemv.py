@@ -50,7 +50,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     for name in ("bf16_amx_pack", "bf16_amx_unpack", "int8_amx_pack", "int8_amx_unpack"):
         getattr(lib, name).argtypes = [_VP, _L, _L, _VP]
         getattr(lib, name).restype = None
-    lib.int8_amx.argtypes = [_VP, _L, _L, _VP, _VP, _L, _L, _VP, _VP]  # ..., scales, N, ldy, b, y
+    # x, M, K, W, scales, N, ldy, bias, y, rotation (or None), its block
+    lib.int8_amx.argtypes = [_VP, _L, _L, _VP, _VP, _L, _L, _VP, _VP, _VP, _L]
     lib.int8_amx.restype = None
 
 
@@ -125,14 +126,27 @@ def amx_linear(
 
 
 def amx_int8_linear(
-    x: torch.Tensor, tiles: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    tiles: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    hadamard_signs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`x [..., K]` times int8 codes in `amx_pack`'s layout with one float32 `scale` per
     output row: each row of x quantized to int8 at its own scale (max |x| / 127, rounded to
-    nearest even), exact int32 sums, rescaled to float32 (+ bias)."""
+    nearest even), exact int32 sums, rescaled to float32 (+ bias). `hadamard_signs` (B
+    float32 values, B 16, 32 or 64 dividing K): each row is first multiplied by
+    blockdiag(`rotation.signed_hadamard` with these signs) inside the kernel, by a fast
+    Walsh-Hadamard transform: the int formats' online rotation without a pass over memory."""
     lib = kernels()
     assert lib is not None and scale.dtype == torch.float32 and scale.is_contiguous()
-    return _tiles_call(lib.int8_amx, x, tiles, scale, bias)
+    tail: tuple[int | None, int] = (None, 0)
+    if hadamard_signs is not None:
+        b = hadamard_signs.shape[0]
+        assert b in (16, 32, 64) and x.shape[-1] % b == 0
+        assert hadamard_signs.dtype == torch.float32 and hadamard_signs.is_contiguous()
+        tail = (hadamard_signs.data_ptr(), b)
+    return _tiles_call(lib.int8_amx, x, tiles, scale, bias, tail)
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -173,9 +187,11 @@ def _tiles_call(
     tiles: torch.Tensor,
     scale: torch.Tensor | None,
     bias: torch.Tensor | None,
+    tail: tuple[int | None, int] | tuple[()] = (),
 ) -> torch.Tensor:
-    """Run a tiles kernel `fn(x, M, K, W, [scales,] N, ldy, bias, y)` over slices of rows, on
-    torch's threads (the kernel releases the GIL: ctypes calls a C function without it)."""
+    """Run a tiles kernel `fn(x, M, K, W, [scales,] N, ldy, bias, y, *tail)` over slices of
+    rows, on torch's threads (the kernel releases the GIL: ctypes calls a C function without
+    it)."""
     global _POOL
     flat, y, b = _operands(x, tiles.shape[0], bias)
     (rows, k), n = flat.shape, y.shape[1]
@@ -186,7 +202,7 @@ def _tiles_call(
     def part(lo: int, hi: int) -> None:
         fn(
             flat.data_ptr() + 4 * lo * k, hi - lo, k, tiles.data_ptr(), *extra, n, n,
-            None if b is None else b.data_ptr(), y.data_ptr() + 4 * lo * n,
+            None if b is None else b.data_ptr(), y.data_ptr() + 4 * lo * n, *tail,
         )  # fmt: skip
 
     slices = _row_slices(rows)

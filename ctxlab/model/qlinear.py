@@ -39,7 +39,14 @@ from torch import nn
 from ctxlab.errors import CtxlabError
 from ctxlab.model import gemv
 from ctxlab.model.gguf_blocks import GROUP, GroupCodes
-from ctxlab.model.rotation import ONLINE_BLOCK, block_for, rotate_rows, signed_hadamard
+from ctxlab.model.rotation import (
+    ONLINE_BLOCK,
+    block_for,
+    hadamard,
+    hadamard_signs,
+    rotate_rows,
+    signed_hadamard,
+)
 
 
 class PackedLinear(nn.Module):
@@ -277,10 +284,21 @@ class Int8Linear(PackedLinear):
     def weight_bytes(self) -> int:
         return self._bytes + super().weight_bytes()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    @property
+    def fuses_rotation(self) -> bool:
+        """Whether `forward(x, hadamard_signs=s)` rotates inside the kernel (`RotateInput`)."""
+        return self.kernel == "amx"
+
+    def forward(self, x: torch.Tensor, hadamard_signs: torch.Tensor | None = None) -> torch.Tensor:
+        """`hadamard_signs` (B values): x times blockdiag(signed_hadamard) with these signs
+        first (`rotation.hadamard_signs`): inside the AMX kernel, by a product on fbgemm's."""
         if self.kernel == "amx":
-            y = gemv.amx_int8_linear(x, self.codes, self.scale, self.bias)
+            y = gemv.amx_int8_linear(x, self.codes, self.scale, self.bias, hadamard_signs)
             return y if y.dtype == x.dtype else y.to(x.dtype)
+        if hadamard_signs is not None:
+            m = hadamard_signs[:, None] * hadamard(hadamard_signs.shape[0])
+            t, k = x.shape
+            x = torch.mm(x.reshape(-1, m.shape[0]), m.to(x.dtype)).view(t, k)
         flat = x if x.dtype == torch.float32 else x.float()
         if flat.shape[0] == 1:  # one token: the kernel's per-input scale is per token
             y = _linear_dynamic()(flat, self._packed, self.reduce_range)
@@ -414,6 +432,7 @@ class Int4Linear(PackedLinear):
         can_int8 = gemv.amx_int8() or _quantized_ops_available()
         block = _wide_block(cols) if wide and can_int8 else None
         self.register_buffer("wide_rotation", None)
+        self.register_buffer("wide_signs", None)
         if block is not None:
             m = signed_hadamard(block, seed=cols)
             # the values the int4 kernel computes with (bf16 scales and offsets)
@@ -422,6 +441,7 @@ class Int4Linear(PackedLinear):
             values = (grouped * so[..., :1] + so[..., 1:]).view(rows, cols)
             self.__dict__["_wide"] = Int8Linear(rotate_rows(values, m))  # the int8 format's kernel
             self.wide_rotation = m.contiguous()
+            self.wide_signs = hadamard_signs(m)
 
     def weight_bytes(self) -> int:
         wide: Int8Linear | None = self._wide
@@ -436,6 +456,8 @@ class Int4Linear(PackedLinear):
         wide: Int8Linear | None = self._wide
         if wide is not None and x.shape[0] >= WIDE_ROWS:
             flat = x if x.dtype == torch.float32 else x.float()
+            if wide.fuses_rotation:  # the tiles rotate the input as they quantize it
+                return self._out(wide.forward(flat, hadamard_signs=self.wide_signs), x)
             m = self.wide_rotation
             rotated = torch.mm(flat.reshape(-1, m.shape[0]), m).view(flat.shape)
             return self._out(wide(rotated), x)

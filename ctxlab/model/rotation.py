@@ -63,6 +63,19 @@ def signed_hadamard(block: int, seed: int) -> torch.Tensor:
     return signs[:, None] * hadamard(block)
 
 
+def hadamard_signs(m: torch.Tensor) -> torch.Tensor | None:
+    """The signs s with m == diag(s) @ hadamard(B) (what `signed_hadamard` builds), as
+    float32, or None when m is not of that form: a kernel that knows the form rotates by a
+    fast Walsh-Hadamard transform instead of a product."""
+    b = m.shape[0]
+    if m.dim() != 2 or m.shape != (b, b) or b < 1 or b & (b - 1):
+        return None
+    signs = torch.sign(m[:, 0].float())
+    if not torch.allclose(m.float(), signs[:, None] * hadamard(b), atol=1e-6):
+        return None
+    return signs.contiguous()
+
+
 def residual_rotation(dim: int, block: int, seed: int) -> torch.Tensor:
     """Q = S kron(R, H_block), dim x dim, orthogonal."""
     g = torch.Generator().manual_seed(seed)
@@ -84,8 +97,13 @@ class RotateInput(nn.Module):
         super().__init__()
         self.inner = inner
         self.register_buffer("m", m.contiguous())
+        # an int8 kernel that rotates as it reads (`Int8Linear.fuses_rotation`) takes the signs
+        signs = hadamard_signs(m) if getattr(inner, "fuses_rotation", False) else None
+        self.register_buffer("signs", signs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.signs is not None:
+            return self.inner.forward(x, hadamard_signs=self.signs)
         t, k = x.shape
         rotated = torch.mm(x.reshape(-1, self.m.shape[0]), self.m.to(x.dtype)).view(t, k)
         return self.inner.forward(rotated)

@@ -18,6 +18,7 @@ import torch
 from ctxlab import native
 from ctxlab.model import gemv
 from ctxlab.model.qlinear import BF16Linear, Int8Linear, bf16_linear, row_int8
+from ctxlab.model.rotation import hadamard_signs, signed_hadamard
 
 pytestmark = pytest.mark.isa
 built = pytest.mark.skipif(
@@ -155,6 +156,37 @@ def test_amx_int8_is_per_token_int8_exactly(rows):
     want = xq @ codes.double().t() * s.double() * scale.double() + b.double()
     got = gemv.amx_int8_linear(x, tiles, scale, b)
     assert float((got.double() - want).abs().max()) < 1e-4
+
+
+@built
+@pytest.mark.skipif(not gemv.amx_int8(), reason="CPU without AMX int8 tiles")
+@pytest.mark.parametrize(("rows", "block"), [(1, 32), (5, 16), (40, 64), (300, 32)])
+def test_amx_int8_rotates_its_input_as_a_product_would(rows, block):
+    """`hadamard_signs=s` is x times blockdiag(signed_hadamard) before the quantization (a
+    fast Walsh-Hadamard transform in the kernel): against the kernel on rows rotated by
+    torch's product, the same up to an int8 step where a rotated value's last bits sit on a
+    rounding boundary; a wrong sign, stage or scale is off by order one."""
+    gen = torch.Generator().manual_seed(rows + block)
+    w = torch.randn(128, 192, generator=gen)
+    codes, scale = row_int8(w)
+    tiles = gemv.amx_pack(codes)
+    m = signed_hadamard(block, seed=rows)
+    signs = hadamard_signs(m)
+    assert signs is not None and hadamard_signs(m.t().contiguous() * 1.5) is None
+    x = torch.randn(rows, 192, generator=gen)
+    rotated = (x.reshape(-1, block) @ m).view(rows, 192)
+    got = gemv.amx_int8_linear(x, tiles, scale, None, signs)
+    want = gemv.amx_int8_linear(rotated, tiles, scale, None)
+    ref = rotated @ (codes.float() * scale[:, None]).t()
+    assert float((got - want).norm() / ref.norm()) < 1e-3
+    assert float((got - ref).norm() / ref.norm()) < 0.02
+    wrong = gemv.amx_int8_linear(x, tiles, scale, None, -signs.roll(1))
+    assert float((wrong - ref).norm() / ref.norm()) > 0.1
+    lin = Int8Linear(w, kernel="amx")
+    assert lin.fuses_rotation and torch.allclose(lin(x, hadamard_signs=signs), got)
+    fb = Int8Linear(w, kernel="fbgemm")
+    assert not fb.fuses_rotation
+    assert float((fb(x, hadamard_signs=signs) - ref).norm() / ref.norm()) < 0.02
 
 
 @built
