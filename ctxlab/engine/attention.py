@@ -58,8 +58,13 @@ class PagedAttention:
         sliding_windows: tuple[int | None, ...] = (),
         pages: PageReader | None = None,
         far: ExtraReader | None = None,
+        prefill_dtype: torch.dtype | None = None,
     ):
+        """`prefill_dtype`: the dtype prefill attention computes in (None: the queries'); the
+        reduced weight formats ask for bfloat16 where the CPU multiplies it natively
+        (`weights.convert_weights`), and the output comes back in the queries' dtype."""
         self.pool = pool
+        self.prefill_dtype = prefill_dtype
         self.layout = pool.layout
         self.n_heads = n_heads
         self.n_kv = self.layout.n_kv_heads
@@ -201,14 +206,19 @@ class PagedAttention:
             if pattern is not None:
                 mask &= pattern
         o = F.scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0),
-            k.transpose(0, 1).unsqueeze(0),
-            v.transpose(0, 1).unsqueeze(0),
+            self._in(q).transpose(0, 1).unsqueeze(0),
+            self._in(k).transpose(0, 1).unsqueeze(0),
+            self._in(v).transpose(0, 1).unsqueeze(0),
             attn_mask=mask,
             is_causal=mask is None,
             enable_gqa=True,
         )
-        return o[0].transpose(0, 1)
+        return o[0].transpose(0, 1).to(q.dtype)
+
+    def _in(self, x: torch.Tensor) -> torch.Tensor:
+        """x in the prefill dtype."""
+        want = self.prefill_dtype
+        return x if want is None or x.dtype == want else x.to(want)
 
     def _chunk_mask(
         self,
@@ -256,15 +266,17 @@ class PagedAttention:
             mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
         # SDPA turns a boolean mask into an additive one on every call (two `where`s, 18 % of
         # a 3 x 64-token step after a 512-token prefix); the step's shared mask is turned once.
+        qi = self._in(q)
         memo = self._chunk_biases.get(item.start)
         if memo is not None and memo.shape[-1] == L and mask is self._chunk_masks.get(item.start):
             bias = memo
         else:
-            bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
+            bias = torch.zeros(mask.shape, dtype=qi.dtype).masked_fill_(~mask, float("-inf"))
             if mask is self._chunk_masks.get(item.start):
                 self._chunk_biases[item.start] = bias
-        qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
+        qg = qi.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
-        o = F.scaled_dot_product_attention(qg, kk.unsqueeze(0), vv.unsqueeze(0), attn_mask=bias)
+        kv = (self._in(kk).unsqueeze(0), self._in(vv).unsqueeze(0))
+        o = F.scaled_dot_product_attention(qg, *kv, attn_mask=bias)
         o = o.view(self.n_kv, self.group, n, -1).permute(2, 0, 1, 3)
-        return o.reshape(n, self.n_heads, -1)
+        return o.reshape(n, self.n_heads, -1).to(q.dtype)

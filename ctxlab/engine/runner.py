@@ -40,7 +40,12 @@ class Runner:
         self.runtime = runtime or NullRuntime()  # a policy's runtime (engine/policy_runtime)
         self.windows = sliding_windows
         self.backend = PagedAttention(
-            kv.pool, n_heads, sliding_windows, self.runtime.pages, self.runtime.far
+            kv.pool,
+            n_heads,
+            sliding_windows,
+            self.runtime.pages,
+            self.runtime.far,
+            getattr(model, "prefill_attention_dtype", None),
         )
         self.in_place = True  # long dense lanes read in place (False: gathered, to compare)
         self.device = kv.pool.device

@@ -18,7 +18,11 @@ tiles, a packed copy of the head, where the CPU has them; else the loop on the t
 else oneDNN's prepacked kernel (its own copy) on a CPU with bf16 dot products.
 (****) calls of up to 8 rows (decode) through ctxlab's compiled loop where it is built
 (`gemv.linear`): the same float32 products in another order.
-Activations, norms, RoPE, attention and the KV cache stay in the model dtype (`--dtype`).
+Activations, norms, RoPE, decode attention and the KV cache stay in the model dtype
+(`--dtype`). Prefill attention of these formats (bf16, int8, int4) runs in bfloat16 where
+the CPU has bf16 dot products (`model.prefill_attention_dtype`; q, k, v rounded to bf16,
+float32 sums, as vLLM's bf16): torch's flash kernel is 2.5-3x faster there in bf16; fp32
+and fp32-onednn keep float32 (the parity reference).
 Where the source is a GGUF whose blocks a format can hold exactly (Q4_0/Q4_1 in int4, Q8_0
 in the int8 embedding table), the file's own codes are used; everything else is quantized
 from the dequantized float weights, which adds a rounding of its own (docs/decode.md states
@@ -42,6 +46,7 @@ from ctxlab.model.qlinear import (
     OneDNNLinear,
     TableEmbedding,
     bf16_linear,
+    native_bf16,
 )
 from ctxlab.model.rotation import RotateInput, RotateOutput, rotate_residual
 
@@ -166,6 +171,8 @@ def convert_weights(model: nn.Module, fmt: str, gguf: Path | None = None) -> nn.
         model.embed_tokens = _int8_table(table, codes, dtype)
     model.lm_head = None
     model.weight_format = fmt
+    if fmt in ("bf16", "int8", "int4") and native_bf16():  # torch's flash kernel: 2.5-3x
+        model.prefill_attention_dtype = torch.bfloat16
     return model
 
 
