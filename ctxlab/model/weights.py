@@ -7,8 +7,8 @@
 | fp32 | float32 `nn.Linear` (the parity reference) (****) | float32, tied | float32 |
 | fp32-onednn | float32 prepacked for oneDNN (a private copy) | float32, its own copy | float32 |
 | bf16 | bfloat16: ctxlab's AMX tiles or loop, oneDNN or `F.linear` (***) | (***) | bfloat16 |
-| int8 | fbgemm dynamic int8, a scale per row (*) | fbgemm int8 | int8, a scale per 32 values |
-| int4 | aten int4, scale and offset per 32 (**) | fbgemm int8 | int8, a scale per 32 values |
+| int8 | int8, a scale per row: AMX tiles, else fbgemm (*) | int8 | int8, a scale per 32 |
+| int4 | aten int4, scale and offset per 32 (**) | int8 | int8, a scale per 32 |
 
 (*) on a rotated residual stream (`rotation.py`), so per-token int8 inputs lose little.
 (**) calls of 64 tokens or more (prefill) run an int8 copy of the same weights, input

@@ -51,6 +51,24 @@ def test_matches_a_float64_norm(rows, dim):
 
 
 @built
+def test_a_row_s_norm_does_not_depend_on_where_it_sits_or_its_neighbours():
+    """Bit for bit the same output for the same row alone, among other rows, and at every
+    offset in memory: a batch never changes a sequence's norm (a vectorised reduction that
+    peeled iterations to align the row would)."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(576, generator=g)
+    row = torch.randn(576, generator=g)
+    alone = norm_kernel.rms_norm(row[None], w, 1e-5)
+    assert alone is not None
+    buffer = torch.randn(16 + 5 * 576, generator=g)
+    for shift in range(16):
+        block = buffer[shift : shift + 5 * 576].view(5, 576)
+        block[3] = row
+        got = norm_kernel.rms_norm(block, w, 1e-5)
+        assert got is not None and torch.equal(got[3], alone[0]), shift
+
+
+@built
 def test_leading_dimensions_are_rows_and_eps_is_used():
     x = torch.full((2, 3, 8), 1e-4)
     w = torch.ones(8)

@@ -98,8 +98,12 @@ def test_chunked_and_batched_prefill_equal_one_pass(loaded, tokenizer):
     h2 = model.forward(torch.tensor(a[40:]), torch.arange(40, 70), backend)
     got_a = model.compute_logits(torch.cat([h1[:40], h2]))
     got_b = model.compute_logits(h1[40:])
-    assert (got_a - whole_a).abs().max().item() <= 1e-4
-    assert (got_b - whole_b).abs().max().item() <= 1e-4
+    # Another row count runs other float32 kernels (MKL's blocking; ctxlab's loop up to 8
+    # rows), so the sums differ in order: measured 3e-5 to 1.03e-4 here with logits up to 31
+    # (7e-5 with every ctxlab kernel off), i.e. a few 1e-6 of the logits' scale. A sequence
+    # seeing another's tokens, or a chunk missing its past, is off by order one.
+    for got, whole in ((got_a, whole_a), (got_b, whole_b)):
+        assert (got - whole).abs().max().item() <= 1e-5 * whole.abs().max().item()
     assert backend.seq_len(7) == 70 and backend.seq_len(9) == len(b)
 
 
