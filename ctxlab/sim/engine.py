@@ -2,14 +2,14 @@
 
 Per step: admit waiting requests first-come-first-served while the pool has room and the
 step's token budget has tokens left after the running requests, as the engine's scheduler
-does (a request's prefix hits are found block by block among committed blocks; a tier hit
-schedules a transfer); give every decoding request one token (a page when it crosses a page
-boundary; if none can be had, the most recently admitted request is preempted and will be
-recomputed); fill the rest of the token budget with prefill chunks in admission order;
-price the step; advance the clock; commit the blocks the chunks completed. A request
-admitted for a step also hits the blocks that chunks of requests before it in that step
-complete (as in the engine, and in vLLM: requests arriving together with one new prefix
-compute it once).
+does (a request's prefix hits are found block by block among committed blocks and those its
+step completes; a tier hit schedules a transfer); give every decoding request one token (a
+page when it crosses a page boundary; if none can be had, the most recently admitted request
+is preempted and will be recomputed); fill the rest of the token budget with prefill chunks
+in admission order; price the step; advance the clock; commit the blocks the chunks
+completed. A request admitted for a step also hits the blocks that chunks of requests before
+it in that step complete (as in the engine, and in vLLM: requests arriving together with one
+new prefix compute it once).
 
 Speed: a step costs work proportional to the running requests, pages are integer counts,
 and stretches of decode-only steps (nothing to admit, no prefill) are advanced in one go
