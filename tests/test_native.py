@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from ctxlab import native
+from ctxlab.model import gemv, norm_kernel
 
 SOURCE = "int twice(int x) { return 2 * x; }\n"
 
@@ -92,3 +93,16 @@ def test_a_library_without_the_declared_function_gives_none(fresh):
 
     assert native.load(fresh, wants_more) is None
     assert "lacks a function" in native.why_not("twice")
+
+
+# ctxlab's compiled libraries: (name, loader). Each one's own tests skip where it is not
+# built, so this is what fails when a machine with a compiler did not build one.
+LIBRARIES = [("gemv", gemv.kernels), ("rms_norm", norm_kernel.kernel)]
+
+
+@pytest.mark.isa  # the second instruction set builds them again, one level lower
+@pytest.mark.parametrize(("name", "load"), LIBRARIES, ids=[n for n, _ in LIBRARIES])
+def test_each_library_builds_where_there_is_a_compiler(name, load):
+    if native.compiler() is None or not native.enabled():
+        pytest.skip("no C compiler here, or CTXLAB_NATIVE=off")
+    assert load() is not None, native.why_not(name)

@@ -206,16 +206,16 @@ class PagedAttention:
             if pattern is not None:
                 mask &= pattern
         o = F.scaled_dot_product_attention(
-            self._in(q).transpose(0, 1).unsqueeze(0),
-            self._in(k).transpose(0, 1).unsqueeze(0),
-            self._in(v).transpose(0, 1).unsqueeze(0),
+            self._in_prefill_dtype(q).transpose(0, 1).unsqueeze(0),
+            self._in_prefill_dtype(k).transpose(0, 1).unsqueeze(0),
+            self._in_prefill_dtype(v).transpose(0, 1).unsqueeze(0),
             attn_mask=mask,
             is_causal=mask is None,
             enable_gqa=True,
         )
         return o[0].transpose(0, 1).to(q.dtype)
 
-    def _in(self, x: torch.Tensor) -> torch.Tensor:
+    def _in_prefill_dtype(self, x: torch.Tensor) -> torch.Tensor:
         """x in the prefill dtype."""
         want = self.prefill_dtype
         return x if want is None or x.dtype == want else x.to(want)
@@ -266,17 +266,16 @@ class PagedAttention:
             mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
         # SDPA turns a boolean mask into an additive one on every call (two `where`s, 18 % of
         # a 3 x 64-token step after a 512-token prefix); the step's shared mask is turned once.
-        qi = self._in(q)
-        memo = self._chunk_biases.get(item.start)
-        if memo is not None and memo.shape[-1] == L and mask is self._chunk_masks.get(item.start):
-            bias = memo
-        else:
+        qi = self._in_prefill_dtype(q)
+        shared = mask is self._chunk_masks.get(item.start)  # the step's memoized mask
+        bias = self._chunk_biases.get(item.start) if shared else None
+        if bias is None or bias.shape[-1] != L:
             bias = torch.zeros(mask.shape, dtype=qi.dtype).masked_fill_(~mask, float("-inf"))
-            if mask is self._chunk_masks.get(item.start):
+            if shared:
                 self._chunk_biases[item.start] = bias
         qg = qi.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
-        kv = (self._in(kk).unsqueeze(0), self._in(vv).unsqueeze(0))
+        kv = (self._in_prefill_dtype(kk).unsqueeze(0), self._in_prefill_dtype(vv).unsqueeze(0))
         o = F.scaled_dot_product_attention(qg, *kv, attn_mask=bias)
         o = o.view(self.n_kv, self.group, n, -1).permute(2, 0, 1, 3)
         return o.reshape(n, self.n_heads, -1).to(q.dtype)

@@ -465,20 +465,30 @@ class KVCacheManager:
         seq.lane_len[lane_t] = counts
         seq.lockstep = False
 
-    def commit(self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None) -> None:
-        """Offer every newly full (written) block of `seq` to the prefix cache."""
+    def _uncommitted_full(
+        self, seq: SeqKV, token_ids: Sequence[int], salt: str | None, num_tokens: int
+    ) -> list[tuple[int, BlockHash, tuple[int, ...]]]:
+        """(block, hash, group) of each block of `seq` past its committed ones that is full at
+        `num_tokens` tokens: what `commit` registers (none without prefix caching or off
+        lockstep)."""
         if not (self.enable_prefix_caching and seq.lockstep):
-            return
-        n_full = seq.num_tokens // self.block_size
+            return []
+        n_full = num_tokens // self.block_size
         if n_full <= seq.num_committed_blocks:
-            return
+            return []
         self._extend_hashes(seq, token_ids, salt, n_full)
-        stored: list[int] = []  # blocks newly findable, told to `alloc.events` in runs
+        out = []
         for b in range(seq.num_committed_blocks, n_full):
             if bool((seq.dropped > b).any()):  # a sliding lane let go of it (`slide` runs
                 break  # after `commit`, so only a sequence that skipped commits gets here)
-            group = tuple(seq.table[:, b].tolist())
-            if self.alloc.register(seq.block_hashes[b], group):
+            out.append((b, seq.block_hashes[b], tuple(seq.table[:, b].tolist())))
+        return out
+
+    def commit(self, seq: SeqKV, token_ids: Sequence[int], salt: str | None = None) -> None:
+        """Offer every newly full (written) block of `seq` to the prefix cache."""
+        stored: list[int] = []  # blocks newly findable, told to `alloc.events` in runs
+        for b, h, group in self._uncommitted_full(seq, token_ids, salt, seq.num_tokens):
+            if self.alloc.register(h, group):
                 stored.append(b)
             seq.num_committed_blocks = b + 1
         if stored and self.alloc.events is not None:
@@ -489,18 +499,7 @@ class KVCacheManager:
     ) -> dict[BlockHash, tuple[int, ...]]:
         """The groups `commit` will register once a step has computed `seq` up to
         `num_tokens` (allocated, not yet written): what `lookup_prefix` takes as `in_flight`."""
-        if not (self.enable_prefix_caching and seq.lockstep):
-            return {}
-        n_full = num_tokens // self.block_size
-        if n_full <= seq.num_committed_blocks:
-            return {}
-        self._extend_hashes(seq, token_ids, salt, n_full)
-        out: dict[BlockHash, tuple[int, ...]] = {}
-        for b in range(seq.num_committed_blocks, n_full):
-            if bool((seq.dropped > b).any()):  # as in `commit`
-                break
-            out[seq.block_hashes[b]] = tuple(seq.table[:, b].tolist())
-        return out
+        return {h: g for _, h, g in self._uncommitted_full(seq, token_ids, salt, num_tokens)}
 
     def observe(self, events: BlockEvents | None) -> None:
         """Tell `events` every block the prefix cache stores or removes from now on."""

@@ -295,11 +295,9 @@ class Int8Linear(PackedLinear):
         if self.kernel == "amx":
             y = gemv.amx_int8_linear(x, self.codes, self.scale, self.bias, hadamard_signs)
             return y if y.dtype == x.dtype else y.to(x.dtype)
-        if hadamard_signs is not None:
-            m = hadamard_signs[:, None] * hadamard(hadamard_signs.shape[0])
-            t, k = x.shape
-            x = torch.mm(x.reshape(-1, m.shape[0]), m.to(x.dtype)).view(t, k)
         flat = x if x.dtype == torch.float32 else x.float()
+        if hadamard_signs is not None:
+            flat = rotate_rows(flat, hadamard_signs[:, None] * hadamard(hadamard_signs.shape[0]))
         if flat.shape[0] == 1:  # one token: the kernel's per-input scale is per token
             y = _linear_dynamic()(flat, self._packed, self.reduce_range)
             return y if self.bias is None and x.dtype == torch.float32 else self._out(y, x)
@@ -458,9 +456,7 @@ class Int4Linear(PackedLinear):
             flat = x if x.dtype == torch.float32 else x.float()
             if wide.fuses_rotation:  # the tiles rotate the input as they quantize it
                 return self._out(wide.forward(flat, hadamard_signs=self.wide_signs), x)
-            m = self.wide_rotation
-            rotated = torch.mm(flat.reshape(-1, m.shape[0]), m).view(flat.shape)
-            return self._out(wide(rotated), x)
+            return self._out(wide(rotate_rows(flat, self.wide_rotation)), x)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(
             x.to(torch.bfloat16), self.packed, GROUP, self.scale_offset
         )

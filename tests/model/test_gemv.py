@@ -26,13 +26,6 @@ built = pytest.mark.skipif(
 )
 
 
-def test_the_kernels_build_where_there_is_a_compiler():
-    """A machine with a C compiler builds them (else every test below would only skip)."""
-    if native.compiler() is None or not native.enabled():
-        pytest.skip("no C compiler here, or CTXLAB_NATIVE=off")
-    assert gemv.kernels() is not None, native.why_not("gemv")
-
-
 SHAPES = [(96, 64), (37, 100), (5, 33), (960, 576), (64, 1536)]
 
 
