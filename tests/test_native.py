@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from ctxlab import native
-from ctxlab.model import gemv, norm_kernel
+from ctxlab.model import elementwise, gemv, norm_kernel
 
 SOURCE = "int twice(int x) { return 2 * x; }\n"
 
@@ -97,7 +97,11 @@ def test_a_library_without_the_declared_function_gives_none(fresh):
 
 # ctxlab's compiled libraries: (name, loader). Each one's own tests skip where it is not
 # built, so this is what fails when a machine with a compiler did not build one.
-LIBRARIES = [("gemv", gemv.kernels), ("rms_norm", norm_kernel.kernel)]
+LIBRARIES = [
+    ("gemv", gemv.kernels),
+    ("rms_norm", norm_kernel.kernel),
+    ("elementwise", elementwise.kernel),
+]
 
 
 @pytest.mark.isa  # the second instruction set builds them again, one level lower

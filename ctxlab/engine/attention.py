@@ -108,14 +108,17 @@ class PagedAttention:
         if plan.decode_idx is not None:
             dec = self._decode(q.index_select(0, plan.decode_idx), layer_idx)
             out.index_copy_(0, plan.decode_idx, dec.to(out.dtype))
+        # the step's q, k and v in the prefill dtype once, not once per sequence (the
+        # outputs come back in that dtype and are widened as they are copied into `out`)
+        qp, kp, vp = (self._in_prefill_dtype(t) for t in (q, k, v))
         for item in plan.prefills:
             s, e = item.start, item.end
             window = self._window(layer_idx)
             if item.fresh:
                 pattern = self._pattern(item, e - s, item.first_pos) if window is None else None
-                out[s:e] = self._fresh(q[s:e], k[s:e], v[s:e], window, pattern)
+                out[s:e] = self._fresh(qp[s:e], kp[s:e], vp[s:e], window, pattern)
             else:
-                out[s:e] = self._chunk(q[s:e], item, lanes, window)
+                out[s:e] = self._chunk(qp[s:e], item, lanes, window)
         return out
 
     def _pattern(self, item: PrefillItem, width: int, k_first: int = 0) -> torch.Tensor | None:
@@ -196,6 +199,8 @@ class PagedAttention:
         window: int | None = None,
         pattern: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """Causal attention of one whole prompt within itself: q, k, v and the result in the
+        prefill dtype."""
         mask = None
         if (window is not None and window < q.shape[0]) or pattern is not None:
             pos = torch.arange(q.shape[0])
@@ -206,14 +211,14 @@ class PagedAttention:
             if pattern is not None:
                 mask &= pattern
         o = F.scaled_dot_product_attention(
-            self._in_prefill_dtype(q).transpose(0, 1).unsqueeze(0),
-            self._in_prefill_dtype(k).transpose(0, 1).unsqueeze(0),
-            self._in_prefill_dtype(v).transpose(0, 1).unsqueeze(0),
+            q.transpose(0, 1).unsqueeze(0),
+            k.transpose(0, 1).unsqueeze(0),
+            v.transpose(0, 1).unsqueeze(0),
             attn_mask=mask,
             is_causal=mask is None,
             enable_gqa=True,
         )
-        return o[0].transpose(0, 1).to(q.dtype)
+        return o[0].transpose(0, 1)
 
     def _in_prefill_dtype(self, x: torch.Tensor) -> torch.Tensor:
         """x in the prefill dtype."""
@@ -251,6 +256,8 @@ class PagedAttention:
     def _chunk(
         self, q: torch.Tensor, item: PrefillItem, lanes: slice, window: int | None = None
     ) -> torch.Tensor:
+        """A chunk's attention over its cached past and itself (read back from the pool): q
+        and the result in the prefill dtype."""
         n = q.shape[0]
         assert item.table is not None and item.prev_len is not None
         table, skip = item.table[lanes], 0
@@ -266,16 +273,15 @@ class PagedAttention:
             mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
         # SDPA turns a boolean mask into an additive one on every call (two `where`s, 18 % of
         # a 3 x 64-token step after a 512-token prefix); the step's shared mask is turned once.
-        qi = self._in_prefill_dtype(q)
         shared = mask is self._chunk_masks.get(item.start)  # the step's memoized mask
         bias = self._chunk_biases.get(item.start) if shared else None
         if bias is None or bias.shape[-1] != L:
-            bias = torch.zeros(mask.shape, dtype=qi.dtype).masked_fill_(~mask, float("-inf"))
+            bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
             if shared:
                 self._chunk_biases[item.start] = bias
-        qg = qi.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
+        qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
         kv = (self._in_prefill_dtype(kk).unsqueeze(0), self._in_prefill_dtype(vv).unsqueeze(0))
         o = F.scaled_dot_product_attention(qg, *kv, attn_mask=bias)
         o = o.view(self.n_kv, self.group, n, -1).permute(2, 0, 1, 3)
-        return o.reshape(n, self.n_heads, -1).to(q.dtype)
+        return o.reshape(n, self.n_heads, -1)

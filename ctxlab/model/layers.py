@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxlab.model import gemv, norm_kernel
+from ctxlab.model import elementwise, gemv, norm_kernel
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
 
@@ -84,12 +84,14 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q_normed, k_normed = self.q_norm.forward(qk[:, :nq]), self.k_norm.forward(qk[:, nq:])
             qk = torch.cat((q_normed, k_normed), dim=1)
-        # q and k rotated together. `cos`/`sin` come as [T, 1, d] with the sign of
-        # rotate_half folded into `sin` (see `rope_tables`), so rotate_half is one flip of
-        # the two halves: bit for bit x*cos + rotate_half(x)*sin, with fewer kernels.
-        half = self.head_dim // 2
-        rot = qk.unflatten(-1, (2, half)).flip(-2).flatten(-2)
-        qk = (qk * cos).add_(rot.mul_(sin))
+        # q and k rotated together, in place by the compiled kernel where it applies (qk is
+        # this step's own projection output). `cos`/`sin` come as [T, 1, d] with the sign of
+        # rotate_half folded into `sin` (see `rope_tables`), so in aten rotate_half is one
+        # flip of the two halves: bit for bit x*cos + rotate_half(x)*sin, with fewer kernels.
+        if not elementwise.rope_(qk, cos, sin):
+            half = self.head_dim // 2
+            rot = qk.unflatten(-1, (2, half)).flip(-2).flatten(-2)
+            qk = (qk * cos).add_(rot.mul_(sin))
         out = backend.attend(self.layer_idx, qk[:, :nq], qk[:, nq:], v)
         return self.o_proj.forward(out.reshape(t, nq * self.head_dim))
 
@@ -104,8 +106,12 @@ class MLP(nn.Module):
         self.down_proj = gemv.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj.forward(x).split(self.intermediate, dim=-1)
-        return self.down_proj.forward(F.silu(gate).mul_(up))
+        gate_up = self.gate_up_proj.forward(x)
+        act = elementwise.silu_mul(gate_up, self.intermediate)  # one pass where compiled
+        if act is None:
+            gate, up = gate_up.split(self.intermediate, dim=-1)
+            act = F.silu(gate).mul_(up)
+        return self.down_proj.forward(act)
 
 
 def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
