@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from ctxlab import native
+from ctxlab.kv import row_write
 from ctxlab.model import elementwise, gemv, norm_kernel
 
 SOURCE = "int twice(int x) { return 2 * x; }\n"
@@ -101,6 +102,7 @@ LIBRARIES = [
     ("gemv", gemv.kernels),
     ("rms_norm", norm_kernel.kernel),
     ("elementwise", elementwise.kernel),
+    ("row_write", row_write.kernel),
 ]
 
 

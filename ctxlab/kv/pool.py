@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ctxlab.kv import row_write
 from ctxlab.kv.layout import KVLayout
 
 
@@ -78,6 +79,8 @@ class KVPool:
         """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
         lay = self.layout
         width = self._k_rows.shape[1]
+        if row_write.write_rows(self._k_rows, self._v_rows, rows, k, v):  # compiled, one call
+            return
         if lay.head_dim == lay.head_dim_v == width:  # the common case: one fast row copy
             flat = rows.reshape(-1)
             self._k_rows.index_copy_(0, flat, k.reshape(-1, width).to(lay.dtype))
