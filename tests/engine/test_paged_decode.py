@@ -202,3 +202,51 @@ def test_without_numba_the_engine_still_decodes():
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("ok numba is not importable")
+
+
+def unshared(pool: KVPool, table: torch.Tensor) -> torch.Tensor:
+    """`table` with every block that several lanes name copied to a block of its own (same
+    rows): the same attention, with nothing shared."""
+    fresh, seen, next_free = table.clone(), set(), int(table.max()) + 1
+    for idx in range(table.numel()):
+        blk = int(table.view(-1)[idx])
+        if blk in seen:
+            pool.data[:, next_free] = pool.data[:, blk]
+            fresh.view(-1)[idx] = next_free
+            next_free += 1
+        seen.add(blk)
+    return fresh
+
+
+@pytest.mark.isa
+@pytest.mark.skipif("c" not in IMPLS, reason="no C compiler: the C loops are not built")
+@pytest.mark.parametrize("kind", ["f32", "bf16"])
+@pytest.mark.parametrize(("B", "group"), [(4, 3), (5, 5), (3, 16), (6, 1)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sequences_sharing_a_prefix_read_it_once_with_the_same_answer(kind, B, group, masked):
+    """Sequences whose tables start with the same blocks (the prefix cache's sharing) fold
+    those blocks together; each output must be bit for bit the one it gets when the blocks
+    are copies: one sequence diverging after two blocks, lengths that end mid-block, a mask
+    with a hole inside a shared block."""
+    gen = torch.Generator().manual_seed(B * 100 + group)
+    dtype = torch.bfloat16 if kind == "bf16" else torch.float32
+    bs, nb, n_kv, d = 16, 6, 2, 64
+    layout = KVLayout(1, n_kv, d, d, block_size=bs, dtype=dtype)
+    pool = make_pool(kind, layout, 4 * B * n_kv * nb, gen)
+    prefix = torch.arange(n_kv * 4).view(n_kv, 4)  # 4 blocks every sequence starts with
+    own = torch.arange(n_kv * 4, n_kv * 4 + B * n_kv * 2).view(B, n_kv, 2)
+    table = torch.cat((prefix.expand(B, n_kv, 4), own), -1).contiguous()
+    table[B - 1, :, 2:4] = own[B - 1] + B * n_kv * 2  # the last one diverges after 2 blocks
+    q = torch.randn(B, n_kv, group, d, generator=gen)
+    mask = None
+    if masked:
+        mask = torch.ones(B, n_kv, 1, nb * bs - 5, dtype=torch.bool)
+        mask[0, 1, 0, 20] = False  # a hole in the second shared block of one lane
+        mask[1, :, 0, 90:] = False  # a shorter sequence
+    pd.set_enabled("c")
+    got = decode_attention(q, pool, table, mask=mask, length=nb * bs - 7)[0]
+    apart = decode_attention(q, pool, unshared(pool, table), mask=mask, length=nb * bs - 7)[0]
+    assert torch.equal(got, apart)
+    pd.set_enabled(False)
+    want = decode_attention(q, pool, table, mask=mask, length=nb * bs - 7)[0]
+    torch.testing.assert_close(got.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])

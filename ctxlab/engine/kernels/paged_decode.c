@@ -231,26 +231,118 @@ static int unsupported(long g, long d, long dv) {
     return g < 1 || g > MAX_G || d % 16 || dv % 16 || d > MAX_D || dv > MAX_D || d < 16 || dv < 16;
 }
 
-/* The shared walk over every lane and its blocks; STAGE(blk, ns) makes kb/vb (float rows,
- * strides kstride/vstride) for block blk; the next block's raw rows are at KRAW(blk),
- * VRAW(blk), KROW / VROW bytes a row. */
-#define WALK(STAGE, KRAW, VRAW, KROW, VROW)                                                     \
-    const Fold fold = fold_for(d, dv);                                                          \
-    for (long bh = 0; bh < B * H; bh++) {                                                       \
-        start_lane(L, q + bh * g * d, (int)g, (int)d, (int)dv, scale);                          \
-        const long n = lens[bh];                                                                \
-        const int64_t *tb = table + bh * nb;                                                    \
-        const uint8_t *mrow = use_mask ? mask + bh * mask_len : NULL;                           \
-        for (long j = 0; j * bs < n; j++) {                                                     \
+/* Sequences that share leading blocks (a common prompt prefix, from the prefix cache) fold
+ * those blocks once, together: their query heads stacked into one lane of up to MAX_G heads,
+ * then each sequence's heads taken out of it to fold its own blocks. Every head's sums are
+ * the ones it would get alone (heads never mix in a fold), so the output is bit for bit the
+ * per-sequence walk's; a shared block is read once instead of once per sequence. A block is
+ * shared when every member's table names it at the same place, it is full for each of them
+ * and (with a mask) every one of its slots is a key for each. */
+static long shared_blocks(const int64_t *table, const int64_t *lens, const uint8_t *mask,
+                          int use_mask, long mask_len, const long *rows, int n_rows, long bs,
+                          long nb) {
+    long j = 0;
+    for (; j < nb; j++) {
+        const long blk = table[rows[0] * nb + j];
+        for (int i = 0; i < n_rows; i++) {
+            const long r = rows[i];
+            if (table[r * nb + j] != blk || (j + 1) * bs > lens[r]) return j;
+            if (use_mask) {
+                if ((j + 1) * bs > mask_len) return j;
+                for (long s = j * bs; s < (j + 1) * bs; s++)
+                    if (!mask[r * mask_len + s]) return j;
+            }
+        }
+    }
+    return j;
+}
+
+/* A group's lane: the scaled queries of rows `rows` (g heads each) stacked, sums empty. */
+static void start_group(Lane *S, const float *q, const long *rows, int n_rows, int g, int d,
+                        int dv, float scale) {
+    S->g = n_rows * g, S->d = d, S->dv = dv;
+    for (int i = 0; i < n_rows; i++)
+        for (int gi = 0; gi < g; gi++) {
+            const int h = i * g + gi;
+            const float *qr = q + (rows[i] * g + gi) * d;
+            for (int c = 0; c < d; c++) S->qs[h][c] = qr[c] * scale;
+            S->m[h] = NEG, S->den[h] = splat(0.0f);
+            for (int c = 0; c < dv; c++) S->acc[h][c] = 0.0f;
+        }
+}
+
+/* Heads [first, first + g) of `from` as a lane of their own in `to`. */
+static void take_heads(const Lane *from, int first, int g, Lane *to) {
+    to->g = g, to->d = from->d, to->dv = from->dv;
+    for (int gi = 0; gi < g; gi++) {
+        memcpy(to->qs[gi], from->qs[first + gi], sizeof(float) * (size_t)from->d);
+        to->m[gi] = from->m[first + gi], to->den[gi] = from->den[first + gi];
+        memcpy(to->acc[gi], from->acc[first + gi], sizeof(float) * (size_t)from->dv);
+    }
+}
+
+/* The walk over every lane; STAGE(blk, ns) makes kb/vb (float rows, strides kstride/vstride)
+ * for block blk; the next block's raw rows are at KRAW(blk), VRAW(blk), KROW / VROW bytes a
+ * row. FOLD_BLOCKS(lane, row, j0) folds row `row`'s blocks from j0 on into `lane`. For each
+ * KV head, the sequences whose first block is the same one are grouped (up to MAX_G / g),
+ * their shared blocks folded once in `S`, then each goes on alone. */
+#define FOLD_BLOCKS(LN, ROW, J0, STAGE, KRAW, VRAW, KROW, VROW)                                 \
+    do {                                                                                        \
+        const long n = lens[ROW];                                                               \
+        const int64_t *tb = table + (ROW) * nb;                                                 \
+        const uint8_t *mrow = use_mask ? mask + (ROW) * mask_len : NULL;                        \
+        for (long j = (J0); j * bs < n; j++) {                                                  \
             const long blk = tb[j];                                                             \
             const int ns = (int)(n - j * bs < bs ? n - j * bs : bs);                            \
             Next nx = {0, 0, (KROW), (VROW)};                                                   \
             if ((j + 1) * bs < n)                                                               \
                 nx.k = (const char *)(KRAW(tb[j + 1])), nx.v = (const char *)(VRAW(tb[j + 1])); \
             STAGE(blk, ns);                                                                     \
-            fold(L, kb, kstride, vb, vstride, ns, mrow ? mrow + j * bs : NULL, nx.k ? &nx : NULL); \
+            fold((LN), kb, kstride, vb, vstride, ns, mrow ? mrow + j * bs : NULL,               \
+                 nx.k ? &nx : NULL);                                                            \
         }                                                                                       \
-        finish_lane(L, out + bh * g * dv);                                                      \
+    } while (0)
+
+#define WALK(STAGE, KRAW, VRAW, KROW, VROW)                                                     \
+    const Fold fold = fold_for(d, dv);                                                          \
+    const int per_group = (int)(MAX_G / g);                                                     \
+    for (long h = 0; h < H; h++) {                                                              \
+        for (long b = 0; b < B; b++) done[b] = 0;                                               \
+        for (long b = 0; b < B; b++) {                                                          \
+            if (done[b]) continue;                                                              \
+            long rows[MAX_G];                                                                   \
+            int n_rows = 0;                                                                     \
+            for (long b2 = b; b2 < B && n_rows < per_group; b2++)                               \
+                if (!done[b2] && table[(b2 * H + h) * nb] == table[(b * H + h) * nb])            \
+                    rows[n_rows++] = b2 * H + h;                                                \
+            long shared = 0;                                                                    \
+            if (n_rows > 1)                                                                     \
+                shared = shared_blocks(table, lens, mask, use_mask, mask_len, rows, n_rows, bs, nb); \
+            if (shared == 0) n_rows = 1; /* nothing in common: b alone */                       \
+            if (n_rows > 1) {                                                                   \
+                start_group(S, q, rows, n_rows, (int)g, (int)d, (int)dv, scale);                \
+                for (long j = 0; j < shared; j++) {                                             \
+                    const long blk = table[rows[0] * nb + j];                                   \
+                    Next nx = {0, 0, (KROW), (VROW)};                                           \
+                    if (j + 1 < shared)                                                         \
+                        nx.k = (const char *)(KRAW(table[rows[0] * nb + j + 1])),               \
+                        nx.v = (const char *)(VRAW(table[rows[0] * nb + j + 1]));               \
+                    STAGE(blk, (int)bs);                                                        \
+                    fold(S, kb, kstride, vb, vstride, (int)bs, NULL, nx.k ? &nx : NULL);        \
+                }                                                                               \
+            }                                                                                   \
+            for (int i = 0; i < n_rows; i++) {                                                  \
+                const long row = n_rows > 1 ? rows[i] : b * H + h;                              \
+                if (n_rows > 1) {                                                               \
+                    take_heads(S, i * (int)g, (int)g, L);                                       \
+                } else {                                                                        \
+                    start_lane(L, q + row * g * d, (int)g, (int)d, (int)dv, scale);             \
+                }                                                                               \
+                FOLD_BLOCKS(L, row, n_rows > 1 ? shared : 0, STAGE, KRAW, VRAW, KROW, VROW);    \
+                finish_lane(L, out + row * g * dv);                                             \
+                done[row / H] = 1;                                                              \
+            }                                                                                   \
+        }                                                                                       \
     }
 
 /* A lane's state and a float buffer for one block's widened K and V rows (bf16 and int8
@@ -263,6 +355,16 @@ static int staged_lane(Lane **L, float **kb, long bs, long d, long dv) {
     return 1;
 }
 
+/* A walk's shared state: a group's lane and the per-sequence "done" marks; nonzero when out
+ * of memory. */
+static int group_state(Lane **S, char **done, long B) {
+    *S = aligned_alloc(64, sizeof(Lane));
+    *done = malloc((size_t)B + 1);
+    if (*S && *done) return 0;
+    free(*S), free(*done);
+    return 1;
+}
+
 /* The start of a staged pool's loop: the shapes checked, the lane and its block buffer (kb,
  * vb: float rows of d and dv). */
 #define STAGED_LANE                                                                             \
@@ -270,6 +372,9 @@ static int staged_lane(Lane **L, float **kb, long bs, long d, long dv) {
     Lane *L;                                                                                    \
     float *kb;                                                                                  \
     if (staged_lane(&L, &kb, bs, d, dv)) return -2;                                             \
+    Lane *S;                                                                                    \
+    char *done;                                                                                 \
+    if (group_state(&S, &done, B)) return free(L), free(kb), -2;                                \
     float *vb = kb + bs * d;                                                                    \
     const long kstride = d, vstride = dv;
 
@@ -283,13 +388,16 @@ int decode_f32(const float *q, const float *kp, const float *vp, ARGS) {
     if (unsupported(g, d, dv)) return -1;
     Lane *L = aligned_alloc(64, sizeof(Lane)); /* 64-byte vectors inside */
     if (!L) return -2;
+    Lane *S;
+    char *done;
+    if (group_state(&S, &done, B)) return free(L), -2;
     const float *kb, *vb;
     const long kstride = kw, vstride = vw;
 #define F32_STAGE(blk, ns) (kb = kp + (blk) * bs * kw, vb = vp + (blk) * bs * vw)
 #define F32_K(blk) (kp + (blk) * bs * kw)
 #define F32_V(blk) (vp + (blk) * bs * vw)
     WALK(F32_STAGE, F32_K, F32_V, kw * 4, vw * 4)
-    free(L);
+    free(L), free(S), free(done);
     return 0;
 }
 
@@ -311,7 +419,7 @@ int decode_bf16(const float *q, const uint16_t *kp, const uint16_t *vp, ARGS) {
 #define BF16_K(blk) (kp + (blk) * bs * kw)
 #define BF16_V(blk) (vp + (blk) * bs * vw)
     WALK(BF16_STAGE, BF16_K, BF16_V, kw * 2, vw * 2)
-    free(L), free(kb);
+    free(L), free(kb), free(S), free(done);
     return 0;
 }
 
@@ -331,6 +439,6 @@ int decode_int8(const float *q, const int8_t *kq, const float *ksc, const int8_t
 #define INT8_K(blk) (kq + (blk) * bs * kw)
 #define INT8_V(blk) (vq + (blk) * bs * vw)
     WALK(INT8_STAGE, INT8_K, INT8_V, kw, vw) /* the scales: 64 bytes a block, left to the CPU */
-    free(L), free(kb);
+    free(L), free(kb), free(S), free(done);
     return 0;
 }
