@@ -3,7 +3,8 @@
 
 Why: aten's reshapes, conversions and two `index_copy_` calls took 525 us a layer for a
 512-token prefill of SmolLM2, five times this loop's 105 us (16 ms of a 216-ms bf16 prefill
-step over 30 layers; at a 4-sequence decode step 10.8 against 6.3 us a layer). `write_rows` returns False (nothing written) where it does not apply, and the pool then
+step over 30 layers; at a 4-sequence decode step 10.8 against 6.3 us a layer).
+`write_rows` returns False (nothing written) where it does not apply, and the pool then
 writes through aten.
 """
 
