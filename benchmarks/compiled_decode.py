@@ -36,11 +36,11 @@ import torch.nn.functional as F
 from _serving import load_average
 from decode_profile import best_cpu_ms, start_decoding
 
+from ctxlab.cache_dir import cache_root
 from ctxlab.engine import LLM
 from ctxlab.model import layers as model_layers
 from ctxlab.model import qlinear
 from ctxlab.model.layers import rope_tables
-from ctxlab.model.tokenizer import cache_root
 
 _BACKEND: list = [None]  # the engine's attention backend for the forward in flight
 

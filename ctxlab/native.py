@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ctxlab.cache_dir import cache_root
 from ctxlab.progress import progress
 
 log = logging.getLogger("ctxlab.native")
@@ -84,8 +85,6 @@ def cpu_flags() -> str:
 
 
 def _cache_dir() -> Path:
-    from ctxlab.model.tokenizer import cache_root  # the one definition of ctxlab's cache
-
     return cache_root() / "native"
 
 

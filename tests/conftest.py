@@ -203,7 +203,7 @@ def hf_oracle(gguf_path: Path):
     import transformers
     from transformers import AutoModelForCausalLM
 
-    from ctxlab.model.tokenizer import cache_root
+    from ctxlab.cache_dir import cache_root
 
     with gguf_path.open("rb") as fh:
         head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]

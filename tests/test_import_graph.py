@@ -22,10 +22,12 @@ LAYERS: list[tuple[str, set[str]]] = [
         "helpers",
         {
             "ctxlab",
+            "cache_dir",
             "errors",
             "inputs",
             "json_output",
             "lazy",
+            "native",  # builds C kernels into the cache: model, engine and kv load them
             "outputs",
             "peer",
             "progress",
@@ -36,7 +38,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("representation", {"arch", "plan"}),
     ("allocation", {"kv"}),
     ("retention and selection", {"policy"}),
-    ("execution", {"model", "engine", "engine_options", "native"}),
+    ("execution", {"model", "engine", "engine_options"}),
     ("serving", {"serve", "sim", "bench", "probe", "lab", "kvevents"}),
     ("model use", {"eval"}),
     ("application", {"memory", "rag"}),

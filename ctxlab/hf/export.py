@@ -30,7 +30,7 @@ STAMP = "ctxlab-export.json"
 
 def default_folder(model: str) -> Path:
     """Where `export_folder(model)` writes by default: `<ctxlab cache>/hf-models/<name>`."""
-    from ctxlab.model.tokenizer import cache_root
+    from ctxlab.cache_dir import cache_root
 
     name = Path(model).stem if model.lower().endswith(".gguf") else model
     return cache_root() / "hf-models" / name

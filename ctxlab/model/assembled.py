@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+from ctxlab.cache_dir import cache_root
 from ctxlab.errors import CtxlabError
-from ctxlab.model.tokenizer import cache_root
 
 STAMP_SUFFIX = ".verified"
 

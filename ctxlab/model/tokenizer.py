@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxlab.cache_dir import cache_root
 from ctxlab.errors import CtxlabError
-
-CACHE_ENV = "CTXLAB_CACHE_DIR"
 
 
 class Tokenizer:
@@ -78,16 +76,6 @@ def plain_chat_text(messages: Sequence[dict[str, str]], add_generation_prompt: b
     text = "\n\n".join(str(m.get("content") or "").strip() for m in messages)
     last_is_answer = bool(messages) and messages[-1].get("role") == "assistant"
     return text + ("\n\n" if add_generation_prompt and not last_is_answer else "")
-
-
-def cache_root() -> Path:
-    """The folder ctxlab caches derived files in (`CTXLAB_CACHE_DIR` or the user cache)."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("ctxlab"))
 
 
 def gguf_tokenizer_key(path: Path) -> str:

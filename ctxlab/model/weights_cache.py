@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ctxlab.model.tokenizer import cache_root
+from ctxlab.cache_dir import cache_root
 
 FORMAT = 1
 ENV = "CTXLAB_WEIGHTS_CACHE"

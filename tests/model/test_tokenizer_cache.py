@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ctxlab.arch.gguf_header import read_gguf_header
+from ctxlab.cache_dir import CACHE_ENV
 from ctxlab.model import tokenizer as tok
 
 pytestmark = pytest.mark.model
@@ -17,7 +18,7 @@ TEXTS = ["Hello world", "  spaces\n\nand\ttabs", "ünïcödé 漢字 🙂", "<|i
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv(tok.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     return tmp_path
 
 

@@ -11,8 +11,8 @@ import gguf
 import pytest
 import torch
 
+from ctxlab.cache_dir import CACHE_ENV
 from ctxlab.model import loader
-from ctxlab.model import tokenizer as tok
 from ctxlab.model import weights_cache as wc
 
 pytestmark = pytest.mark.model
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.model
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv(tok.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.delenv(wc.ENV, raising=False)
     return tmp_path / "cache"
 
@@ -48,7 +48,7 @@ def test_a_cached_load_equals_the_dequantized_one_and_never_dequantizes(
     assert (freqs is None) == (freqs2 is None)
     second[next(iter(second))].add_(1.0)  # the model may write its tensors ...
     monkeypatch.undo()
-    monkeypatch.setenv(tok.CACHE_ENV, str(cache))
+    monkeypatch.setenv(CACHE_ENV, str(cache))
     _, third, _ = loader.read_gguf(gguf_path)
     _same(first, third)  # ... without changing the cache entry
 
