@@ -87,7 +87,7 @@ def greedy_tokens(logits: torch.Tensor) -> list[int]:
     """The index of each row's largest logit: the first one on ties, a NaN counted as the
     largest (torch's and numpy's rule). On the CPU through numpy, whose argmax is
     vectorized where torch's is not: 9.6 against 245 us for 4 rows of 49,152 (AMX machine,
-    1 thread), 2-3 % of a small model's decode step."""
+    1 thread); a 4-sequence int8 decode step of SmolLM2 25.07 -> 24.88 ms."""
     if logits.device.type == "cpu" and logits.dim() == 2:
         return logits.detach().contiguous().numpy().argmax(axis=1).tolist()
     return logits.argmax(dim=-1).tolist()
