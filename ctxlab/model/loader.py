@@ -22,6 +22,7 @@ from ctxlab.model.architectures import architecture, check_weight_format
 from ctxlab.model.config import ModelConfig
 from ctxlab.model.gguf_blocks import unpermute_qk
 from ctxlab.model.gguf_file import GGUFFile, read_gguf_file
+from ctxlab.model.huge_pages import move_into_huge_pages
 from ctxlab.model.llama import LlamaModel
 from ctxlab.model.registry import DEFAULT_MODEL, resolve_model_path
 from ctxlab.model.tokenizer import Tokenizer, load_tokenizer
@@ -111,6 +112,7 @@ def load_model(
     del tensors
     if weights != "fp32":
         convert_weights(net, weights, path if path.suffix.lower() == ".gguf" else None)
+    move_into_huge_pages(net)  # decode streams every weight each step: 2 MiB pages
     net.eval()
     return apply_rope_override(LoadedModel(model=net, config=cfg, source_path=path), rope_scaling)
 
