@@ -92,9 +92,10 @@ def move_into_huge_pages(model: nn.Module) -> int:
         total += -(-storage.nbytes() // ALIGN) * ALIGN
     if total < HUGE:
         return 0
-    region = torch.empty(total + HUGE, dtype=torch.uint8)
+    advised = -(-total // HUGE) * HUGE  # whole 2 MiB pages from the first boundary
+    region = torch.empty(advised + HUGE, dtype=torch.uint8)
     base = -region.data_ptr() % HUGE  # the first 2 MiB boundary inside the region
-    if not _advise(region.data_ptr() + base, total // HUGE * HUGE + HUGE):
+    if not _advise(region.data_ptr() + base, advised):
         log.info("madvise(MADV_HUGEPAGE) was refused: the weights stay where they are")
         return 0
     bytes_view = region.untyped_storage()
