@@ -108,9 +108,13 @@ class PagedAttention:
         if plan.decode_idx is not None:
             dec = self._decode(q.index_select(0, plan.decode_idx), layer_idx)
             out.index_copy_(0, plan.decode_idx, dec.to(out.dtype))
-        # the step's q, k and v in the prefill dtype once, not once per sequence (the
-        # outputs come back in that dtype and are widened as they are copied into `out`)
-        qp, kp, vp = (self._in_prefill_dtype(t) for t in (q, k, v))
+        # the step's q (and k, v where a prompt attends to itself alone) in the prefill dtype
+        # once, not once per sequence; outputs come back in that dtype and are widened as
+        # they are copied into `out` (chunks read their k and v back from the pool)
+        qp = self._in_prefill_dtype(q)
+        kp, vp = k, v
+        if any(item.fresh for item in plan.prefills):
+            kp, vp = self._in_prefill_dtype(k), self._in_prefill_dtype(v)
         for item in plan.prefills:
             s, e = item.start, item.end
             window = self._window(layer_idx)

@@ -75,19 +75,17 @@ def move_into_huge_pages(model: nn.Module) -> int:
     if thp_mode() != "madvise":
         return 0
     files = _file_mappings()
-    tensors: dict[int, list[torch.Tensor]] = {}  # storage address -> tensors viewing it
-    storages: dict[int, torch.UntypedStorage] = {}
+    # storage address -> (the storage, the tensors viewing it)
+    storages: dict[int, tuple[torch.UntypedStorage, list[torch.Tensor]]] = {}
     for t in [*model.parameters(), *model.buffers()]:
         if t.device.type != "cpu" or t.layout != torch.strided or t.is_quantized:
             continue
         storage = t.untyped_storage()
         address = storage.data_ptr()
-        if not address or any(lo <= address < hi for lo, hi in files):
-            continue
-        storages[address] = storage
-        tensors.setdefault(address, []).append(t)
+        if address and not any(lo <= address < hi for lo, hi in files):
+            storages.setdefault(address, (storage, []))[1].append(t)
     offsets, total = {}, 0
-    for address, storage in storages.items():
+    for address, (storage, _) in storages.items():
         offsets[address] = total
         total += -(-storage.nbytes() // ALIGN) * ALIGN
     if total < HUGE:
@@ -100,11 +98,11 @@ def move_into_huge_pages(model: nn.Module) -> int:
         return 0
     bytes_view = region.untyped_storage()
     with torch.no_grad():
-        for address, storage in storages.items():
+        for address, (storage, tensors) in storages.items():
             start = base + offsets[address]
             old = torch.empty(0, dtype=torch.uint8).set_(storage)
             region[start : start + storage.nbytes()].copy_(old)
-            for t in tensors[address]:
+            for t in tensors:
                 size = t.element_size()
                 moved = torch.empty(0, dtype=t.dtype).set_(
                     bytes_view, start // size + t.storage_offset(), t.size(), t.stride()

@@ -210,15 +210,6 @@ static Fold fold_for(long d, long dv) {
     return fold_any;
 }
 
-static void start_lane(Lane *L, const float *q, int g, int d, int dv, float scale) {
-    L->g = g, L->d = d, L->dv = dv;
-    for (int gi = 0; gi < g; gi++) {
-        for (int c = 0; c < d; c++) L->qs[gi][c] = q[gi * d + c] * scale;
-        L->m[gi] = NEG, L->den[gi] = splat(0.0f);
-        for (int c = 0; c < dv; c++) L->acc[gi][c] = 0.0f;
-    }
-}
-
 static void finish_lane(const Lane *L, float *out) {
     for (int gi = 0; gi < L->g; gi++) {
         const float den = hsum(L->den[gi]);
@@ -257,7 +248,7 @@ static long shared_blocks(const int64_t *table, const int64_t *lens, const uint8
     return j;
 }
 
-/* A group's lane: the scaled queries of rows `rows` (g heads each) stacked, sums empty. */
+/* A lane for rows `rows` (one, or a group): their g scaled queries each stacked, sums empty. */
 static void start_group(Lane *S, const float *q, const long *rows, int n_rows, int g, int d,
                         int dv, float scale) {
     S->g = n_rows * g, S->d = d, S->dv = dv;
@@ -283,19 +274,20 @@ static void take_heads(const Lane *from, int first, int g, Lane *to) {
 
 /* The walk over every lane; STAGE(blk, ns) makes kb/vb (float rows, strides kstride/vstride)
  * for block blk; the next block's raw rows are at KRAW(blk), VRAW(blk), KROW / VROW bytes a
- * row. FOLD_BLOCKS(lane, row, j0) folds row `row`'s blocks from j0 on into `lane`. For each
+ * row. FOLD_BLOCKS(lane, row, j0, j1, masked) folds row `row`'s blocks [j0, j1) into `lane`
+ * (its mask applied where `masked`). For each
  * KV head, the sequences whose first block is the same one are grouped (up to MAX_G / g),
  * their shared blocks folded once in `S`, then each goes on alone. */
-#define FOLD_BLOCKS(LN, ROW, J0, STAGE, KRAW, VRAW, KROW, VROW)                                 \
+#define FOLD_BLOCKS(LN, ROW, J0, J1, MASKED, STAGE, KRAW, VRAW, KROW, VROW)                    \
     do {                                                                                        \
         const long n = lens[ROW];                                                               \
         const int64_t *tb = table + (ROW) * nb;                                                 \
-        const uint8_t *mrow = use_mask ? mask + (ROW) * mask_len : NULL;                        \
-        for (long j = (J0); j * bs < n; j++) {                                                  \
+        const uint8_t *mrow = (MASKED) && use_mask ? mask + (ROW) * mask_len : NULL;            \
+        for (long j = (J0); j < (J1) && j * bs < n; j++) {                                      \
             const long blk = tb[j];                                                             \
             const int ns = (int)(n - j * bs < bs ? n - j * bs : bs);                            \
             Next nx = {0, 0, (KROW), (VROW)};                                                   \
-            if ((j + 1) * bs < n)                                                               \
+            if (j + 1 < (J1) && (j + 1) * bs < n)                                               \
                 nx.k = (const char *)(KRAW(tb[j + 1])), nx.v = (const char *)(VRAW(tb[j + 1])); \
             STAGE(blk, ns);                                                                     \
             fold((LN), kb, kstride, vb, vstride, ns, mrow ? mrow + j * bs : NULL,               \
@@ -319,26 +311,17 @@ static void take_heads(const Lane *from, int first, int g, Lane *to) {
             if (n_rows > 1)                                                                     \
                 shared = shared_blocks(table, lens, mask, use_mask, mask_len, rows, n_rows, bs, nb); \
             if (shared == 0) n_rows = 1; /* nothing in common: b alone */                       \
-            if (n_rows > 1) {                                                                   \
+            if (n_rows > 1) { /* the shared blocks, every key in them kept (shared_blocks) */  \
                 start_group(S, q, rows, n_rows, (int)g, (int)d, (int)dv, scale);                \
-                for (long j = 0; j < shared; j++) {                                             \
-                    const long blk = table[rows[0] * nb + j];                                   \
-                    Next nx = {0, 0, (KROW), (VROW)};                                           \
-                    if (j + 1 < shared)                                                         \
-                        nx.k = (const char *)(KRAW(table[rows[0] * nb + j + 1])),               \
-                        nx.v = (const char *)(VRAW(table[rows[0] * nb + j + 1]));               \
-                    STAGE(blk, (int)bs);                                                        \
-                    fold(S, kb, kstride, vb, vstride, (int)bs, NULL, nx.k ? &nx : NULL);        \
-                }                                                                               \
+                FOLD_BLOCKS(S, rows[0], 0, shared, 0, STAGE, KRAW, VRAW, KROW, VROW);           \
             }                                                                                   \
             for (int i = 0; i < n_rows; i++) {                                                  \
-                const long row = n_rows > 1 ? rows[i] : b * H + h;                              \
-                if (n_rows > 1) {                                                               \
+                const long row = rows[i]; /* rows[0] is b's own lane */                         \
+                if (n_rows > 1)                                                                 \
                     take_heads(S, i * (int)g, (int)g, L);                                       \
-                } else {                                                                        \
-                    start_lane(L, q + row * g * d, (int)g, (int)d, (int)dv, scale);             \
-                }                                                                               \
-                FOLD_BLOCKS(L, row, n_rows > 1 ? shared : 0, STAGE, KRAW, VRAW, KROW, VROW);    \
+                else                                                                            \
+                    start_group(L, q, &rows[i], 1, (int)g, (int)d, (int)dv, scale);             \
+                FOLD_BLOCKS(L, row, n_rows > 1 ? shared : 0, nb, 1, STAGE, KRAW, VRAW, KROW, VROW); \
                 finish_lane(L, out + row * g * dv);                                             \
                 done[row / H] = 1;                                                              \
             }                                                                                   \
