@@ -5,7 +5,7 @@ SwiGLU, RoPE, cache writes) replaced by no-ops that return a buffer of the right
 The differences split the step into the linears (and the output head), the attention and
 the rest; what is left at the end is the model's Python, torch's dispatch, scheduling,
 sampling and detokenizing: what a compiled forward could take away. AMX formats only (their
-linears all go through `gemv._tiles_call`).
+linears all go through `gemv._tiles_call` or a `gemv.FixedCall`).
 
     .venv/bin/python benchmarks/decode_floor.py                       # int8, 4 x 150 tokens
     .venv/bin/python benchmarks/decode_floor.py --weights bf16 --batch 4 --context 576
@@ -71,8 +71,15 @@ def main() -> None:
             buffers[key] = torch.zeros(*x.shape[:-1], tiles.shape[0])
         return buffers[key]
 
+    def no_fixed(call: gemv.FixedCall, x: torch.Tensor) -> torch.Tensor:
+        key = (tuple(x.shape), call.key)
+        if key not in buffers:
+            buffers[key] = torch.zeros(x.shape[0], call.out_features)
+        return buffers[key]
+
     real = step_ms()
     gemv._tiles_call = no_tiles
+    gemv.FixedCall.__call__ = no_fixed  # type: ignore[method-assign]
     no_linears = step_ms()
     attention.run_kernel = lambda q, pool, table, mask=None, length=None: torch.zeros(q.shape)
     no_attention = step_ms()

@@ -93,7 +93,10 @@ class Runner:
                 prefills.append(item)
             t += n
         T = t
+        # [layers, T, heads], each layer's rows contiguous: the pool's compiled row write
+        # takes them as they are (a transposed view sent every write through aten)
         flat_rows = torch.cat(rows, 1).view(lay.n_layers, lay.n_kv_heads, T).transpose(1, 2)
+        flat_rows = flat_rows.contiguous()
         decode_idx = None
         decode, unnarrowed = [], []
         if dec_seqs:

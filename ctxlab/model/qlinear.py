@@ -107,6 +107,11 @@ class BF16Linear(PackedLinear):
         return gemv.amx_unpack(self.weight) if self.kernel == "amx" else self.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel != "aten":  # decode-sized float32 rows: the addresses taken once
+            make = gemv.amx_call if self.kernel == "amx" else gemv.loop_call
+            y = gemv.cached_call(self, make, self.weight, self.bias)(x)
+            if y is not None:
+                return y
         if self.kernel == "amx":
             y = gemv.amx_linear(x, self.weight, self.bias)
         elif self.kernel == "loop" and gemv.decode_sized(x):
@@ -293,6 +298,12 @@ class Int8Linear(PackedLinear):
         """`hadamard_signs` (B values): x times blockdiag(signed_hadamard) with these signs
         first (`rotation.hadamard_signs`): inside the AMX kernel, by a product on fbgemm's."""
         if self.kernel == "amx":
+            fixed = gemv.cached_call(
+                self, gemv.amx_int8_call, self.codes, self.scale, self.bias, hadamard_signs
+            )
+            y = fixed(x)  # decode-sized float32 rows: the addresses taken once
+            if y is not None:
+                return y
             y = gemv.amx_int8_linear(x, self.codes, self.scale, self.bias, hadamard_signs)
             return y if y.dtype == x.dtype else y.to(x.dtype)
         flat = x if x.dtype == torch.float32 else x.float()

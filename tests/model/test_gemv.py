@@ -224,3 +224,58 @@ def test_tiles_split_between_threads_compute_the_same(monkeypatch):
     three = (lin(x), codes(x))
     for a, c in zip(one, three, strict=True):
         assert torch.equal(a, c)
+
+
+@built
+@pytest.mark.parametrize("rows", [1, 4, gemv.MAX_ROWS])
+def test_fixed_calls_compute_what_the_general_path_does(rows):
+    """A `FixedCall` runs the same kernel on the same operands as the general path (bit for
+    bit); it takes only contiguous float32 rows of the right width, at most `MAX_ROWS`."""
+    w, b = torch.randn(128, 64), torch.randn(128)
+    x = torch.randn(rows, 64)
+    cases = [
+        (gemv.loop_call(w, b), lambda: gemv.small_linear(x, w, b)),
+        (gemv.loop_call(w.bfloat16()), lambda: gemv.small_linear(x, w.bfloat16())),
+    ]
+    if gemv.amx():
+        tiles = gemv.amx_pack(w)
+        cases.append((gemv.amx_call(tiles, b), lambda: gemv.amx_linear(x, tiles, b)))
+    if gemv.amx_int8():
+        codes, scale = row_int8(w)
+        ct, sc = gemv.amx_pack(codes), scale.float().contiguous()
+        signs = hadamard_signs(signed_hadamard(32, 3))
+        cases.append((gemv.amx_int8_call(ct, sc, b), lambda: gemv.amx_int8_linear(x, ct, sc, b)))
+        cases.append(
+            (
+                gemv.amx_int8_call(ct, sc, None, signs),
+                lambda: gemv.amx_int8_linear(x, ct, sc, None, signs),
+            )
+        )
+    for call, general in cases:
+        assert torch.equal(call(x), general())
+        assert call.out_features == 128
+        assert call(x.bfloat16()) is None and call(torch.randn(rows, 128)[:, ::2]) is None
+        assert (
+            call(torch.randn(gemv.MAX_ROWS + 1, 64)) is None and call(torch.randn(rows, 32)) is None
+        )
+
+
+@built
+def test_a_module_remakes_its_fixed_call_when_its_weights_move():
+    """The call a module keeps holds its weights' addresses: a storage swapped in
+    (`t.data = ...`, as `huge_pages` does) makes a new one; copies and pickles compute with
+    their own weights."""
+    import pickle
+
+    lin = gemv.Linear(64, 32)
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        first = lin(x)
+        call = lin.__dict__["_fixed_call"]
+        assert lin(x).equal(first) and lin.__dict__["_fixed_call"] is call  # kept
+        lin.weight.data = lin.weight.data * 2
+        assert torch.allclose(lin(x), 2 * first - lin.bias, atol=1e-5)
+        assert lin.__dict__["_fixed_call"] is not call
+        for twin in (copy.deepcopy(lin), pickle.loads(pickle.dumps(lin))):
+            assert torch.equal(twin(x), lin(x))
+            assert twin.__dict__["_fixed_call"].key != lin.__dict__["_fixed_call"].key
