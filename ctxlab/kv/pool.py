@@ -31,6 +31,7 @@ class KVPool:
         # Flat views over slots: slot s of block b is row b * block_size + s.
         self._k_rows = self.data[0].view(-1, width)
         self._v_rows = self.data[1].view(-1, width)
+        self._writer: tuple[torch.Tensor, row_write.RowWriter | None] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -79,7 +80,10 @@ class KVPool:
         """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
         lay = self.layout
         width = self._k_rows.shape[1]
-        if row_write.write_rows(self._k_rows, self._v_rows, rows, k, v):  # compiled, one call
+        bound = self._writer
+        if bound is None or bound[0] is not self._k_rows:  # the kernel bound once per pool
+            bound = self._writer = (self._k_rows, row_write.writer(self._k_rows, self._v_rows))
+        if bound[1] is not None and bound[1].write(rows, k, v):  # compiled, one call
             return
         if lay.head_dim == lay.head_dim_v == width:  # the common case: one fast row copy
             flat = rows.reshape(-1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,6 +47,59 @@ def _rows_of_heads(x: torch.Tensor, heads: int, width: int) -> bool:
     )
 
 
+class RowWriter:
+    """The kernel bound to one pool's K and V rows, checked once: a decode step writes every
+    layer's rows, and the pool-side checks and pointers would otherwise be paid 30 times a
+    step."""
+
+    __slots__ = ("_fn", "_k_rows", "_pool_args", "_v_rows", "_width")
+
+    def __init__(self, fn: Callable[..., int], k_rows: torch.Tensor, v_rows: torch.Tensor) -> None:
+        slots, width = k_rows.shape
+        self._fn, self._k_rows, self._v_rows, self._width = fn, k_rows, v_rows, width
+        ptrs = (k_rows.data_ptr(), v_rows.data_ptr())
+        self._pool_args = (*ptrs, slots, width, _ELEM[k_rows.dtype])
+
+    def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+        """k/v `[T, H, width]` at `rows [T, H]`; False (nothing written) where the kernel
+        does not take these tensors. A slot out of range is an IndexError, nothing written."""
+        heads = rows.shape[-1] if rows.dim() == 2 else 0
+        width = self._width
+        if (
+            heads == 0
+            or rows.dtype != torch.int64
+            or not rows.is_contiguous()
+            or rows.shape[0] != k.shape[0]
+            or not _rows_of_heads(k, heads, width)
+            or not _rows_of_heads(v, heads, width)
+            or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
+        ):
+            return False
+        status = self._fn(
+            *self._pool_args, rows.data_ptr(), k.shape[0], heads, k.data_ptr(), k.stride(0),
+            v.data_ptr(), v.stride(0),
+        )  # fmt: skip
+        if status != 0:
+            raise IndexError(f"a pool row is outside the pool's {self._pool_args[2]} slots")
+        return True
+
+
+def writer(k_rows: torch.Tensor, v_rows: torch.Tensor) -> RowWriter | None:
+    """A `RowWriter` for pool rows `k_rows`/`v_rows` `[slots, width]` (contiguous, float32
+    or bfloat16, on the CPU, the same shape), or None where the kernel does not take them."""
+    lib = kernel()
+    if (
+        lib is None
+        or k_rows.dtype not in _ELEM
+        or v_rows.dtype != k_rows.dtype
+        or v_rows.shape != k_rows.shape
+        or k_rows.device.type != "cpu"
+        or not (k_rows.is_contiguous() and v_rows.is_contiguous())
+    ):
+        return None
+    return RowWriter(lib.write_rows, k_rows, v_rows)
+
+
 def write_rows(
     k_rows: torch.Tensor, v_rows: torch.Tensor, rows: torch.Tensor, k: torch.Tensor,
     v: torch.Tensor,
@@ -53,29 +107,5 @@ def write_rows(
     """k/v `[T, H, width]` into `k_rows`/`v_rows` `[slots, width]` (contiguous, float32 or
     bfloat16) at `rows [T, H]`; False where the kernel does not take these tensors. A slot out
     of range is an IndexError, with nothing written."""
-    lib = kernel()
-    slots, width = k_rows.shape
-    heads = rows.shape[-1] if rows.dim() == 2 else 0
-    if (
-        lib is None
-        or k_rows.dtype not in _ELEM
-        or v_rows.dtype != k_rows.dtype
-        or k_rows.device.type != "cpu"
-        or not (k_rows.is_contiguous() and v_rows.is_contiguous())
-        or rows.dtype != torch.int64
-        or not rows.is_contiguous()
-        or heads == 0
-        or rows.shape[0] != k.shape[0]
-        or not _rows_of_heads(k, heads, width)
-        or not _rows_of_heads(v, heads, width)
-        or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
-    ):
-        return False
-    status = lib.write_rows(
-        k_rows.data_ptr(), v_rows.data_ptr(), slots, width, _ELEM[k_rows.dtype],
-        rows.data_ptr(), k.shape[0], heads, k.data_ptr(), k.stride(0), v.data_ptr(),
-        v.stride(0),
-    )  # fmt: skip
-    if status != 0:
-        raise IndexError(f"a pool row is outside the pool's {slots} slots")
-    return True
+    bound = writer(k_rows, v_rows)
+    return bound is not None and bound.write(rows, k, v)

@@ -101,3 +101,23 @@ def test_the_pool_writes_the_same_with_or_without_the_kernel(monkeypatch):
         pool.write(rows, k, v)
         pools.append(pool.data.clone())
     assert torch.equal(*pools) and bool(pools[0].any())
+
+
+def test_a_pool_binds_the_kernel_once_and_writes_through_it():
+    """`KVPool.write` binds a `RowWriter` to its rows on the first write and uses it after:
+    the rows land where aten's copy puts them."""
+    if row_write.kernel() is None:
+        pytest.skip("the row-write kernel is not built here")
+    layout = KVLayout(n_layers=1, n_kv_heads=2, head_dim=16, head_dim_v=16, block_size=4)
+    pool = KVPool(layout, num_blocks=8)
+    rows = torch.tensor([[3, 9], [12, 30]])
+    k, v = torch.randn(2, 2, 16), torch.randn(2, 2, 16)
+    pool.write(rows, k, v)
+    bound = pool._writer
+    assert bound is not None and bound[1] is not None
+    pool.write(rows + 1, v, k)
+    assert pool._writer is bound
+    got_k, got_v = pool.read_rows(torch.cat([rows.reshape(-1), rows.reshape(-1) + 1]))
+    assert torch.equal(got_k, torch.cat([k.reshape(-1, 16), v.reshape(-1, 16)]))
+    assert torch.equal(got_v, torch.cat([v.reshape(-1, 16), k.reshape(-1, 16)]))
+    assert row_write.writer(pool._k_rows, pool._v_rows[:, :8].contiguous()) is None  # shapes differ
