@@ -3,8 +3,12 @@ layers' kernel calls, then the paged attention, then the small compiled kernels 
 SwiGLU, RoPE, cache writes) replaced by no-ops that return a buffer of the right shape.
 
 The differences split the step into the linears (and the output head), the attention and
-the rest; what is left at the end is the model's Python, torch's dispatch, scheduling,
-sampling and detokenizing: what a compiled forward could take away. AMX formats only (their
+the rest; what is left is the Python, split last by replacing each decoder layer with a
+no-op: the layers' Python and torch's dispatch (what a compiled forward could take away),
+then the engine's own (scheduling, the step plan, sampling, the embedding and the head's
+Python). The split runs each layer through its Python path; the last line sets the same
+step through the compiled decode block (`ctxlab/model/decode_block.c`), which takes the
+layers' Python away, against that path. AMX formats only (their
 linears all go through `gemv._tiles_call` or a `gemv.FixedCall`).
 
     .venv/bin/python benchmarks/decode_floor.py                       # int8, 4 x 150 tokens
@@ -27,7 +31,7 @@ import torch
 import ctxlab.engine.attention as attention
 from ctxlab.engine import LLM, SamplingParams
 from ctxlab.kv import row_write
-from ctxlab.model import elementwise, gemv, norm_kernel
+from ctxlab.model import decode_block, elementwise, gemv, norm_kernel
 
 
 class NoKernel:
@@ -42,12 +46,12 @@ def main() -> None:
     ap.add_argument("--weights", default="int8", choices=["bf16", "int8"])
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--context", type=int, default=150)
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=15)
     a = ap.parse_args()
     torch.set_num_threads(1)
     if not (gemv.amx() if a.weights == "bf16" else gemv.amx_int8()):
         raise SystemExit(f"{a.weights} runs AMX tiles only on a CPU with them; none here.")
-    new_tokens = 4 * (a.steps + 1) + 8  # four timings of steps + 1, and the warm-up
+    new_tokens = 8 * (a.steps + 1) + 8  # eight timings of steps + 1, and the warm-up
     pool = a.batch * (a.context + new_tokens + 16)
     engine = LLM(weights=a.weights, kv_pool_tokens=pool).engine
     params = SamplingParams(max_tokens=new_tokens, temperature=0.0, ignore_eos=True)
@@ -77,6 +81,20 @@ def main() -> None:
             buffers[key] = torch.zeros(x.shape[0], call.out_features)
         return buffers[key]
 
+    # the split below runs each layer through its Python path (the compiled decode block
+    # calls the kernels from C, where no stub reaches them); the step through the block is
+    # timed between two timings of that path, whose mean it is set against (the context,
+    # and with it the attention, grows from one timing to the next)
+    block_kernel = decode_block.kernel
+    python_path = [0.0, 0.0]
+    for turn in range(3):
+        decode_block.kernel = block_kernel if turn == 1 else lambda: None  # type: ignore[assignment]
+        for layer in engine.model.layers:
+            layer.__dict__.pop("_decode_block", None)
+        if turn == 1:
+            with_block = step_ms()
+        else:
+            python_path[turn // 2] = step_ms()
     real = step_ms()
     gemv._tiles_call = no_tiles
     gemv.FixedCall.__call__ = no_fixed  # type: ignore[method-assign]
@@ -85,18 +103,30 @@ def main() -> None:
     no_attention = step_ms()
     for module in (norm_kernel, elementwise, row_write):
         module.kernel = NoKernel  # type: ignore[assignment]
+    row_write.RowWriter.write = lambda self, rows, k, v: True  # type: ignore[method-assign]
     rest = step_ms()
+    for layer in engine.model.layers:  # the decoder layers' Python out too
+        layer.forward = lambda x, cos, sin, backend: x
+    engine_only = step_ms()
     load = Path("/proc/loadavg").read_text().split()[0]
-    print(f"{a.weights}, {a.batch} sequences of {a.context} tokens, 1 thread, load {load}")
+    grown = a.context + 4 + 8 * (a.steps + 1)
+    print(f"{a.weights}, {a.batch} sequences of {a.context} to {grown} tokens over the run, "
+          f"1 thread, load {load}")  # fmt: skip
     print("| part | ms a step | share |\n|---|---:|---:|")
     for name, ms in (
         ("linear layers and output head", real - no_linears),
         ("paged decode attention", no_linears - no_attention),
         ("norms, SwiGLU, RoPE, cache writes (compiled)", no_attention - rest),
-        ("the rest: Python, dispatch, scheduling, sampling", rest),
+        ("the decoder layers' Python and torch dispatch", rest - engine_only),
+        ("the engine around the forward: scheduling, plan, sampling", engine_only),
         ("whole step", real),
     ):
         print(f"| {name} | {ms:.2f} | {ms / real:.0%} |")
+    around = sum(python_path) / 2
+    print(
+        f"\nthe compiled decode block: {with_block:.2f} ms a step against {around:.2f} through "
+        f"the layers' Python path (timed before and after it): {with_block / around:.3f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -17,11 +17,13 @@ None and every layer runs its torch path."""
 from __future__ import annotations
 
 import ctypes
+import enum
 import functools
 import itertools
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -218,18 +220,42 @@ def _tiles_call(
     return y.reshape(*x.shape[:-1], n)
 
 
+class CallShape(enum.IntEnum):
+    """Which of the kernels' three argument lists a `FixedCall` makes (`decode_block.c` reads
+    the same numbers)."""
+
+    LOOP = 0  # gemv_f32 / gemv_bf16 / gemv_i8: x, M, K, W, N, bias, y
+    BF16_TILES = 1  # bf16_amx: x, M, K, W, N, ldy, bias, y
+    INT8_TILES = 2  # int8_amx: x, M, K, W, scales, N, ldy, bias, y, rotation, its block
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """Everything a linear kernel call takes besides its rows: the function and the
+    addresses of the weights, their row scales, the bias and the rotation signs (0: none)."""
+
+    shape: CallShape
+    fn: int
+    k: int
+    n: int
+    weights: int
+    scale: int = 0
+    bias: int = 0
+    rotation: int = 0
+    block: int = 0
+
+
 class FixedCall:
     """One linear layer's kernel call for decode-sized inputs, with everything but the input
-    and output taken once: the function, the weights' (and scales', bias', rotation's)
-    addresses and the sizes. A decode step makes about 120 linear calls; through the general
-    path each spends about 9 us of Python (shape and dtype checks, a closure, the row split,
-    ctypes converting 11 arguments), through this one about 3.
+    and output taken once (`spec`). A decode step makes about 120 linear calls; through the
+    general path each spends about 9 us of Python (shape and dtype checks, a closure, the
+    row split, ctypes converting 11 arguments), through this one about 3.
 
     `key` says which tensors' addresses it holds (`address_key`); the module that made it
     rebuilds it when its tensors' key changes (a storage replaced, `t.data = ...` included).
     """
 
-    __slots__ = ("_fn", "_k", "_keep", "_mid", "_n", "_tail", "key")
+    __slots__ = ("_args", "_fn", "_keep", "_tail", "key", "spec")
 
     def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
         # addresses mean nothing in a copy or a pickle: copies carry None, rebuilt on use
@@ -240,34 +266,40 @@ class FixedCall:
         key: tuple[int, ...],
         keep: tuple[torch.Tensor | None, ...],
         fn: Callable[..., None],
-        k: int,
-        n: int,
-        mid: tuple[int | None, ...],
-        tail: tuple[int | None, ...] = (),
+        spec: CallSpec,
     ) -> None:
-        self.key = key
-        self._keep = keep  # the tensors whose addresses `mid` / `tail` hold, kept alive
-        self._fn, self._k, self._n, self._mid, self._tail = fn, k, n, mid, tail
+        self.key, self.spec = key, spec
+        self._keep = keep  # the tensors whose addresses `spec` holds, kept alive
+        self._fn = fn
+        bias = spec.bias or None
+        if spec.shape == CallShape.LOOP:
+            self._args, self._tail = (spec.weights, spec.n, bias), ()
+        elif spec.shape == CallShape.BF16_TILES:
+            self._args, self._tail = (spec.weights, spec.n, spec.n, bias), ()
+        else:
+            self._args = (spec.weights, spec.scale, spec.n, spec.n, bias)
+            self._tail = (spec.rotation or None, spec.block)
 
     @property
     def out_features(self) -> int:
-        return self._n
+        return self.spec.n
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor | None:
         """`x [rows, K] @ W.T (+ bias)` in float32 for a contiguous float32 `x` of 1 to
         `MAX_ROWS` rows on the CPU; None for any other x (the caller takes its general path)."""
+        spec = self.spec
         if (
             x.dtype is not torch.float32
             or x.dim() != 2
             or not 0 < x.shape[0] <= MAX_ROWS
-            or x.shape[1] != self._k
+            or x.shape[1] != spec.k
             or not x.is_contiguous()
             or x.device.type != "cpu"
         ):
             return None
         rows = x.shape[0]
-        y = torch.empty(rows, self._n)
-        self._fn(x.data_ptr(), rows, self._k, *self._mid, y.data_ptr(), *self._tail)
+        y = torch.empty(rows, spec.n)
+        self._fn(x.data_ptr(), rows, spec.k, *self._args, y.data_ptr(), *self._tail)
         return y
 
 
@@ -296,14 +328,22 @@ def _float_bias(bias: torch.Tensor | None) -> torch.Tensor | None:
     return None if bias is None else bias.detach().float().contiguous()
 
 
+def _address(fn: Callable[..., None]) -> int:
+    """A ctypes function's address in its library."""
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
 def amx_call(tiles: torch.Tensor, bias: torch.Tensor | None = None) -> FixedCall:
     """`amx_linear(x, tiles, bias)` as a `FixedCall`."""
     lib = kernels()
     assert lib is not None
     b = _float_bias(bias)
     n, k = tiles.shape
-    mid = (tiles.data_ptr(), n, n, None if b is None else b.data_ptr())
-    return FixedCall(address_key(tiles, bias), (tiles, b), lib.bf16_amx, k, n, mid)
+    fn = lib.bf16_amx
+    spec = CallSpec(
+        CallShape.BF16_TILES, _address(fn), k, n, tiles.data_ptr(), bias=address_key(b)[0]
+    )
+    return FixedCall(address_key(tiles, bias), (tiles, b), fn, spec)
 
 
 def amx_int8_call(
@@ -317,14 +357,18 @@ def amx_int8_call(
     assert lib is not None and scale.dtype == torch.float32 and scale.is_contiguous()
     b = _float_bias(bias)
     n, k = tiles.shape
-    tail: tuple[int | None, int] = (None, 0)
+    block = 0
     if hadamard_signs is not None:
         assert hadamard_signs.dtype == torch.float32 and hadamard_signs.is_contiguous()
-        assert hadamard_signs.shape[0] in (16, 32, 64) and k % hadamard_signs.shape[0] == 0
-        tail = (hadamard_signs.data_ptr(), hadamard_signs.shape[0])
-    mid = (tiles.data_ptr(), scale.data_ptr(), n, n, None if b is None else b.data_ptr())
+        block = hadamard_signs.shape[0]
+        assert block in (16, 32, 64) and k % block == 0
+    fn = lib.int8_amx
+    spec = CallSpec(
+        CallShape.INT8_TILES, _address(fn), k, n, tiles.data_ptr(), scale.data_ptr(),
+        address_key(b)[0], address_key(hadamard_signs)[0], block,
+    )  # fmt: skip
     key = address_key(tiles, scale, bias, hadamard_signs)
-    return FixedCall(key, (tiles, scale, b, hadamard_signs), lib.int8_amx, k, n, mid, tail)
+    return FixedCall(key, (tiles, scale, b, hadamard_signs), fn, spec)
 
 
 def loop_call(weight: torch.Tensor, bias: torch.Tensor | None = None) -> FixedCall:
@@ -333,9 +377,9 @@ def loop_call(weight: torch.Tensor, bias: torch.Tensor | None = None) -> FixedCa
     assert lib is not None and weight.is_contiguous()
     b = _float_bias(bias)
     n, k = weight.shape
-    mid = (weight.data_ptr(), n, None if b is None else b.data_ptr())
     fn = getattr(lib, _FUNCTION[weight.dtype])
-    return FixedCall(address_key(weight, bias), (weight, b), fn, k, n, mid)
+    spec = CallSpec(CallShape.LOOP, _address(fn), k, n, weight.data_ptr(), bias=address_key(b)[0])
+    return FixedCall(address_key(weight, bias), (weight, b), fn, spec)
 
 
 _FUNCTION = {torch.float32: "gemv_f32", torch.bfloat16: "gemv_bf16", torch.int8: "gemv_i8"}
@@ -397,11 +441,14 @@ class Linear(nn.Linear):
     """`nn.Linear` (float32 Parameters, the fp32 format and the parity reference) whose
     decode-sized calls go through `linear`."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def fixed_call(self) -> FixedCall | None:
+        """The decode-sized call of these weights (float32, the compiled loop built)."""
         w = self._parameters["weight"]
-        fixed = not torch.is_grad_enabled() and w is not None and w.dtype == torch.float32
-        if fixed and serves(w):  # decode-sized float32 rows: the addresses taken once
-            y = cached_call(self, loop_call, w, self._parameters["bias"])(x)
-            if y is not None:
-                return y
-        return linear(x, self.weight, self.bias)
+        if w is None or w.dtype != torch.float32 or not serves(w):
+            return None
+        return cached_call(self, loop_call, w, self._parameters["bias"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fixed = None if torch.is_grad_enabled() else self.fixed_call()
+        y = None if fixed is None else fixed(x)  # decode-sized float32 rows
+        return linear(x, self.weight, self.bias) if y is None else y

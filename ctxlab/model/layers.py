@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ctxlab.model import elementwise, gemv, norm_kernel
+from ctxlab.model import decode_block, elementwise, gemv, norm_kernel
 from ctxlab.model.backend import AttentionBackend
 from ctxlab.model.config import ModelConfig
 
@@ -92,8 +92,15 @@ class Attention(nn.Module):
             half = self.head_dim // 2
             rot = qk.unflatten(-1, (2, half)).flip(-2).flatten(-2)
             qk = (qk * cos).add_(rot.mul_(sin))
-        out = backend.attend(self.layer_idx, qk[:, :nq], qk[:, nq:], v)
-        return self.o_proj.forward(out.reshape(t, nq * self.head_dim))
+        return self.o_proj.forward(self.attend(qk[:, :nq], qk[:, nq:], v, backend))
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: AttentionBackend
+    ) -> torch.Tensor:
+        """The backend's attention of rotated q `[T, heads, d]`, k and v `[T, kv heads, d]`,
+        as rows `[T, heads * d]` for the output projection."""
+        out = backend.attend(self.layer_idx, q, k, v)
+        return out.reshape(q.shape[0], self.num_heads * self.head_dim)
 
 
 class MLP(nn.Module):
@@ -135,5 +142,32 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: AttentionBackend
     ) -> torch.Tensor:
+        if x.shape[0] <= gemv.MAX_ROWS:  # decode sizes: two compiled calls where they apply
+            y = self._compiled(x, cos, sin, backend)
+            if y is not None:
+                return y
         x = self.self_attn.forward(self.input_layernorm.forward(x), cos, sin, backend).add_(x)
         return self.mlp.forward(self.post_attention_layernorm.forward(x)).add_(x)
+
+    def _compiled(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: AttentionBackend
+    ) -> torch.Tensor | None:
+        """`forward` through `decode_block` (bit for bit the same), or None where it does
+        not apply."""
+        attn, mlp = self.self_attn, self.mlp
+        if attn.q_norm is not None:
+            return None
+        nq, nkv, d = attn.num_heads, attn.num_kv_heads, attn.head_dim
+        norms = (self.input_layernorm, self.post_attention_layernorm)
+        linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+        block = decode_block.for_layer(self, norms, linears, nq + nkv, d)
+        qkv = None if block is None else block.pre(x, cos, sin)
+        if block is None or qkv is None:
+            return None
+        qkv = qkv.view(x.shape[0], nq + 2 * nkv, d)
+        out = attn.attend(qkv[:, :nq], qkv[:, nq : nq + nkv], qkv[:, nq + nkv :], backend)
+        y = block.post(out, x)
+        if y is None:  # attention gave rows the block does not take: the Python tail
+            x = attn.o_proj.forward(out).add_(x)
+            y = mlp.forward(self.post_attention_layernorm.forward(x)).add_(x)
+        return y

@@ -106,12 +106,18 @@ class BF16Linear(PackedLinear):
         """The `[out, in]` bf16 weights (unpacked from the tiles' layout for "amx")."""
         return gemv.amx_unpack(self.weight) if self.kernel == "amx" else self.weight
 
+    def fixed_call(self) -> gemv.FixedCall | None:
+        """The decode-sized call of these weights (the tiles or the loop; None for aten)."""
+        if self.kernel == "aten":
+            return None
+        make = gemv.amx_call if self.kernel == "amx" else gemv.loop_call
+        return gemv.cached_call(self, make, self.weight, self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel != "aten":  # decode-sized float32 rows: the addresses taken once
-            make = gemv.amx_call if self.kernel == "amx" else gemv.loop_call
-            y = gemv.cached_call(self, make, self.weight, self.bias)(x)
-            if y is not None:
-                return y
+        fixed = self.fixed_call()
+        y = None if fixed is None else fixed(x)  # decode-sized float32 rows
+        if y is not None:
+            return y
         if self.kernel == "amx":
             y = gemv.amx_linear(x, self.weight, self.bias)
         elif self.kernel == "loop" and gemv.decode_sized(x):
@@ -294,14 +300,21 @@ class Int8Linear(PackedLinear):
         """Whether `forward(x, hadamard_signs=s)` rotates inside the kernel (`RotateInput`)."""
         return self.kernel == "amx"
 
+    def fixed_call(self, hadamard_signs: torch.Tensor | None = None) -> gemv.FixedCall | None:
+        """The decode-sized call of these codes (`forward`'s `hadamard_signs`): the tiles
+        only (None for fbgemm's kernel)."""
+        if self.kernel != "amx":
+            return None
+        return gemv.cached_call(
+            self, gemv.amx_int8_call, self.codes, self.scale, self.bias, hadamard_signs
+        )
+
     def forward(self, x: torch.Tensor, hadamard_signs: torch.Tensor | None = None) -> torch.Tensor:
         """`hadamard_signs` (B values): x times blockdiag(signed_hadamard) with these signs
         first (`rotation.hadamard_signs`): inside the AMX kernel, by a product on fbgemm's."""
         if self.kernel == "amx":
-            fixed = gemv.cached_call(
-                self, gemv.amx_int8_call, self.codes, self.scale, self.bias, hadamard_signs
-            )
-            y = fixed(x)  # decode-sized float32 rows: the addresses taken once
+            fixed = self.fixed_call(hadamard_signs)
+            y = None if fixed is None else fixed(x)  # decode-sized float32 rows
             if y is not None:
                 return y
             y = gemv.amx_int8_linear(x, self.codes, self.scale, self.bias, hadamard_signs)

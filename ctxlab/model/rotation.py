@@ -28,6 +28,8 @@ import math
 import torch
 from torch import nn
 
+from ctxlab.model.gemv import FixedCall
+
 # Hadamard blocks. Perplexity vs fp32 on the shipped text (4 x 1,024 tokens), int8: +3.8 %
 # unrotated. With the residual rotation here and down_proj's online block at 128 / 64 / 32 /
 # 16 / none: +0.34 / -0.16 / +0.13 / +0.48 / +1.0 %; with a block-diagonal residual rotation
@@ -100,6 +102,11 @@ class RotateInput(nn.Module):
         # an int8 kernel that rotates as it reads (`Int8Linear.fuses_rotation`) takes the signs
         signs = hadamard_signs(m) if getattr(inner, "fuses_rotation", False) else None
         self.register_buffer("signs", signs)
+
+    def fixed_call(self) -> FixedCall | None:
+        """The decode-sized call of the inner layer with the rotation inside it, or None."""
+        make = getattr(self.inner, "fixed_call", None)  # signs: an inner that rotates itself
+        return None if self.signs is None or make is None else make(self.signs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.signs is not None:
