@@ -36,6 +36,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from ctxlab.engine.compiled_decode import CompiledDecode
 from ctxlab.engine.decode_attention import torch_decode
 from ctxlab.engine.decode_reads import own_width
 from ctxlab.engine.kernels.paged_decode import run_kernel
@@ -77,17 +78,29 @@ class PagedAttention:
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
         self._chunk_biases: dict[int, torch.Tensor] = {}  # the same masks as additive -inf
         self._policy_masks: dict[int, torch.Tensor] = {}  # the policy's pattern, likewise
+        # a pure decode step's attention described for the model's compiled decode block
+        self._compiled = CompiledDecode.for_pool(pool, n_heads) if pages is None else None
 
     def begin_step(self, plan: StepPlan) -> None:
         """Read `plan` for this step's forward."""
         self.plan = plan
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._chunk_masks, self._chunk_biases, self._policy_masks = {}, {}, {}
+        if self._compiled is not None and self.far is None:
+            self._compiled.prepare(plan, plan.rows.shape[1])
 
     def end_step(self) -> StepReadback:
         """What this step's forward observed, for the policy runtime; forgets the plan."""
         self.plan, self._chunk_masks, self._policy_masks = None, {}, {}
+        if self._compiled is not None:
+            self._compiled.finish()
         return self._readback
+
+    def compiled_decode(self, layer_idx: int) -> int:
+        """`CompiledDecodeBackend`: the address of this layer's attention described for the
+        model's compiled decode block this step (it writes the new k/v and attends itself),
+        or 0: call `attend`."""
+        return 0 if self._compiled is None else self._compiled.address(layer_idx)
 
     def attend(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor

@@ -80,10 +80,8 @@ class KVPool:
         """Store k/v at flat slot rows (`rows` and the leading dims of k/v match)."""
         lay = self.layout
         width = self._k_rows.shape[1]
-        bound = self._writer
-        if bound is None or bound[0] is not self._k_rows:  # the kernel bound once per pool
-            bound = self._writer = (self._k_rows, row_write.writer(self._k_rows, self._v_rows))
-        if bound[1] is not None and bound[1].write(rows, k, v):  # compiled, one call
+        bound = self.row_writer()
+        if bound is not None and bound.write(rows, k, v):  # compiled, one call
             return
         if lay.head_dim == lay.head_dim_v == width:  # the common case: one fast row copy
             flat = rows.reshape(-1)
@@ -92,6 +90,14 @@ class KVPool:
             return
         self._k_rows[rows, : lay.head_dim] = k.to(lay.dtype)
         self._v_rows[rows, : lay.head_dim_v] = v.to(lay.dtype)
+
+    def row_writer(self) -> row_write.RowWriter | None:
+        """The compiled row write bound to this pool's rows (once), or None where it does
+        not take them."""
+        bound = self._writer
+        if bound is None or bound[0] is not self._k_rows:
+            bound = self._writer = (self._k_rows, row_write.writer(self._k_rows, self._v_rows))
+        return bound[1]
 
     def gather(self, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of blocks `block_ids[..., nb]` laid out as `[..., nb * block_size, d]`.

@@ -60,6 +60,12 @@ class RowWriter:
         ptrs = (k_rows.data_ptr(), v_rows.data_ptr())
         self._pool_args = (*ptrs, slots, width, _ELEM[k_rows.dtype])
 
+    def c_target(self) -> tuple[int, int, int, int, int, int]:
+        """The kernel's address and its pool-side arguments (k rows, v rows, slots, width,
+        element bytes), for compiled callers that write the rows themselves."""
+        address = int(ctypes.cast(self._fn, ctypes.c_void_p).value or 0)
+        return (address, *self._pool_args)
+
     def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
         """k/v `[T, H, width]` at `rows [T, H]`; False (nothing written) where the kernel
         does not take these tensors. A slot out of range is an IndexError, nothing written."""

@@ -26,3 +26,12 @@ class AttentionBackend(Protocol):
         [T, n_heads, head_dim_v]. The backend must store k and v for later steps itself.
         """
         ...
+
+
+class CompiledDecodeBackend(AttentionBackend, Protocol):
+    """A backend that can also hand a layer's whole attention at a pure decode step to
+    compiled code: the address of that layer's `decode_block.Attn` for this step (the cache
+    write and the decode attention, described), or 0 where this step or layer needs its
+    Python path (`attend`). The model's compiled decode block then runs the layer in one call."""
+
+    def compiled_decode(self, layer_idx: int) -> int: ...

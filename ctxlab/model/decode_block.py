@@ -48,11 +48,28 @@ class _Block(ctypes.Structure):
     ]  # fmt: skip
 
 
+class Attn(ctypes.Structure):
+    """One layer's attention at a pure decode step, for `block_step` (the engine fills it:
+    `ctxlab.engine.compiled_decode`): the pool's row write and decode attention functions
+    with their fixed arguments, then this step's rows, block tables and lengths."""
+
+    _fields_ = [
+        ("write", _VP), ("k_rows", _VP), ("v_rows", _VP), ("slots", _L), ("width", _L),
+        ("elem", _L), ("decode", _VP), ("k_pool", _VP), ("v_pool", _VP),
+        ("scale", ctypes.c_float), ("kv_heads", _L), ("group", _L), ("dv", _L), ("bs", _L),
+        ("kw", _L), ("vw", _L), ("seqs", _L), ("rows", _VP), ("table", _VP), ("lens", _VP),
+        ("mask", _VP), ("mask_len", _L), ("nb", _L),
+    ]  # fmt: skip
+
+
 def _declare(lib: ctypes.CDLL) -> None:
     lib.block_pre.argtypes = [_VP, _VP, _L, _VP, _VP, _VP]  # block, x, rows, cos, sin, qkv
     lib.block_pre.restype = ctypes.c_int
     lib.block_post.argtypes = [_VP, _VP, _VP, _L, _VP]  # block, attn, x, rows, out
     lib.block_post.restype = ctypes.c_int
+    # block, attention, x, rows, cos, sin, out
+    lib.block_step.argtypes = [_VP, _VP, _VP, _L, _VP, _VP, _VP]
+    lib.block_step.restype = ctypes.c_int
 
 
 @functools.cache
@@ -105,27 +122,53 @@ class DecodeBlock:
             down.spec.k, _linear(qkv), _linear(o), _linear(gate_up), _linear(down),
         )  # fmt: skip
         self._at = ctypes.addressof(self._block)
-        self._pre, self._post = lib.block_pre, lib.block_post
+        self._pre, self._post, self._step = lib.block_pre, lib.block_post, lib.block_step
 
     def pre(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor | None:
         """`[rows, q|k|v]` of `x [rows, hidden]`, q and k rotated; None where this path does
         not take the inputs (the caller runs the layer's Python path)."""
-        rows = x.shape[0]
-        if not (
-            _plain_rows(x, self._hidden)
-            and cos.dtype is torch.float32
-            and sin.dtype is torch.float32
-            and cos.is_contiguous()
-            and sin.is_contiguous()
-            and cos.numel() == sin.numel() == rows * self._rope_n
-        ):
+        if not self._takes(x, cos, sin):
             return None
+        rows = x.shape[0]
         qkv = torch.empty(rows, self._qkv_n)
         status = self._pre(self._at, x.data_ptr(), rows, cos.data_ptr(), sin.data_ptr(),
                            qkv.data_ptr())  # fmt: skip
         if status:
             raise MemoryError("the compiled decode block could not allocate its scratch rows")
         return qkv
+
+    def _takes(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+        rows = x.shape[0]
+        return (
+            _plain_rows(x, self._hidden)
+            and cos.dtype is torch.float32
+            and sin.dtype is torch.float32
+            and cos.is_contiguous()
+            and sin.is_contiguous()
+            and cos.numel() == sin.numel() == rows * self._rope_n
+        )
+
+    def step(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn: int
+    ) -> torch.Tensor | None:
+        """The layer's output at a pure decode step whose attention the backend described
+        at address `attn` (`Attn`): one call, the cache write included. None (nothing
+        written) where this path does not take the inputs."""
+        if not self._takes(x, cos, sin):
+            return None
+        rows = x.shape[0]
+        out = torch.empty(rows, self._hidden)
+        status = self._step(self._at, attn, x.data_ptr(), rows, cos.data_ptr(), sin.data_ptr(),
+                            out.data_ptr())  # fmt: skip
+        if status == -3:  # a description of another batch: nothing written
+            return None
+        if status == -1:
+            raise IndexError("a pool row of this decode step is outside the pool")
+        if status == -2:
+            raise MemoryError("the compiled decode block could not allocate its scratch rows")
+        if status:
+            raise RuntimeError("the decode attention refused shapes the engine planned for it")
+        return out
 
     def post(self, attn: torch.Tensor, x: torch.Tensor) -> torch.Tensor | None:
         """The layer's output for attention output `attn [rows, heads * dv]` and its input

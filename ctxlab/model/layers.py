@@ -142,7 +142,8 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: AttentionBackend
     ) -> torch.Tensor:
-        if x.shape[0] <= gemv.MAX_ROWS:  # decode sizes: two compiled calls where they apply
+        # decode sizes, nothing for autograd to record: two compiled calls where they apply
+        if x.shape[0] <= gemv.MAX_ROWS and not torch.is_grad_enabled():
             y = self._compiled(x, cos, sin, backend)
             if y is not None:
                 return y
@@ -161,8 +162,15 @@ class DecoderLayer(nn.Module):
         norms = (self.input_layernorm, self.post_attention_layernorm)
         linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
         block = decode_block.for_layer(self, norms, linears, nq + nkv, d)
-        qkv = None if block is None else block.pre(x, cos, sin)
-        if block is None or qkv is None:
+        if block is None:
+            return None
+        described = getattr(backend, "compiled_decode", None)  # `CompiledDecodeBackend`
+        at = 0 if described is None else described(attn.layer_idx)
+        y = block.step(x, cos, sin, at) if at else None  # attention in the same call
+        if y is not None:
+            return y
+        qkv = block.pre(x, cos, sin)
+        if qkv is None:
             return None
         qkv = qkv.view(x.shape[0], nq + 2 * nkv, d)
         out = attn.attend(qkv[:, :nq], qkv[:, nq : nq + nkv], qkv[:, nq + nkv :], backend)

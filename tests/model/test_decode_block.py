@@ -170,3 +170,12 @@ def test_the_int8_layer_rotates_inside_its_down_projection():
     assert isinstance(down, RotateInput) and down.signs is not None
     call = down.fixed_call()
     assert call is not None and call.spec.rotation and call.spec.block == 32
+
+
+def test_autograd_keeps_the_python_path():
+    """With gradients wanted the layer runs its Python path, so autograd sees every op."""
+    layer = layer_in("fp32")
+    x = torch.randn(2, 64, requires_grad=True)
+    layer(x, *tables(2), Mixer()).sum().backward()
+    assert x.grad is not None and layer.mlp.down_proj.weight.grad is not None
+    assert "_decode_block" not in layer.__dict__

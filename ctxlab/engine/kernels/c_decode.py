@@ -64,6 +64,21 @@ def _pool_pointers(pool: KVStore, storage: tuple) -> tuple[tuple[int, ...], int,
     return entry
 
 
+def target(kind: str, pool: KVStore, storage: tuple) -> tuple[int, tuple[int, ...], int, int]:
+    """The loop for pool format `kind` as an address, with the storage's addresses and row
+    widths (what `run` passes), for compiled callers (`decode_block.c`)."""
+    lib = library()
+    assert lib is not None, "c_decode.target needs library()"
+    ptrs, kw, vw = _pool_pointers(pool, storage)
+    fn = getattr(lib, f"decode_{kind}")
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0), ptrs, kw, vw
+
+
+def unsupported(g: int, d: int, dv: int) -> bool:
+    """Shapes the C loops refuse (they return -1): `paged_decode.c`'s own test."""
+    return bool(not 1 <= g <= 16 or d % 16 or dv % 16 or not 16 <= d <= 512 or not 16 <= dv <= 512)
+
+
 def run(
     kind: str,
     pool: KVStore,

@@ -133,6 +133,16 @@ def _pool_arrays(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
     return views
 
 
+def compiled_target(pool: KVStore) -> tuple[int, tuple[int, ...], int, int] | None:
+    """For a float32 or bf16 pool the C loops serve: the address of the loop that reads it,
+    the storage's K and V addresses and their row widths; None otherwise (no C loops, numba
+    or torch chosen, another pool format)."""
+    arrays = _pool_arrays(pool) if serves(pool) and _state["impl"] == "c" else None
+    if arrays is None or arrays[0] not in ("f32", "bf16"):
+        return None
+    return c_decode.target(arrays[0], pool, arrays[1])
+
+
 def serves(pool: KVStore) -> bool:
     """Whether the kernel reads this pool's plain decode calls (no extra rows, no probs), so
     the torch path's in-place read plans would go unused."""
