@@ -3,13 +3,13 @@
 Why: with the layer's own work compiled (`ctxlab/model/decode_block.c`), the attention's
 Python was what remained between its two calls: the pool write's checks, the read's
 conversions, the kernel's argument list, some 50 us a layer inside a 4-sequence SmolLM2
-step. Where a layer's attention this step is exactly one plain kernel read (every decode
-row in order, one length bucket: no policy, page reader, far tier or
-readback), `CompiledDecode` fills a `decode_block.Attn` for it: the
-pool's compiled row write and the C decode loop with their fixed arguments (taken once per
-pool), then this step's pool rows, block tables and lengths. The block then writes the new
-keys and values and runs the attention itself, the same kernels on the same arguments as
-`PagedAttention.attend` would pass (bit for bit the same step).
+step. Where a layer's attention this step is one plain kernel read (every decode row in
+order, one length bucket: no policy scores, page reader, far tier or readback),
+`CompiledDecode` fills a `decode_block.Attn` for it: the pool's compiled row write and the C
+decode loop with their fixed arguments (taken once per pool), then this step's pool rows,
+block tables, masks and lengths. The block then writes the new keys and values and runs the
+attention itself, the same kernels on the same arguments as `PagedAttention.attend` would
+pass (bit for bit the same step).
 """
 
 from __future__ import annotations

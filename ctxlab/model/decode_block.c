@@ -149,12 +149,13 @@ typedef struct {
 } Attn;
 
 /* The whole layer at a pure decode step: pre, the new k/v written, decode attention, post.
- * 0, or -1 (a pool row out of range: nothing written), -2 (no memory), -3 (rows other
- * than the step's), another value (the attention refused the shapes). */
+ * 0, or -1 (a pool row out of range: nothing written), -2 (no memory), -3 (rows or heads
+ * other than the description's: nothing done), another value (the attention refused the
+ * shapes). */
 int block_step(const Block *b, const Attn *a, const float *x, long m, const float *cos,
                const float *sin, float *out) {
-    if (a->seqs != m) return -3;
     const long d = b->head_dim, nkv = a->kv_heads, nq = nkv * a->group, qkv_n = b->qkv.n;
+    if (a->seqs != m || nq + nkv != b->qk_heads) return -3;
     const long q_n = nq * d, attn_n = nq * a->dv;
     const long need = m * (qkv_n + q_n + attn_n) + (post_floats(b, m) > m * b->hidden
                                                         ? post_floats(b, m) : m * b->hidden);

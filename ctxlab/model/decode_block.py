@@ -1,12 +1,14 @@
-"""A decoder layer's decode-sized work around its attention in two compiled calls
-(`decode_block.c`), built once per machine by `ctxlab.native`.
+"""A decoder layer's decode-sized work in compiled calls (`decode_block.c`), built once per
+machine by `ctxlab.native`.
 
 Why: at a 4-sequence decode step of SmolLM2 the layers' own Python (two norms, four linear
 calls, RoPE, SwiGLU, two residual adds and the views between them, about a dozen calls a
 layer) took 2.7 of a 23-ms int8 step with every kernel replaced by a no-op
-(`benchmarks/decode_floor.py`). Here a layer is one call before its attention and one after,
-running the same kernels in the same order through the addresses their libraries export, so
-the hidden states are bit for bit the Python path's.
+(`benchmarks/decode_floor.py`). Here a layer is one call before its attention and one after
+(`pre`, `post`), or, where the engine describes the step's attention
+(`backend.CompiledDecodeBackend`), one call for all of it (`step`), running the same kernels
+in the same order through the addresses their libraries export, so the hidden states are bit
+for bit the Python path's.
 
 It applies where every piece has its compiled kernel: float32 activations of 1 to
 `gemv.MAX_ROWS` rows, linears that offer a `gemv.FixedCall` (fp32 and bf16 weights, int8 on
@@ -97,7 +99,8 @@ def _address(fn: object) -> int:
 
 class DecodeBlock:
     """One layer's compiled decode path: `pre` (norm, q|k|v, RoPE), then the engine's
-    attention, then `post` (output projection and residual, norm, SwiGLU MLP, residual)."""
+    attention, then `post` (output projection and residual, norm, SwiGLU MLP, residual); or
+    `step`, all three with the cache write, where the engine described the attention."""
 
     def __init__(
         self,
