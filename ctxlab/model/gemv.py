@@ -439,7 +439,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 class Linear(nn.Linear):
     """`nn.Linear` (float32 Parameters, the fp32 format and the parity reference) whose
-    decode-sized calls go through `linear`."""
+    decode-sized calls run the compiled loop: through its `FixedCall` when no gradient is
+    wanted, else through `linear`."""
 
     def fixed_call(self) -> FixedCall | None:
         """The decode-sized call of these weights (float32, the compiled loop built)."""

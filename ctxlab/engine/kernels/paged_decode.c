@@ -102,7 +102,8 @@ static inline float hsum(v16 v) {
 
 typedef struct {
     int g, d, dv;
-    float qs[MAX_G][MAX_D] __attribute__((aligned(64))); /* scaled queries (aligned: no load splits a line) */
+    /* scaled queries, aligned: a vector load of one never splits a cache line */
+    float qs[MAX_G][MAX_D] __attribute__((aligned(64)));
     float m[MAX_G];
     v16 den[MAX_G]; /* lane-wise denominators, summed at the end */
     float acc[MAX_G][MAX_D];
