@@ -1,4 +1,4 @@
-/* A Llama-family decoder layer's decode-sized work around its attention, in two calls.
+/* A Llama-family decoder layer's decode-sized work in compiled calls.
  *
  * Python drives a layer as about a dozen small calls (two norms, four linears, RoPE, SwiGLU,
  * two residual adds, and the views between them); at a decode step each costs microseconds
