@@ -78,7 +78,8 @@ class PagedAttention:
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
         self._chunk_biases: dict[int, torch.Tensor] = {}  # the same masks as additive -inf
         self._policy_masks: dict[int, torch.Tensor] = {}  # the policy's pattern, likewise
-        # a pure decode step's attention described for the model's compiled decode block
+        # a pure decode step's attention described for the model's compiled decode block (a
+        # page reader narrows every read itself: its steps keep `attend`)
         self._compiled = CompiledDecode.for_pool(pool, n_heads) if pages is None else None
 
     def begin_step(self, plan: StepPlan) -> None:

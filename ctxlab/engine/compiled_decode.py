@@ -15,6 +15,7 @@ pass (bit for bit the same step).
 from __future__ import annotations
 
 import ctypes
+import logging
 
 import torch
 
@@ -24,6 +25,8 @@ from ctxlab.engine.step_plan import DecodeRead, StepPlan
 from ctxlab.kv.pool import KVPool
 from ctxlab.kv.store import KVStore
 from ctxlab.model import decode_block
+
+log = logging.getLogger("ctxlab.engine.kernels")
 
 
 class CompiledDecode:
@@ -50,18 +53,25 @@ class CompiledDecode:
 
     @classmethod
     def for_pool(cls, pool: KVStore, n_heads: int) -> CompiledDecode | None:
-        """None where the pool or the shapes are not what the compiled path takes: a float32
-        or bf16 `KVPool` on the CPU with its row write and the C decode loops built."""
-        if not isinstance(pool, KVPool) or decode_block.kernel() is None:
-            return None
+        """None where the pool or the shapes are not what the compiled path takes (a float32
+        or bf16 `KVPool` on the CPU with its row write and the C decode loops built), with
+        the reason logged once per reason."""
         lay = pool.layout
-        if n_heads % lay.n_kv_heads or c_decode.unsupported(
+        why = ""
+        if not isinstance(pool, KVPool):
+            why = "the pool quantizes or transforms its rows as it writes them"
+        elif decode_block.kernel() is None:
+            why = "the compiled decode block is not built (see ctxlab.native's log)"
+        elif n_heads % lay.n_kv_heads or c_decode.unsupported(
             n_heads // lay.n_kv_heads, lay.head_dim, lay.head_dim_v
         ):
-            return None
+            why = "the C decode loops do not take these head shapes"
+        if why:
+            return _refused(why)
+        assert isinstance(pool, KVPool)
         writer, target = pool.row_writer(), compiled_target(pool)
         if writer is None or target is None or len(target[1]) != 2:
-            return None
+            return _refused("the pool's row write or the C decode loops are not in use here")
         decode, (k_pool, v_pool), kw, vw = target
         return cls(pool, n_heads, (*writer.c_target(), decode, k_pool, v_pool, kw, vw))
 
@@ -124,6 +134,16 @@ class CompiledDecode:
         """The step is over: no layer's description stays usable."""
         self._ready = [False] * self.layout.n_layers
         self._alive = []
+
+
+_said: set[str] = set()
+
+
+def _refused(why: str) -> None:
+    if why not in _said:
+        _said.add(why)
+        log.info("decode steps run each layer's attention from Python: %s", why)
+    return None
 
 
 def _plain(read: DecodeRead) -> bool:

@@ -79,3 +79,17 @@ def test_policies_keep_their_answers_and_the_block_only_plain_reads(policy, load
     want_tokens, want_pool, _ = run(loaded, "auto", compiled=False, policy=policy)
     assert tokens == want_tokens and torch.equal(pool, want_pool)
     assert (taken > 0) == (policy == "streaming")
+
+
+def test_a_quantized_cache_keeps_the_python_path_and_says_why(loaded, monkeypatch, caplog):
+    """An int8 cache quantizes rows as it writes them, which the block's row write does not:
+    its decode steps keep `attend`, and the engine says so once."""
+    from ctxlab.engine import compiled_decode
+
+    monkeypatch.setattr(compiled_decode, "_said", set())
+    with caplog.at_level("INFO", logger="ctxlab.engine.kernels"):
+        engine = LLM(loaded, kv_pool_tokens=1024, kv_format="int8").engine
+    assert engine.runner.backend._compiled is None
+    assert "quantizes or transforms its rows" in caplog.text
+    out = engine.run_all([engine.add_request([5, 6, 7, 8], SamplingParams(max_tokens=4))])
+    assert len(out[0].token_ids) == 4
