@@ -106,6 +106,12 @@ def _key(source: bytes, cc: str, flags: tuple[str, ...]) -> str:
     return digest.hexdigest()[:20]
 
 
+def address(fn: Callable[..., object]) -> int:
+    """A loaded library function's address, for compiled code that calls it through a
+    pointer (`decode_block.c`)."""
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+
 def why_not(name: str) -> str:
     """Why `load(name)` gave None ("" when it loaded or was not asked for)."""
     return _why_not.get(name, "")

@@ -63,8 +63,7 @@ class RowWriter:
     def c_target(self) -> tuple[int, int, int, int, int, int]:
         """The kernel's address and its pool-side arguments (k rows, v rows, slots, width,
         element bytes), for compiled callers that write the rows themselves."""
-        address = int(ctypes.cast(self._fn, ctypes.c_void_p).value or 0)
-        return (address, *self._pool_args)
+        return (native.address(self._fn), *self._pool_args)
 
     def write(self, rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
         """k/v `[T, H, width]` at `rows [T, H]`; False (nothing written) where the kernel

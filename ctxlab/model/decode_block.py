@@ -93,10 +93,6 @@ def _linear(call: gemv.FixedCall) -> _Linear:
     return _Linear(int(s.shape), s.fn, s.k, s.n, s.weights, s.scale, s.bias, s.rotation, s.block)
 
 
-def _address(fn: object) -> int:
-    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
-
-
 class DecodeBlock:
     """One layer's compiled decode path: `pre` (norm, q|k|v, RoPE), then the engine's
     attention, then `post` (output projection and residual, norm, SwiGLU MLP, residual); or
@@ -118,9 +114,9 @@ class DecodeBlock:
         self._hidden, self._qkv_n, self._attn_n = qkv.spec.k, qkv.spec.n, o.spec.k
         self._rope_n = head_dim  # cos/sin values per row
         self._block = _Block(
-            _address(norm_kernel.kernel().rms_norm_f32),  # type: ignore[union-attr]
-            _address(elementwise.kernel().rope_f32),  # type: ignore[union-attr]
-            _address(elementwise.kernel().silu_mul_f32),  # type: ignore[union-attr]
+            native.address(norm_kernel.kernel().rms_norm_f32),  # type: ignore[union-attr]
+            native.address(elementwise.kernel().rope_f32),  # type: ignore[union-attr]
+            native.address(elementwise.kernel().silu_mul_f32),  # type: ignore[union-attr]
             norms[0].data_ptr(), norms[1].data_ptr(), eps, qkv.spec.k, qk_heads, head_dim,
             down.spec.k, _linear(qkv), _linear(o), _linear(gate_up), _linear(down),
         )  # fmt: skip
@@ -187,16 +183,8 @@ class DecodeBlock:
 
 
 def _plain_rows(x: torch.Tensor, width: int) -> bool:
-    """Contiguous float32 rows `[1..MAX_ROWS, width]` on the CPU that autograd does not track."""
-    return (
-        x.dtype is torch.float32
-        and x.dim() == 2
-        and 0 < x.shape[0] <= gemv.MAX_ROWS
-        and x.shape[1] == width
-        and x.is_contiguous()
-        and x.device.type == "cpu"
-        and not (torch.is_grad_enabled() and x.requires_grad)
-    )
+    """`gemv.decode_rows` that autograd does not track."""
+    return gemv.decode_rows(x, width) and not (torch.is_grad_enabled() and x.requires_grad)
 
 
 def for_layer(
@@ -221,7 +209,7 @@ def for_layer(
     calls = tuple(_fixed_call(m) for m in linears)
     w1, w2 = norms[0].weight, norms[1].weight
     key = (*calls, w1.data_ptr(), w2.data_ptr())
-    if isinstance(cached, tuple) and _same(cached[0], key):
+    if isinstance(cached, tuple) and cached[0] == key:  # calls compare by identity
         return cached[1]
     block = _build(calls, norms, qk_heads, head_dim, key, lib)
     owner.__dict__["_decode_block"] = (key, block)
@@ -260,8 +248,3 @@ def _build(
         return None
     calls4 = (qkv, o, gate_up, down)
     return DecodeBlock(key, calls4, (w1, w2), norms[0].eps, qk_heads, head_dim, lib)
-
-
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    """Keys equal item by item, the calls by identity (a call made again is a new object)."""
-    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))

@@ -288,19 +288,25 @@ class FixedCall:
         """`x [rows, K] @ W.T (+ bias)` in float32 for a contiguous float32 `x` of 1 to
         `MAX_ROWS` rows on the CPU; None for any other x (the caller takes its general path)."""
         spec = self.spec
-        if (
-            x.dtype is not torch.float32
-            or x.dim() != 2
-            or not 0 < x.shape[0] <= MAX_ROWS
-            or x.shape[1] != spec.k
-            or not x.is_contiguous()
-            or x.device.type != "cpu"
-        ):
+        if not decode_rows(x, spec.k):
             return None
         rows = x.shape[0]
         y = torch.empty(rows, spec.n)
         self._fn(x.data_ptr(), rows, spec.k, *self._args, y.data_ptr(), *self._tail)
         return y
+
+
+def decode_rows(x: torch.Tensor, width: int) -> bool:
+    """Whether `x` is contiguous float32 rows `[1..MAX_ROWS, width]` on the CPU: what a
+    `FixedCall` (and the compiled decode block) takes."""
+    return (
+        x.dtype is torch.float32
+        and x.dim() == 2
+        and 0 < x.shape[0] <= MAX_ROWS
+        and x.shape[1] == width
+        and x.is_contiguous()
+        and x.device.type == "cpu"
+    )
 
 
 def _dropped() -> None:
@@ -328,11 +334,6 @@ def _float_bias(bias: torch.Tensor | None) -> torch.Tensor | None:
     return None if bias is None else bias.detach().float().contiguous()
 
 
-def _address(fn: Callable[..., None]) -> int:
-    """A ctypes function's address in its library."""
-    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
-
-
 def amx_call(tiles: torch.Tensor, bias: torch.Tensor | None = None) -> FixedCall:
     """`amx_linear(x, tiles, bias)` as a `FixedCall`."""
     lib = kernels()
@@ -341,7 +342,7 @@ def amx_call(tiles: torch.Tensor, bias: torch.Tensor | None = None) -> FixedCall
     n, k = tiles.shape
     fn = lib.bf16_amx
     spec = CallSpec(
-        CallShape.BF16_TILES, _address(fn), k, n, tiles.data_ptr(), bias=address_key(b)[0]
+        CallShape.BF16_TILES, native.address(fn), k, n, tiles.data_ptr(), bias=address_key(b)[0]
     )
     return FixedCall(address_key(tiles, bias), (tiles, b), fn, spec)
 
@@ -364,7 +365,7 @@ def amx_int8_call(
         assert block in (16, 32, 64) and k % block == 0
     fn = lib.int8_amx
     spec = CallSpec(
-        CallShape.INT8_TILES, _address(fn), k, n, tiles.data_ptr(), scale.data_ptr(),
+        CallShape.INT8_TILES, native.address(fn), k, n, tiles.data_ptr(), scale.data_ptr(),
         address_key(b)[0], address_key(hadamard_signs)[0], block,
     )  # fmt: skip
     key = address_key(tiles, scale, bias, hadamard_signs)
@@ -378,7 +379,9 @@ def loop_call(weight: torch.Tensor, bias: torch.Tensor | None = None) -> FixedCa
     b = _float_bias(bias)
     n, k = weight.shape
     fn = getattr(lib, _FUNCTION[weight.dtype])
-    spec = CallSpec(CallShape.LOOP, _address(fn), k, n, weight.data_ptr(), bias=address_key(b)[0])
+    spec = CallSpec(
+        CallShape.LOOP, native.address(fn), k, n, weight.data_ptr(), bias=address_key(b)[0]
+    )
     return FixedCall(address_key(weight, bias), (weight, b), fn, spec)
 
 

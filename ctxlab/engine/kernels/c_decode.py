@@ -71,7 +71,7 @@ def target(kind: str, pool: KVStore, storage: tuple) -> tuple[int, tuple[int, ..
     assert lib is not None, "c_decode.target needs library()"
     ptrs, kw, vw = _pool_pointers(pool, storage)
     fn = getattr(lib, f"decode_{kind}")
-    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0), ptrs, kw, vw
+    return native.address(fn), ptrs, kw, vw
 
 
 def unsupported(g: int, d: int, dv: int) -> bool:
