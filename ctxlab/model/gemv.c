@@ -297,11 +297,16 @@ static long tile_rows(long M) { return M <= 16 ? M : (M + 15) / 16 * 16; }
  * four B tiles (64 columns): at decode sizes the weights stream from memory once; for more
  * rows the same 64 columns' tiles are reused from cache by every block of 16 rows. (Blocks of
  * 2 x 2 tiles, one load a product, were slower for bf16 here: 74 against 60 ms over the
- * model's linears at 128 rows.) EPI(tile buffers, first row, first column) writes a finished
- * block of 16 rows x 64 columns, row by row. */
+ * model's linears at 128 rows.) A finished block's sums are stored to one of two buffers and
+ * written out by EPI(buffer, first row, first column, rows [r0, r1)) a few rows at a time
+ * inside the next block's products: the tiles are not renamed, so an epilogue between two
+ * blocks left the tile unit idle (a quarter of the time at 64 rows). */
 #define AMX_GEMM(DP, CT, A, lda, B, bstep, kblocks, rows_all, M, N, EPI)                          \
     do {                                                                                          \
-        CT cbuf[4][16][16] __attribute__((aligned(64)));                                          \
+        CT cbuf[2][4][16][16] __attribute__((aligned(64)));                                       \
+        const long per_kb = (16 + (kblocks) - 1) / (kblocks);                                     \
+        long done_m0 = -1, done_n0 = 0;                                                           \
+        int buf = 0;                                                                              \
         tile_config((int)((rows_all) < 16 ? (rows_all) : 16));                                    \
         for (long n0 = 0; n0 < (N); n0 += 64) {                                                   \
             const char *Bn = (B) + (n0 / 16) * (bstep);                                           \
@@ -318,13 +323,15 @@ static long tile_rows(long M) { return M <= 16 ? M : (M + 15) / 16 * 16; }
                     DP(2, 4, 7);                                                                  \
                     _tile_loadd(5, Bn + 3 * (bstep) + kb * 1024, 64);                             \
                     DP(3, 4, 5);                                                                  \
+                    if (done_m0 >= 0) EPI(cbuf[buf ^ 1], done_m0, done_n0, kb * per_kb, (kb + 1) * per_kb); \
                 }                                                                                 \
-                _tile_stored(0, cbuf[0], 64); _tile_stored(1, cbuf[1], 64);                       \
-                _tile_stored(2, cbuf[2], 64); _tile_stored(3, cbuf[3], 64);                       \
-                EPI(cbuf, m0, n0);                                                                \
+                _tile_stored(0, cbuf[buf][0], 64); _tile_stored(1, cbuf[buf][1], 64);             \
+                _tile_stored(2, cbuf[buf][2], 64); _tile_stored(3, cbuf[buf][3], 64);             \
+                done_m0 = m0, done_n0 = n0, buf ^= 1;                                             \
             }                                                                                     \
         }                                                                                         \
         _tile_release();                                                                          \
+        EPI(cbuf[buf ^ 1], done_m0, done_n0, 0, 16);                                              \
     } while (0)
 
 void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, long ldy, const float *bias,
@@ -337,11 +344,18 @@ void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, long l
         _mm256_storeu_si256((__m256i *)(xb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
     for (; i < M * K; i++) xb[i] = round_one_bf16(x[i]);
     for (; i < rows_all * K; i++) xb[i] = 0;
-#define BF16_EPI(cb, m0, n0)                                                                      \
-    for (long r = 0, valid = M - (m0) < 16 ? M - (m0) : 16; r < valid; r++)                       \
+#define BF16_EPI(cb, m0, n0, r0, r1)                                                              \
+    do {                                                                                          \
+        const long valid = M - (m0) < (r1) ? M - (m0) : (r1);                                     \
+        if ((r0) >= valid) break;                                                                 \
+        __m512 add[4];                                                                            \
         for (int j = 0; j < 4; j++)                                                               \
-            for (int c = 0; c < 16; c++)                                                          \
-                y[((m0) + r) * ldy + (n0) + 16 * j + c] = cb[j][r][c] + (bias ? bias[(n0) + 16 * j + c] : 0.0f);
+            add[j] = bias ? _mm512_loadu_ps(bias + (n0) + 16 * j) : _mm512_setzero_ps();          \
+        for (long r = (r0); r < valid; r++)                                                       \
+            for (int j = 0; j < 4; j++)                                                           \
+                _mm512_storeu_ps(y + ((m0) + r) * ldy + (n0) + 16 * j,                            \
+                                 _mm512_add_ps(_mm512_load_ps(cb[j][r]), add[j]));                \
+    } while (0)
     AMX_GEMM(_tile_dpbf16ps, float, (const char *)xb, K * 2, (const char *)Wp, K / 32 * 1024, K / 32,
              rows_all, M, N, BF16_EPI);
     free(xb);
@@ -450,12 +464,24 @@ void int8_amx(const float *x, long M, long K, const int8_t *Wp, const float *wsc
             _mm_storeu_si128((__m128i *)(q + k), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(r + k), vinv))));
         for (; k < K; k++) q[k] = (int8_t)lrintf(r[k] * inv);
     }
-#define INT8_EPI(cb, m0, n0)                                                                      \
-    for (long r = 0, valid = M - (m0) < 16 ? M - (m0) : 16; r < valid; r++)                       \
-        for (int j = 0; j < 4; j++)                                                               \
-            for (int c = 0; c < 16; c++)                                                          \
-                y[((m0) + r) * ldy + (n0) + 16 * j + c] = (float)cb[j][r][c] * xs[(m0) + r] *     \
-                    wscale[(n0) + 16 * j + c] + (bias ? bias[(n0) + 16 * j + c] : 0.0f);
+#define INT8_EPI(cb, m0, n0, r0, r1)                                                              \
+    do {                                                                                          \
+        const long valid = M - (m0) < (r1) ? M - (m0) : (r1);                                     \
+        if ((r0) >= valid) break;                                                                 \
+        __m512 ws[4], add[4];                                                                     \
+        for (int j = 0; j < 4; j++) {                                                             \
+            ws[j] = _mm512_loadu_ps(wscale + (n0) + 16 * j);                                      \
+            add[j] = bias ? _mm512_loadu_ps(bias + (n0) + 16 * j) : _mm512_setzero_ps();          \
+        }                                                                                         \
+        for (long r = (r0); r < valid; r++) {                                                     \
+            const __m512 xr = _mm512_set1_ps(xs[(m0) + r]);                                       \
+            for (int j = 0; j < 4; j++) {                                                         \
+                const __m512 c = _mm512_cvtepi32_ps(_mm512_load_si512(cb[j][r]));                 \
+                _mm512_storeu_ps(y + ((m0) + r) * ldy + (n0) + 16 * j,                            \
+                                 _mm512_fmadd_ps(_mm512_mul_ps(c, xr), ws[j], add[j]));           \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
     AMX_GEMM(_tile_dpbssd, int32_t, (const char *)xq, K, (const char *)Wp, K / 64 * 1024, K / 64,
              rows_all, M, N, INT8_EPI);
     free(xq), free(xs), free(turned);
