@@ -8,8 +8,10 @@ writes the new K/V into the pool rows planned for them, then (2) computes attent
   per step; "in-place" or "gather": `torch_decode`). The query heads sharing a KV head ride
   as extra query rows, so K/V are never repeated;
 - a prefill chunk with nothing cached before it attends causally to its own K/V directly;
-- a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) gathers the lane
-  contents (prefix + chunk) from the pool and uses a causal mask offset by the prefix length.
+- a prefill chunk after a cached prefix (prefix hit, or an earlier chunk) attends over the
+  lane contents (prefix + chunk) with a causal mask offset by the prefix length: in bf16 on
+  AMX tiles reading the pool's blocks in place where `kernels/chunk_attention` takes the
+  pool, else gathered from the pool into SDPA.
 Per-lane lengths are honoured everywhere, so lanes compacted by a retention policy work.
 A policy that applies a sparse pattern in prefill (`PolicyReads.prefill_mask`: Longformer,
 BigBird) has its `[n, L]` mask ANDed into the prefill masks of full-attention layers, built
@@ -39,6 +41,7 @@ import torch.nn.functional as F
 from ctxlab.engine.compiled_decode import CompiledDecode
 from ctxlab.engine.decode_attention import torch_decode
 from ctxlab.engine.decode_reads import own_width
+from ctxlab.engine.kernels import chunk_attention
 from ctxlab.engine.kernels.paged_decode import run_kernel
 from ctxlab.engine.step_plan import (
     DecodeRead,
@@ -77,22 +80,29 @@ class PagedAttention:
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
         self._chunk_biases: dict[int, torch.Tensor] = {}  # the same masks as additive -inf
+        self._chunk_spans: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # as key spans
         self._policy_masks: dict[int, torch.Tensor] = {}  # the policy's pattern, likewise
         # a pure decode step's attention described for the model's compiled decode block (a
         # page reader narrows every read itself: its steps keep `attend`)
         self._compiled = CompiledDecode.for_pool(pool, n_heads) if pages is None else None
+        # chunks after a cached prefix on tiles, reading the pool in place (bf16 prefill only)
+        self._chunk_tiles = prefill_dtype == torch.bfloat16 and chunk_attention.takes(
+            pool, self.layout.head_dim, self.layout.head_dim_v
+        )
 
     def begin_step(self, plan: StepPlan) -> None:
         """Read `plan` for this step's forward."""
         self.plan = plan
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._chunk_masks, self._chunk_biases, self._policy_masks = {}, {}, {}
+        self._chunk_spans = {}
         if self._compiled is not None and self.far is None:
             self._compiled.prepare(plan, plan.rows.shape[1])
 
     def end_step(self) -> StepReadback:
         """What this step's forward observed, for the policy runtime; forgets the plan."""
         self.plan, self._chunk_masks, self._policy_masks = None, {}, {}
+        self._chunk_biases, self._chunk_spans = {}, {}
         if self._compiled is not None:
             self._compiled.finish()
         return self._readback
@@ -271,6 +281,53 @@ class PagedAttention:
             self._chunk_masks[item.start] = mask
         return mask
 
+    def _chunk_bias(
+        self,
+        item: PrefillItem,
+        lanes: slice,
+        n: int,
+        L: int,
+        window: int | None,
+        offset: int,
+        pattern: torch.Tensor | None,
+        dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """The chunk's mask (`_chunk_mask` and the policy's pattern) as an additive bias in
+        `dtype`. SDPA turns a boolean mask into an additive one on every call (two `where`s,
+        18 % of a 3 x 64-token step after a 512-token prefix); the step's shared mask is turned
+        once."""
+        mask = self._chunk_mask(item, lanes, n, L, window, offset)
+        if pattern is not None:
+            grouped = pattern.view(1, 1, n, L).expand(self.n_kv, self.group, n, L)
+            mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
+        shared = mask is self._chunk_masks.get(item.start)  # the step's memoized mask
+        bias = self._chunk_biases.get(item.start) if shared else None
+        if bias is None or bias.shape[-1] != L or bias.dtype != dtype:
+            bias = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
+            if shared:
+                self._chunk_biases[item.start] = bias
+        return bias
+
+    def _chunk_span(
+        self, item: PrefillItem, lanes: slice, n: int, window: int | None, offset: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_chunk_mask` as spans: the first and one past the last key index (from `offset`)
+        each query row `[Hkv, group * n]` sees; memoized for the step when every lane holds
+        the same prefix."""
+        assert item.prev_len is not None
+        key = (item.start, window, offset)
+        memo = self._chunk_spans.get(key)
+        if memo is not None:
+            return memo
+        prev = item.prev_len[lanes].view(self.n_kv, 1, 1)
+        hi = prev + torch.arange(1 - offset, n + 1 - offset).view(1, 1, n)
+        hi = hi.expand(self.n_kv, self.group, n).reshape(self.n_kv, self.group * n)
+        lo = hi - window if window is not None else torch.zeros_like(hi)
+        span = (lo.to(torch.int32), hi.to(torch.int32))
+        if bool((item.prev_len == item.prev_len[0]).all()):
+            self._chunk_spans[key] = span
+        return span
+
     def _chunk(
         self, q: torch.Tensor, item: PrefillItem, lanes: slice, window: int | None = None
     ) -> torch.Tensor:
@@ -282,24 +339,22 @@ class PagedAttention:
         if window is not None:  # only the blocks the chunk's first query's window reaches
             skip = max(0, int(item.prev_len[lanes].min()) - window + 1) // self.layout.block_size
             table = table[:, skip:]
-        kk, vv = self.pool.gather(table)  # [Hkv, L, d]
-        L = kk.shape[1]
-        mask = self._chunk_mask(item, lanes, n, L, window, skip * self.layout.block_size)
+        L, offset = table.shape[1] * self.layout.block_size, skip * self.layout.block_size
         pattern = self._pattern(item, L) if window is None else None
-        if pattern is not None:
-            grouped = pattern.view(1, 1, n, L).expand(self.n_kv, self.group, n, L)
-            mask = mask & grouped.reshape(1, self.n_kv, self.group * n, L)
-        # SDPA turns a boolean mask into an additive one on every call (two `where`s, 18 % of
-        # a 3 x 64-token step after a 512-token prefix); the step's shared mask is turned once.
-        shared = mask is self._chunk_masks.get(item.start)  # the step's memoized mask
-        bias = self._chunk_biases.get(item.start) if shared else None
-        if bias is None or bias.shape[-1] != L:
-            bias = torch.zeros(mask.shape, dtype=q.dtype).masked_fill_(~mask, float("-inf"))
-            if shared:
-                self._chunk_biases[item.start] = bias
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
-        kv = (self._in_prefill_dtype(kk).unsqueeze(0), self._in_prefill_dtype(vv).unsqueeze(0))
-        o = F.scaled_dot_product_attention(qg, *kv, attn_mask=bias)
+        o = None
+        if self._chunk_tiles and qg.dtype == torch.bfloat16:
+            if pattern is None:  # causal (and windowed): each row's keys are one span
+                span = self._chunk_span(item, lanes, n, window, offset)
+                o = chunk_attention.attend(qg[0], self.pool, table, span=span)
+            else:
+                bias = self._chunk_bias(item, lanes, n, L, window, offset, pattern, qg.dtype)
+                o = chunk_attention.attend(qg[0], self.pool, table, bias=bias)
+        if o is None:
+            bias = self._chunk_bias(item, lanes, n, L, window, offset, pattern, qg.dtype)
+            kk, vv = self.pool.gather(table)  # [Hkv, L, d]
+            kv = (self._in_prefill_dtype(kk).unsqueeze(0), self._in_prefill_dtype(vv).unsqueeze(0))
+            o = F.scaled_dot_product_attention(qg, *kv, attn_mask=bias)
         o = o.view(self.n_kv, self.group, n, -1).permute(2, 0, 1, 3)
         return o.reshape(n, self.n_heads, -1)
