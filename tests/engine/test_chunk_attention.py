@@ -96,10 +96,13 @@ def test_an_arbitrary_mask_through_the_bias():
     assert got is not None and (got.float() - want).abs().max().item() <= 2 * sdpa_err + 2e-3
 
 
-def test_what_the_kernel_refuses():
+def test_what_the_kernel_refuses(caplog):
     q, table, span, _ = case(4, 2, 10, None)
     layout = KVLayout(n_layers=1, n_kv_heads=HKV, head_dim=D, head_dim_v=D)
-    assert not chunk_attention.takes(QuantKVPool(layout, 8, "int8"), D, D)  # codes, not rows
+    chunk_attention._refused.cache_clear()
+    with caplog.at_level("INFO", logger="ctxlab.engine.kernels.chunk_attention"):
+        assert not chunk_attention.takes(QuantKVPool(layout, 8, "int8"), D, D)  # codes
+    assert "stores codes" in caplog.text
     assert not chunk_attention.takes(pool_of(torch.float32), 48, 48)  # d not a multiple of 32
     assert chunk_attention.takes(pool_of(torch.float32), D, D)
     assert chunk_attention.attend(q.float(), pool_of(torch.float32), table, span=span) is None

@@ -47,10 +47,23 @@ def library() -> ctypes.CDLL | None:
 
 
 def takes(pool: KVStore, d: int, dv: int) -> bool:
-    """Whether `attend` can run for this pool and these head sizes."""
-    if d % 32 or dv % 64 or pool.layout.head_dim != d or pool.layout.head_dim_v != dv:
+    """Whether `attend` can run for this pool and these head sizes; where the kernel is built
+    but refuses them, says why once (the chunks then run gather + SDPA)."""
+    if library() is None:
         return False
-    return library() is not None and _rows(pool) is not None
+    why = ""
+    if d % 32 or dv % 64 or pool.layout.head_dim != d or pool.layout.head_dim_v != dv:
+        why = f"head sizes {d} / {dv} (it takes multiples of 32 / 64)"
+    elif _rows(pool) is None:
+        why = "the cache stores codes (int8, KIVI) or lives off the CPU"
+    if why:
+        _refused(why)
+    return not why
+
+
+@functools.cache
+def _refused(why: str) -> None:
+    log.info("chunk attention stays on SDPA: %s", why)
 
 
 def _rows(pool: KVStore) -> tuple[str, tuple] | None:
