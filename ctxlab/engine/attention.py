@@ -80,7 +80,7 @@ class PagedAttention:
         self._readback = StepReadback.empty(self.layout.n_layers)
         self._chunk_masks: dict[int, torch.Tensor] = {}  # per prefill item (start), this step
         self._chunk_biases: dict[int, torch.Tensor] = {}  # the same masks as additive -inf
-        self._chunk_spans: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # as key spans
+        self._chunk_spans: dict[tuple[int, int | None, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._policy_masks: dict[int, torch.Tensor] = {}  # the policy's pattern, likewise
         # a pure decode step's attention described for the model's compiled decode block (a
         # page reader narrows every read itself: its steps keep `attend`)

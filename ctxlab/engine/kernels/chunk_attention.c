@@ -89,8 +89,7 @@ static inline __m512 exp_le0(__m512 x) {
 static void pack_keys(const void *pool, int bf16, long kw, const int64_t *blocks, long bs, long L,
                       long Lp, long d, uint16_t *out) {
     const long kblocks = d / 32;
-    const __m512i down = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                            _mm512_set1_epi32(16));
+    const __m512i down = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
     for (long l = 0; l < Lp; l++) {
         const long kn = l / 16, n = l % 16;
         const long row = l < L ? pool_row(blocks, bs, l) : -1;
@@ -115,9 +114,11 @@ static void pack_values(const void *pool, int bf16, long vw, const int64_t *bloc
         const long kk = l / 32, p = (l % 32) / 2;
         const long r0 = l < L ? pool_row(blocks, bs, l) : -1, r1 = l + 1 < L ? pool_row(blocks, bs, l + 1) : -1;
         for (long i = 0; i < dv; i += 16) {
-            const __m512i a = r0 < 0 ? _mm512_setzero_si512() : _mm512_cvtepu16_epi32(row16(pool, bf16, r0, vw, i));
-            const __m512i b = r1 < 0 ? _mm512_setzero_si512() : _mm512_cvtepu16_epi32(row16(pool, bf16, r1, vw, i));
-            _mm512_store_si512(out + ((i / 16) * kblocks + kk) * 512 + p * 32, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+            const __m512i zero = _mm512_setzero_si512();
+            const __m512i a = r0 < 0 ? zero : _mm512_cvtepu16_epi32(row16(pool, bf16, r0, vw, i));
+            const __m512i b = r1 < 0 ? zero : _mm512_cvtepu16_epi32(row16(pool, bf16, r1, vw, i));
+            _mm512_store_si512(out + ((i / 16) * kblocks + kk) * 512 + p * 32,
+                               _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
         }
     }
 }
@@ -167,7 +168,8 @@ static float weights_span(const float *sr, long a, long b, long Lp, float scale,
     const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(vmax) * scale), vs = _mm512_set1_ps(scale);
     __m512 vsum = _mm512_setzero_ps();
     for (long l = first; l < b; l += 16) {
-        const __m512 p = _mm512_maskz_mov_ps(span_lanes(l, a, b), exp_le0(_mm512_fmsub_ps(_mm512_load_ps(sr + l), vs, top)));
+        const __m512 x = _mm512_fmsub_ps(_mm512_load_ps(sr + l), vs, top);
+        const __m512 p = _mm512_maskz_mov_ps(span_lanes(l, a, b), exp_le0(x));
         vsum = _mm512_add_ps(vsum, p);
         _mm256_store_si256((__m256i *)(pr + l), (__m256i)_mm512_cvtneps_pbh(p));
     }
@@ -176,7 +178,8 @@ static float weights_span(const float *sr, long a, long b, long Lp, float scale,
 
 int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const void *kpool,
                     const void *vpool, int pool_bf16, long kw, long vw, const int64_t *table, long nb,
-                    long bs, long L, const uint16_t *bias, const int32_t *lo, const int32_t *hi, float scale, uint16_t *out) {
+                    long bs, long L, const uint16_t *bias, const int32_t *lo, const int32_t *hi, float scale,
+                    uint16_t *out) {
     if ((!bias && (!lo || !hi)) || d % 32 || dv % 64 || L < 1 || L > nb * bs) return -1;
     const long Lp = (L + 63) / 64 * 64;
     uint16_t *kt = aligned_alloc(64, (size_t)(Lp * d * 2));
@@ -226,8 +229,9 @@ int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const 
                     continue;
                 }
                 const long at = h * R + m0 + r;
+                const long a = lo ? (lo[at] < 0 ? 0 : lo[at]) : 0, b = hi ? (hi[at] > L ? L : hi[at]) : 0;
                 total[r] = bias ? weights_bias(s + r * Lp, bias + at * L, L, Lp, scale, pr)
-                                : weights_span(s + r * Lp, lo[at] < 0 ? 0 : lo[at], hi[at] > L ? L : hi[at], Lp, scale, pr);
+                                : weights_span(s + r * Lp, a, b, Lp, scale, pr);
             }
             for (long dn0 = 0; dn0 < dv; dn0 += 64) { /* weights times values, 64 dims at a time */
                 _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -250,9 +254,10 @@ int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const 
                 for (long r = 0; r < rows; r++) {
                     const __m512 inv = _mm512_set1_ps(total[r] > 0.0f ? 1.0f / total[r] : 0.0f);
                     uint16_t *dst = out + (h * R + m0 + r) * dv + dn0;
-                    for (int c = 0; c < 64; c += 16)
-                        _mm256_storeu_si256((__m256i *)(dst + c),
-                                            (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(&o[r][c]), inv)));
+                    for (int c = 0; c < 64; c += 16) {
+                        const __m512 y = _mm512_mul_ps(_mm512_load_ps(&o[r][c]), inv);
+                        _mm256_storeu_si256((__m256i *)(dst + c), (__m256i)_mm512_cvtneps_pbh(y));
+                    }
                 }
             }
         }
@@ -267,7 +272,8 @@ int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const 
                     const void *vpool, int pool_bf16, long kw, long vw, const int64_t *table, long nb,
                     long bs, long L, const uint16_t *bias, const int32_t *lo, const int32_t *hi, float scale,
                     uint16_t *out) {
-    (void)lo, (void)hi, (void)q, (void)Hkv, (void)R, (void)d, (void)dv, (void)kpool, (void)vpool, (void)pool_bf16;
+    (void)lo, (void)hi, (void)q, (void)Hkv, (void)R, (void)d, (void)dv, (void)kpool, (void)vpool;
+    (void)pool_bf16;
     (void)kw, (void)vw, (void)table, (void)nb, (void)bs, (void)L, (void)bias, (void)scale, (void)out;
     return -1;
 }
