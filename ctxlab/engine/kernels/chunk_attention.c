@@ -176,6 +176,24 @@ static float weights_span(const float *sr, long a, long b, long Lp, float scale,
     return _mm512_reduce_add_ps(vsum);
 }
 
+/* Tiles 0-3 = A (16 rows, lda bytes apart) times four B operands of 16 columns each (`step`
+ * elements apart), summed over `kblocks` blocks of 32 (A: 64 bytes a block, B: 1 KiB). */
+static inline void four_tiles(const uint16_t *a, long lda, const uint16_t *b, long step, long kblocks) {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (long kb = 0; kb < kblocks; kb++) {
+        const uint16_t *bk = b + kb * 512;
+        _tile_loadd(4, a + kb * 32, lda);
+        _tile_loadd(5, bk, 64);
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_loadd(6, bk + step, 64);
+        _tile_dpbf16ps(1, 4, 6);
+        _tile_loadd(7, bk + 2 * step, 64);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_loadd(5, bk + 3 * step, 64);
+        _tile_dpbf16ps(3, 4, 5);
+    }
+}
+
 int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const void *kpool,
                     const void *vpool, int pool_bf16, long kw, long vw, const int64_t *table, long nb,
                     long bs, long L, const uint16_t *bias, const int32_t *lo, const int32_t *hi, float scale,
@@ -204,19 +222,7 @@ int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const 
                 qa = qpad;
             }
             for (long n0 = 0; n0 < Lp; n0 += 64) { /* scores of 64 keys at a time */
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                for (long kd = 0; kd < d / 32; kd++) {
-                    _tile_loadd(4, qa + kd * 32, d * 2);
-                    const uint16_t *b = kt + ((n0 / 16) * (d / 32) + kd) * 512;
-                    _tile_loadd(5, b, 64);
-                    _tile_dpbf16ps(0, 4, 5);
-                    _tile_loadd(6, b + (d / 32) * 512, 64);
-                    _tile_dpbf16ps(1, 4, 6);
-                    _tile_loadd(7, b + 2 * (d / 32) * 512, 64);
-                    _tile_dpbf16ps(2, 4, 7);
-                    _tile_loadd(5, b + 3 * (d / 32) * 512, 64);
-                    _tile_dpbf16ps(3, 4, 5);
-                }
+                four_tiles(qa, d * 2, kt + (n0 / 16) * (d / 32) * 512, (d / 32) * 512, d / 32);
                 _tile_stored(0, s + n0, Lp * 4);
                 _tile_stored(1, s + n0 + 16, Lp * 4);
                 _tile_stored(2, s + n0 + 32, Lp * 4);
@@ -234,19 +240,7 @@ int chunk_attention(const uint16_t *q, long Hkv, long R, long d, long dv, const 
                                 : weights_span(s + r * Lp, a, b, Lp, scale, pr);
             }
             for (long dn0 = 0; dn0 < dv; dn0 += 64) { /* weights times values, 64 dims at a time */
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                for (long kk = 0; kk < Lp / 32; kk++) {
-                    _tile_loadd(4, pw + kk * 32, Lp * 2);
-                    const uint16_t *b = vt + ((dn0 / 16) * (Lp / 32) + kk) * 512;
-                    _tile_loadd(5, b, 64);
-                    _tile_dpbf16ps(0, 4, 5);
-                    _tile_loadd(6, b + (Lp / 32) * 512, 64);
-                    _tile_dpbf16ps(1, 4, 6);
-                    _tile_loadd(7, b + 2 * (Lp / 32) * 512, 64);
-                    _tile_dpbf16ps(2, 4, 7);
-                    _tile_loadd(5, b + 3 * (Lp / 32) * 512, 64);
-                    _tile_dpbf16ps(3, 4, 5);
-                }
+                four_tiles(pw, Lp * 2, vt + (dn0 / 16) * (Lp / 32) * 512, (Lp / 32) * 512, Lp / 32);
                 _tile_stored(0, &o[0][0], 256);
                 _tile_stored(1, &o[0][16], 256);
                 _tile_stored(2, &o[0][32], 256);
