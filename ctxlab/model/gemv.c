@@ -331,7 +331,7 @@ static long tile_rows(long M) { return M <= 16 ? M : (M + 15) / 16 * 16; }
             }                                                                                     \
         }                                                                                         \
         _tile_release();                                                                          \
-        EPI(cbuf[buf ^ 1], done_m0, done_n0, 0, 16);                                              \
+        if (done_m0 >= 0) EPI(cbuf[buf ^ 1], done_m0, done_n0, 0, 16);                            \
     } while (0)
 
 void bf16_amx(const float *x, long M, long K, const uint16_t *Wp, long N, long ldy, const float *bias,
