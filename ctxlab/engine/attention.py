@@ -86,9 +86,7 @@ class PagedAttention:
         # page reader narrows every read itself: its steps keep `attend`)
         self._compiled = CompiledDecode.for_pool(pool, n_heads) if pages is None else None
         # chunks after a cached prefix on tiles, reading the pool in place (bf16 prefill only)
-        self._chunk_tiles = prefill_dtype == torch.bfloat16 and chunk_attention.takes(
-            pool, self.layout.head_dim, self.layout.head_dim_v
-        )
+        self._chunk_tiles = prefill_dtype == torch.bfloat16 and chunk_attention.takes(pool)
 
     def begin_step(self, plan: StepPlan) -> None:
         """Read `plan` for this step's forward."""
@@ -344,7 +342,7 @@ class PagedAttention:
         qg = q.view(n, self.n_kv, self.group, -1).permute(1, 2, 0, 3)
         qg = qg.reshape(1, self.n_kv, self.group * n, -1)
         o = None
-        if self._chunk_tiles and qg.dtype == torch.bfloat16:
+        if self._chunk_tiles:  # q is in the prefill dtype, bf16
             if pattern is None:  # causal (and windowed): each row's keys are one span
                 span = self._chunk_span(item, lanes, n, window, offset)
                 o = chunk_attention.attend(qg[0], self.pool, table, span=span)

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(
 HKV, GROUP, D = 3, 3, 64
 
 
-def pool_of(dtype: torch.dtype, blocks: int = 64) -> KVPool:
-    layout = KVLayout(n_layers=1, n_kv_heads=HKV, head_dim=D, head_dim_v=D, dtype=dtype)
+def pool_of(dtype: torch.dtype, blocks: int = 64, d: int = D) -> KVPool:
+    layout = KVLayout(n_layers=1, n_kv_heads=HKV, head_dim=d, head_dim_v=d, dtype=dtype)
     pool = KVPool(layout, blocks)
     pool.data.copy_(torch.randn(pool.data.shape, generator=torch.Generator().manual_seed(1)))
     return pool
@@ -47,6 +47,10 @@ def case(n: int, nb: int, prev: int, window: int | None, seed: int = 0):
     return q, table, (lo, hi), mask
 
 
+def as_bias(mask: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(mask.shape, dtype=torch.bfloat16).masked_fill_(~mask, float("-inf"))
+
+
 def exact(q, pool, table, mask):
     k, v = pool.gather(table)
     return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
@@ -54,8 +58,7 @@ def exact(q, pool, table, mask):
 
 def sdpa_bf16(q, pool, table, mask):
     k, v = pool.gather(table)
-    bias = torch.zeros(mask.shape, dtype=torch.bfloat16).masked_fill_(~mask, float("-inf"))
-    return F.scaled_dot_product_attention(q, k.bfloat16(), v.bfloat16(), attn_mask=bias)
+    return F.scaled_dot_product_attention(q, k.bfloat16(), v.bfloat16(), attn_mask=as_bias(mask))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -77,7 +80,7 @@ def test_chunk_attention_is_as_close_as_sdpa_bf16(dtype, n, nb, prev, window):
 def test_a_span_and_its_bias_give_the_same_bytes():
     pool = pool_of(torch.float32)
     q, table, span, mask = case(40, 12, 150, 64, seed=3)
-    bias = torch.zeros(mask.shape, dtype=torch.bfloat16).masked_fill_(~mask, float("-inf"))
+    bias = as_bias(mask)
     by_span = chunk_attention.attend(q, pool, table, span=span)
     by_bias = chunk_attention.attend(q, pool, table, bias=bias)
     assert by_span is not None and by_bias is not None
@@ -89,7 +92,7 @@ def test_an_arbitrary_mask_through_the_bias():
     q, table, _, causal = case(16, 8, 100, None, seed=5)
     mask = causal & (torch.rand(causal.shape, generator=torch.Generator().manual_seed(7)) > 0.3)
     mask[..., 0] = True  # every row sees a key
-    bias = torch.zeros(mask.shape, dtype=torch.bfloat16).masked_fill_(~mask, float("-inf"))
+    bias = as_bias(mask)
     want = exact(q, pool, table, mask)
     got = chunk_attention.attend(q, pool, table, bias=bias)
     sdpa_err = (sdpa_bf16(q, pool, table, mask).float() - want).abs().max().item()
@@ -101,10 +104,10 @@ def test_what_the_kernel_refuses(caplog):
     layout = KVLayout(n_layers=1, n_kv_heads=HKV, head_dim=D, head_dim_v=D)
     chunk_attention._refused.cache_clear()
     with caplog.at_level("INFO", logger="ctxlab.engine.kernels.chunk_attention"):
-        assert not chunk_attention.takes(QuantKVPool(layout, 8, "int8"), D, D)  # codes
+        assert not chunk_attention.takes(QuantKVPool(layout, 8, "int8"))  # codes
     assert "stores codes" in caplog.text
-    assert not chunk_attention.takes(pool_of(torch.float32), 48, 48)  # d not a multiple of 32
-    assert chunk_attention.takes(pool_of(torch.float32), D, D)
+    assert not chunk_attention.takes(pool_of(torch.float32, d=48))  # d not a multiple of 32
+    assert chunk_attention.takes(pool_of(torch.float32))
     assert chunk_attention.attend(q.float(), pool_of(torch.float32), table, span=span) is None
     with pytest.raises(ValueError, match="one mask"):
         chunk_attention.attend(q, pool_of(torch.float32), table)

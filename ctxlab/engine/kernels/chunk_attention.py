@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ctxlab import native
+from ctxlab.engine.kernels.paged_decode import float_rows
 from ctxlab.kv.store import KVStore
 
 log = logging.getLogger(__name__)
@@ -46,15 +47,16 @@ def library() -> ctypes.CDLL | None:
     return lib
 
 
-def takes(pool: KVStore, d: int, dv: int) -> bool:
-    """Whether `attend` can run for this pool and these head sizes; where the kernel is built
-    but refuses them, says why once (the chunks then run gather + SDPA)."""
+def takes(pool: KVStore) -> bool:
+    """Whether `attend` can run for this pool; where the kernel is built but refuses the
+    pool, says why once (the chunks then run gather + SDPA)."""
     if library() is None:
         return False
+    d, dv = pool.layout.head_dim, pool.layout.head_dim_v
     why = ""
-    if d % 32 or dv % 64 or pool.layout.head_dim != d or pool.layout.head_dim_v != dv:
+    if d % 32 or dv % 64:
         why = f"head sizes {d} / {dv} (it takes multiples of 32 / 64)"
-    elif _rows(pool) is None:
+    elif float_rows(pool) is None:
         why = "the cache stores codes (int8, KIVI) or lives off the CPU"
     if why:
         _refused(why)
@@ -64,13 +66,6 @@ def takes(pool: KVStore, d: int, dv: int) -> bool:
 @functools.cache
 def _refused(why: str) -> None:
     log.info("chunk attention stays on SDPA: %s", why)
-
-
-def _rows(pool: KVStore) -> tuple[str, tuple] | None:
-    """The pool's float32 or bf16 rows in place (`decode_views`), or None: a pool of codes
-    (int8, KIVI) or on another device."""
-    views = pool.decode_views()
-    return views if views is not None and views[0] in ("f32", "bf16") else None
 
 
 def attend(
@@ -86,7 +81,7 @@ def attend(
     row r sees keys lo..hi-1 alone. `[Hkv, R, dv]` bf16, or None where the kernel refuses
     (the caller runs SDPA)."""
     lib = library()
-    views = _rows(pool)
+    views = float_rows(pool)
     if lib is None or views is None or q.dtype != torch.bfloat16:
         return None
     if (bias is None) == (span is None):

@@ -133,14 +133,19 @@ def _pool_arrays(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
     return views
 
 
+def float_rows(pool: KVStore) -> tuple[str, tuple[np.ndarray, ...]] | None:
+    """The pool's storage as numpy views (cached per pool) where it holds float32 or bf16
+    rows ("f32" / "bf16" and K, V), or None (a pool of codes: int8, KIVI; not the CPU)."""
+    arrays = _pool_arrays(pool)
+    return arrays if arrays is not None and arrays[0] in ("f32", "bf16") else None
+
+
 def compiled_target(pool: KVStore) -> tuple[int, tuple[int, ...], int, int] | None:
     """For a float32 or bf16 pool the C loops serve: the address of the loop that reads it,
     the storage's K and V addresses and their row widths; None otherwise (no C loops, numba
     or torch chosen, another pool format)."""
-    arrays = _pool_arrays(pool) if serves(pool) and _state["impl"] == "c" else None
-    if arrays is None or arrays[0] not in ("f32", "bf16"):
-        return None
-    return c_decode.target(arrays[0], pool, arrays[1])
+    arrays = float_rows(pool) if serves(pool) and _state["impl"] == "c" else None
+    return None if arrays is None else c_decode.target(arrays[0], pool, arrays[1])
 
 
 def serves(pool: KVStore) -> bool:
